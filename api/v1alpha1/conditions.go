@@ -1,0 +1,33 @@
+package v1alpha1
+
+// Condition types of NodeClaim.
+const (
+	// ConditionLaunched: the provider made (or adopted) the machine.
+	ConditionLaunched = "Launched"
+	// ConditionRegistered: a Node with the machine's providerID (or name) joined.
+	ConditionRegistered = "Registered"
+	// ConditionInitialized: the Node is Ready and its startup taints are gone.
+	ConditionInitialized = "Initialized"
+	// ConditionReady summarises Launched, Registered and Initialized.
+	ConditionReady = "Ready"
+	// ConditionDrifted: the pool's template or shapes changed since the
+	// claim was made.
+	ConditionDrifted = "Drifted"
+	// ConditionEmpty: the node carries no pods but DaemonSet and mirror pods.
+	ConditionEmpty = "Empty"
+	// ConditionConsolidatable: the node's pods would fit elsewhere.
+	ConditionConsolidatable = "Consolidatable"
+	// ConditionDisrupting: the claim was chosen for voluntary removal.
+	ConditionDisrupting = "Disrupting"
+	// ConditionTerminating: the claim is being drained and deprovisioned.
+	ConditionTerminating = "Terminating"
+)
+
+// Condition types of NodePool and NodeProvider.
+const (
+	// ConditionProviderReady: the pool's provider exists, is Ready and
+	// offers the pool's shapes.
+	ConditionProviderReady = "ProviderReady"
+	// ConditionValidated: the provider's settings and credentials were read.
+	ConditionValidated = "Validated"
+)

@@ -1,0 +1,131 @@
+package v1alpha1
+
+import (
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// NodeClaimSpec is one node wanted: from which pool, of which shape, meeting
+// which requirements. It never changes after creation.
+type NodeClaimSpec struct {
+	// NodePoolRef names the pool the claim belongs to.
+	NodePoolRef NodePoolReference `json:"nodePoolRef"`
+
+	// Shape of the machine.
+	Shape ClaimShape `json:"shape"`
+
+	// Requirements the node was sized for and must meet.
+	// +optional
+	Requirements NodeClaimRequirements `json:"requirements,omitempty"`
+
+	// Taints the node registers with.
+	// +optional
+	// +kubebuilder:validation:MaxItems=50
+	Taints []corev1.Taint `json:"taints,omitempty"`
+
+	// StartupTaints the node registers with and that something else removes.
+	// +optional
+	// +kubebuilder:validation:MaxItems=50
+	StartupTaints []corev1.Taint `json:"startupTaints,omitempty"`
+
+	// TerminationGracePeriod is how long draining may take before the
+	// remaining pods are deleted without regard for disruption budgets.
+	// +optional
+	// +kubebuilder:default="5m"
+	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:Pattern=`^([0-9]+(\.[0-9]+)?(ns|us|µs|ms|s|m|h))+$`
+	TerminationGracePeriod *metav1.Duration `json:"terminationGracePeriod,omitempty"`
+}
+
+// NodePoolReference names a NodePool.
+type NodePoolReference struct {
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	Name string `json:"name"`
+}
+
+// ClaimShape is the machine size chosen for a claim.
+// +kubebuilder:validation:XValidation:rule="quantity(string(self.cpu)).isGreaterThan(quantity('0')) && quantity(string(self.memory)).isGreaterThan(quantity('0'))",message="shape cpu and memory must be greater than zero"
+type ClaimShape struct {
+	// Name of the shape (the instance type).
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=63
+	Name string `json:"name"`
+	// CPU of the machine.
+	CPU resource.Quantity `json:"cpu"`
+	// Memory of the machine.
+	Memory resource.Quantity `json:"memory"`
+	// Price per hour, when known.
+	// +optional
+	// +kubebuilder:validation:Pattern=`^[0-9]+(\.[0-9]+)?$`
+	Price string `json:"price,omitempty"`
+}
+
+// NodeClaimRequirements are what a claim was sized for.
+type NodeClaimRequirements struct {
+	// Resources requested by the pods the claim was made for, DaemonSet
+	// overhead included.
+	// +optional
+	Resources corev1.ResourceList `json:"resources,omitempty"`
+	// NodeSelector requirements the node must meet (zone, for example).
+	// +optional
+	// +kubebuilder:validation:MaxItems=100
+	NodeSelector []corev1.NodeSelectorRequirement `json:"nodeSelector,omitempty"`
+}
+
+// NodeClaimStatus is where the claim's node stands.
+type NodeClaimStatus struct {
+	// ProviderID of the machine, as the Node's spec.providerID will say.
+	// +optional
+	ProviderID string `json:"providerID,omitempty"`
+	// NodeName of the Node that registered for the machine.
+	// +optional
+	NodeName string `json:"nodeName,omitempty"`
+	// Capacity of the machine.
+	// +optional
+	Capacity corev1.ResourceList `json:"capacity,omitempty"`
+	// Allocatable resources of the node.
+	// +optional
+	Allocatable corev1.ResourceList `json:"allocatable,omitempty"`
+	// Conditions: Launched, Registered, Initialized, Ready, Drifted, Empty,
+	// Consolidatable, Disrupting, Terminating.
+	// +optional
+	// +listType=map
+	// +listMapKey=type
+	Conditions []metav1.Condition `json:"conditions,omitempty"`
+}
+
+// NodeClaim is one node wanted. The controller writes them; a person may too.
+//
+// +kubebuilder:object:root=true
+// +kubebuilder:resource:scope=Cluster,shortName=nc
+// +kubebuilder:subresource:status
+// +kubebuilder:printcolumn:name="Pool",type=string,JSONPath=`.spec.nodePoolRef.name`
+// +kubebuilder:printcolumn:name="Shape",type=string,JSONPath=`.spec.shape.name`
+// +kubebuilder:printcolumn:name="Node",type=string,JSONPath=`.status.nodeName`
+// +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`
+// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+// +kubebuilder:printcolumn:name="ProviderID",type=string,JSONPath=`.status.providerID`,priority=1
+// +kubebuilder:printcolumn:name="Reason",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].reason`,priority=1
+type NodeClaim struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="spec is immutable"
+	Spec   NodeClaimSpec   `json:"spec"`
+	Status NodeClaimStatus `json:"status,omitempty"`
+}
+
+// NodeClaimList is a list of NodeClaims.
+//
+// +kubebuilder:object:root=true
+type NodeClaimList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []NodeClaim `json:"items"`
+}
+
+func init() {
+	SchemeBuilder.Register(&NodeClaim{}, &NodeClaimList{})
+}

@@ -1,0 +1,302 @@
+package v1alpha1
+
+import (
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// ProviderType names an implementation in pkg/provider.
+// +kubebuilder:validation:Enum=proxmox;cloudscale;simulated
+type ProviderType string
+
+const (
+	ProviderTypeProxmox    ProviderType = "proxmox"
+	ProviderTypeCloudscale ProviderType = "cloudscale"
+	ProviderTypeSimulated  ProviderType = "simulated"
+)
+
+// NodeProviderSpec says where machines come from: which kind of
+// infrastructure, its credentials, and its settings. Exactly the settings
+// block that matches type may be set.
+//
+// +kubebuilder:validation:XValidation:rule="self.type == 'proxmox' ? has(self.proxmox) : !has(self.proxmox)",message="spec.proxmox must be set when type is proxmox, and only then"
+// +kubebuilder:validation:XValidation:rule="self.type == 'cloudscale' ? has(self.cloudscale) : !has(self.cloudscale)",message="spec.cloudscale must be set when type is cloudscale, and only then"
+// +kubebuilder:validation:XValidation:rule="self.type == 'simulated' || !has(self.simulated)",message="spec.simulated may be set only when type is simulated"
+// +kubebuilder:validation:XValidation:rule="self.type == 'simulated' || has(self.credentialsSecretRef)",message="spec.credentialsSecretRef is required for the proxmox and cloudscale types"
+type NodeProviderSpec struct {
+	// Type of infrastructure: proxmox, cloudscale or simulated.
+	// +required
+	Type ProviderType `json:"type"`
+
+	// CredentialsSecretRef names the Secret holding the provider's
+	// credentials (see each type's documentation for the keys). Its values
+	// never appear in logs, events or conditions.
+	// +optional
+	CredentialsSecretRef *SecretReference `json:"credentialsSecretRef,omitempty"`
+
+	// Proxmox settings, for type proxmox.
+	// +optional
+	Proxmox *ProxmoxSettings `json:"proxmox,omitempty"`
+
+	// Cloudscale settings, for type cloudscale.
+	// +optional
+	Cloudscale *CloudscaleSettings `json:"cloudscale,omitempty"`
+
+	// Simulated settings, for type simulated.
+	// +optional
+	Simulated *SimulatedSettings `json:"simulated,omitempty"`
+}
+
+// SecretReference names a Secret in a namespace.
+type SecretReference struct {
+	// Name of the Secret.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	Name string `json:"name"`
+	// Namespace of the Secret.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=63
+	Namespace string `json:"namespace"`
+}
+
+// SecretKeyReference names one key of a Secret in a namespace.
+type SecretKeyReference struct {
+	SecretReference `json:",inline"`
+	// Key within the Secret's data.
+	// +kubebuilder:validation:MinLength=1
+	Key string `json:"key"`
+}
+
+// ProxmoxSettings configure how VMs are made on a Proxmox VE cluster.
+// A VM is made either by cloning a template or by netbooting a blank VM.
+//
+// +kubebuilder:validation:XValidation:rule="has(self.clone) != has(self.netboot)",message="exactly one of clone or netboot must be set"
+type ProxmoxSettings struct {
+	// Endpoint is the Proxmox VE API URL, e.g. https://pve.example:8006/api2/json.
+	// +kubebuilder:validation:Pattern=`^https?://`
+	Endpoint string `json:"endpoint"`
+
+	// InsecureSkipTLSVerify disables verification of the API's certificate.
+	// Prefer a CA bundle in the credentials Secret (key ca.crt).
+	// +optional
+	InsecureSkipTLSVerify bool `json:"insecureSkipTLSVerify,omitempty"`
+
+	// Nodes is the allow-list of Proxmox nodes VMs may be placed on. Empty
+	// means every online node.
+	// +optional
+	// +listType=set
+	Nodes []string `json:"nodes,omitempty"`
+
+	// VMIDRange is the range of VM IDs claimscale may allocate from.
+	VMIDRange VMIDRange `json:"vmIDRange"`
+
+	// Clone makes each VM as a clone of a template VM.
+	// +optional
+	Clone *ProxmoxClone `json:"clone,omitempty"`
+
+	// Netboot makes each VM blank and boots it from the network.
+	// +optional
+	Netboot *ProxmoxNetboot `json:"netboot,omitempty"`
+
+	// Storage is the storage for the VM's disks (clone target or new disk).
+	// +optional
+	Storage string `json:"storage,omitempty"`
+
+	// NetworkInterfaces of each VM, net0 first.
+	// +optional
+	// +kubebuilder:validation:MaxItems=8
+	NetworkInterfaces []ProxmoxNetworkInterface `json:"networkInterfaces,omitempty"`
+
+	// CICustom is passed as the VM's cicustom option, e.g.
+	// "user=local:snippets/join.yaml": one snippet shared by all VMs, so no
+	// secret is baked into the image.
+	// +optional
+	CICustom string `json:"cicustom,omitempty"`
+
+	// MemoryOverhead is added to each VM's memory on top of the shape's, for
+	// what the guest kernel keeps to itself.
+	// +optional
+	MemoryOverhead *resource.Quantity `json:"memoryOverhead,omitempty"`
+
+	// ExtraOptions are passed through to the VM's configuration as
+	// name/value pairs (as `qm set --name value` would).
+	// +optional
+	// +listType=map
+	// +listMapKey=name
+	ExtraOptions []NameValue `json:"extraOptions,omitempty"`
+}
+
+// VMIDRange is an inclusive range of Proxmox VM IDs.
+// +kubebuilder:validation:XValidation:rule="self.lower < self.upper",message="vmIDRange.lower must be less than vmIDRange.upper"
+type VMIDRange struct {
+	// +kubebuilder:validation:Minimum=100
+	// +kubebuilder:validation:Maximum=999999999
+	Lower int32 `json:"lower"`
+	// +kubebuilder:validation:Minimum=100
+	// +kubebuilder:validation:Maximum=999999999
+	Upper int32 `json:"upper"`
+}
+
+// ProxmoxClone clones each VM from a template.
+type ProxmoxClone struct {
+	// TemplateID is the VM ID of the template to clone.
+	// +kubebuilder:validation:Minimum=100
+	TemplateID int32 `json:"templateID"`
+	// Full makes a full clone; false makes a linked clone.
+	// +optional
+	// +kubebuilder:default=true
+	Full *bool `json:"full,omitempty"`
+}
+
+// ProxmoxNetboot makes blank VMs that boot from the network.
+type ProxmoxNetboot struct {
+	// BootOrder is the VM's boot order.
+	// +optional
+	// +kubebuilder:default="net0"
+	BootOrder string `json:"bootOrder,omitempty"`
+	// DiskSize of the blank VM's first disk, e.g. 32G.
+	// +optional
+	// +kubebuilder:default="32G"
+	// +kubebuilder:validation:Pattern=`^[0-9]+[KMGT]?$`
+	DiskSize string `json:"diskSize,omitempty"`
+	// OSType is the Proxmox ostype, l26 for Linux.
+	// +optional
+	// +kubebuilder:default="l26"
+	OSType string `json:"osType,omitempty"`
+}
+
+// ProxmoxNetworkInterface is one virtual NIC.
+type ProxmoxNetworkInterface struct {
+	// Model of the NIC.
+	// +optional
+	// +kubebuilder:default=virtio
+	// +kubebuilder:validation:Enum=virtio;e1000;rtl8139;vmxnet3
+	Model string `json:"model,omitempty"`
+	// Bridge the NIC is attached to, e.g. vmbr0.
+	// +kubebuilder:validation:MinLength=1
+	Bridge string `json:"bridge"`
+	// VLANTag of the NIC, if any.
+	// +optional
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=4094
+	VLANTag *int32 `json:"vlanTag,omitempty"`
+}
+
+// NameValue is a name/value pair.
+type NameValue struct {
+	// +kubebuilder:validation:MinLength=1
+	Name  string `json:"name"`
+	Value string `json:"value"`
+}
+
+// CloudscaleSettings configure how servers are made on cloudscale.ch.
+type CloudscaleSettings struct {
+	// Zone slug, e.g. lpg1 or rma1.
+	// +kubebuilder:validation:MinLength=1
+	Zone string `json:"zone"`
+	// Image slug, or custom:<slug> for a custom image.
+	// +kubebuilder:validation:MinLength=1
+	Image string `json:"image"`
+	// VolumeSizeGB of the root volume.
+	// +optional
+	// +kubebuilder:default=50
+	// +kubebuilder:validation:Minimum=10
+	VolumeSizeGB int32 `json:"volumeSizeGB,omitempty"`
+	// PublicNetwork attaches a public interface.
+	// +optional
+	// +kubebuilder:default=true
+	PublicNetwork *bool `json:"publicNetwork,omitempty"`
+	// Interfaces on private networks, by network or subnet UUID.
+	// +optional
+	Interfaces []CloudscaleInterface `json:"interfaces,omitempty"`
+	// ServerGroups (UUIDs) the servers join, e.g. for anti-affinity.
+	// +optional
+	// +listType=set
+	ServerGroups []string `json:"serverGroups,omitempty"`
+	// SSHKeys (public keys) installed on each server.
+	// +optional
+	SSHKeys []string `json:"sshKeys,omitempty"`
+	// UserDataSecretRef names the Secret key whose value is passed unchanged
+	// as user data: cloud-init, Talos machine config or Ignition.
+	// +optional
+	UserDataSecretRef *SecretKeyReference `json:"userDataSecretRef,omitempty"`
+	// Tags added to every server besides claimscale's own.
+	// +optional
+	Tags map[string]string `json:"tags,omitempty"`
+}
+
+// CloudscaleInterface attaches a server to a private network.
+// +kubebuilder:validation:XValidation:rule="has(self.network) || has(self.subnet)",message="an interface needs a network or a subnet"
+type CloudscaleInterface struct {
+	// Network UUID.
+	// +optional
+	Network string `json:"network,omitempty"`
+	// Subnet UUID.
+	// +optional
+	Subnet string `json:"subnet,omitempty"`
+}
+
+// SimulatedSettings configure the simulated provider, which registers a Node
+// object (run by kwok) for every machine after a boot delay.
+type SimulatedSettings struct {
+	// BootDelay between Create and the Node registering.
+	// +optional
+	// +kubebuilder:default="2s"
+	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:Pattern=`^([0-9]+(\.[0-9]+)?(ns|us|µs|ms|s|m|h))+$`
+	BootDelay *metav1.Duration `json:"bootDelay,omitempty"`
+	// CreateFailurePercent of Create calls fail with a retryable error.
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=100
+	CreateFailurePercent int32 `json:"createFailurePercent,omitempty"`
+	// NeverRegisterPercent of machines never register a Node.
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=100
+	NeverRegisterPercent int32 `json:"neverRegisterPercent,omitempty"`
+	// Zones the simulated machines are spread over; a machine's zone label
+	// is chosen from its claim's requirements, else the first zone.
+	// +optional
+	// +listType=set
+	Zones []string `json:"zones,omitempty"`
+}
+
+// NodeProviderStatus is the observed state of a NodeProvider.
+type NodeProviderStatus struct {
+	// Conditions: Ready says the settings and credentials were read and the
+	// provider answered.
+	// +optional
+	// +listType=map
+	// +listMapKey=type
+	Conditions []metav1.Condition `json:"conditions,omitempty"`
+}
+
+// NodeProvider says where machines come from. One provider serves many pools.
+//
+// +kubebuilder:object:root=true
+// +kubebuilder:resource:scope=Cluster,shortName=np
+// +kubebuilder:subresource:status
+// +kubebuilder:printcolumn:name="Type",type=string,JSONPath=`.spec.type`
+// +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`
+// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+type NodeProvider struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	Spec   NodeProviderSpec   `json:"spec"`
+	Status NodeProviderStatus `json:"status,omitempty"`
+}
+
+// NodeProviderList is a list of NodeProviders.
+//
+// +kubebuilder:object:root=true
+type NodeProviderList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []NodeProvider `json:"items"`
+}
+
+func init() {
+	SchemeBuilder.Register(&NodeProvider{}, &NodeProviderList{})
+}

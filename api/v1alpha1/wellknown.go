@@ -1,0 +1,32 @@
+package v1alpha1
+
+// Labels, annotations, taints and finalizers that claimscale puts on the
+// objects and machines it manages.
+const (
+	// LabelNodePool names the pool on every node, claim and machine we make.
+	LabelNodePool = "claimscale.io/nodepool"
+	// LabelNodeClaim names the claim on every node and machine we make.
+	LabelNodeClaim = "claimscale.io/nodeclaim"
+	// LabelInitialized is set on a node once its claim is Initialized.
+	LabelInitialized = "claimscale.io/initialized"
+
+	// AnnotationDoNotDisrupt on a pod or node blocks voluntary scale-down.
+	AnnotationDoNotDisrupt = "claimscale.io/do-not-disrupt"
+	// AnnotationTemplateHash records the hash of the pool template and shape
+	// a claim was made from, so drift can be detected.
+	AnnotationTemplateHash = "claimscale.io/template-hash"
+
+	// TerminationFinalizer holds a claim (and its node) until the machine is
+	// gone.
+	TerminationFinalizer = "claimscale.io/termination"
+
+	// TaintDisrupted is put on a node being drained so nothing new lands.
+	TaintDisrupted = "claimscale.io/disrupted"
+
+	// TagCluster, TagNodePool and TagNodeClaim are the ownership tags every
+	// machine carries from the call that creates it. A machine without the
+	// cluster tag is never touched.
+	TagCluster   = "claimscale.io/cluster"
+	TagNodePool  = LabelNodePool
+	TagNodeClaim = LabelNodeClaim
+)

@@ -1,0 +1,81 @@
+#!/usr/bin/env bash
+# Builds the control-plane and code-generation binaries from pinned Go
+# modules, once per version, into a per-user cache, and links them into bin/.
+# Nothing is downloaded but Go modules, so a fresh machine needs only the
+# module proxy. Usage: hack/tools.sh [name...]   (default: all)
+set -euo pipefail
+
+root=$(cd "$(dirname "$0")/.." && pwd)
+bin="$root/bin"
+mkdir -p "$bin"
+
+KUBE_VERSION=v1.37.0
+ETCD_VERSION=v3.7.3
+KWOK_VERSION=v0.8.0
+CONTROLLER_TOOLS_VERSION=v0.21.0
+PROTOC_GEN_GO_VERSION=v1.36.10
+PROTOC_GEN_GO_GRPC_VERSION=v1.5.1
+HELM_VERSION=v3.20.0
+
+cache="${XDG_CACHE_HOME:-$HOME/.cache}/claimscale/tools"
+mkdir -p "$cache"
+# One build at a time per machine: parallel make targets and test packages
+# all call this script.
+exec 9>"$cache/.lock"
+flock 9
+
+ldflags_kube="-s -w -X k8s.io/component-base/version.gitVersion=$KUBE_VERSION -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=37 -X k8s.io/component-base/version.gitTreeState=clean"
+
+# provide NAME VERSION BUILD-COMMAND...: runs the build into the cache dir
+# unless the cached binary exists, then links it into bin/.
+provide() {
+  local name=$1 version=$2; shift 2
+  local dir="$cache/$name/$version"
+  if [ ! -e "$dir/$name" ]; then
+    echo "building $name $version (first time on this machine; cached afterwards)" >&2
+    mkdir -p "$dir.tmp"
+    OUT="$dir.tmp" "$@"
+    rm -rf "$dir" && mv "$dir.tmp" "$dir"
+  fi
+  ln -sf "$dir/$name" "$bin/$name"
+}
+
+build_kube() { # $1: command name under k8s.io/kubernetes/cmd
+  (cd "$root/hack/tools" && CGO_ENABLED=0 go build -trimpath -ldflags "$ldflags_kube" -o "$OUT/$1" "k8s.io/kubernetes/cmd/$1")
+}
+build_etcd() {
+  (cd "$root/hack/etcd" && CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o "$OUT/etcd" go.etcd.io/etcd/server/v3)
+}
+# kwok runs nothing without stages; they ship in its module, so join the
+# ones we use into one config file next to the binary.
+build_kwok_stages() {
+  local src
+  src="$(go env GOMODCACHE)/sigs.k8s.io/kwok@$KWOK_VERSION/kustomize/stage"
+  [ -d "$src" ] || go mod download "sigs.k8s.io/kwok@$KWOK_VERSION"
+  local first=1
+  for f in node/fast/node-initialize.yaml node/heartbeat/node-heartbeat.yaml pod/fast/pod-ready.yaml pod/fast/pod-complete.yaml pod/fast/pod-delete.yaml; do
+    [ $first -eq 1 ] || echo "---"
+    first=0
+    cat "$src/$f"
+  done > "$OUT/kwok-stages.yaml"
+}
+install_module() { # $1: package@version
+  GOBIN="$OUT" CGO_ENABLED=0 go install -trimpath -ldflags "-s -w" "$1"
+}
+
+want=("$@")
+[ ${#want[@]} -eq 0 ] && want=(kube-apiserver etcd kubectl kube-scheduler kube-controller-manager kwok kwok-stages.yaml controller-gen protoc-gen-go protoc-gen-go-grpc helm)
+
+for tool in "${want[@]}"; do
+  case "$tool" in
+    kube-apiserver|kube-scheduler|kube-controller-manager|kubectl) provide "$tool" "$KUBE_VERSION" build_kube "$tool" ;;
+    etcd) provide etcd "$ETCD_VERSION" build_etcd ;;
+    kwok) provide kwok "$KWOK_VERSION" install_module "sigs.k8s.io/kwok/cmd/kwok@$KWOK_VERSION" ;;
+    kwok-stages.yaml) provide kwok-stages.yaml "$KWOK_VERSION" build_kwok_stages ;;
+    controller-gen) provide controller-gen "$CONTROLLER_TOOLS_VERSION" install_module "sigs.k8s.io/controller-tools/cmd/controller-gen@$CONTROLLER_TOOLS_VERSION" ;;
+    protoc-gen-go) provide protoc-gen-go "$PROTOC_GEN_GO_VERSION" install_module "google.golang.org/protobuf/cmd/protoc-gen-go@$PROTOC_GEN_GO_VERSION" ;;
+    protoc-gen-go-grpc) provide protoc-gen-go-grpc "$PROTOC_GEN_GO_GRPC_VERSION" install_module "google.golang.org/grpc/cmd/protoc-gen-go-grpc@$PROTOC_GEN_GO_GRPC_VERSION" ;;
+    helm) provide helm "$HELM_VERSION" install_module "helm.sh/helm/v3/cmd/helm@$HELM_VERSION" ;;
+    *) echo "unknown tool $tool" >&2; exit 2 ;;
+  esac
+done

@@ -1,0 +1,305 @@
+// Package testenv starts a local control plane for tests and the demo: a
+// real kube-apiserver and etcd (controller-runtime envtest) with claimscale's
+// CRDs installed, and optionally a kube-controller-manager, a kube-scheduler
+// and kwok, so Deployments make pods, pods bind to the nodes claimscale makes
+// and become Running. Everything listens on 127.0.0.1 on ports chosen at run
+// time; binaries come from bin/ (built by hack/tools.sh).
+package testenv
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
+
+	"github.com/claimscale/claimscale/api/v1alpha1"
+)
+
+// Options choose what runs besides the API server and etcd.
+type Options struct {
+	// ControllerManager starts kube-controller-manager with the controllers
+	// a workload needs without kubelets: deployments, replicasets,
+	// daemonsets, disruption (PDB status), garbage collection.
+	ControllerManager bool
+	// Scheduler starts kube-scheduler.
+	Scheduler bool
+	// Kwok starts kwok, which runs the nodes annotated kwok.x-k8s.io/node=fake
+	// and the pods bound to them.
+	Kwok bool
+	// Logs receives the output of the extra processes; nil discards it.
+	Logs io.Writer
+}
+
+// Environment is a running control plane.
+type Environment struct {
+	// Config reaches the API server as an administrator.
+	Config *rest.Config
+	// Client is a client with claimscale's kinds registered.
+	Client client.Client
+	// Scheme has the built-in kinds and claimscale's.
+	Scheme *runtime.Scheme
+	// KubeconfigPath is an administrator kubeconfig for kubectl and friends.
+	KubeconfigPath string
+
+	env       *envtest.Environment
+	workDir   string
+	processes []*exec.Cmd
+}
+
+// Scheme returns a scheme with the built-in kinds and claimscale's.
+func NewScheme() *runtime.Scheme {
+	scheme := runtime.NewScheme()
+	if err := clientgoscheme.AddToScheme(scheme); err != nil {
+		panic(err)
+	}
+	if err := v1alpha1.AddToScheme(scheme); err != nil {
+		panic(err)
+	}
+	return scheme
+}
+
+// RepoRoot finds the repository root (the directory holding go.mod) from
+// the working directory upwards, so tests in any package find bin/ and the
+// CRDs.
+func RepoRoot() (string, error) {
+	dir, err := os.Getwd()
+	if err != nil {
+		return "", err
+	}
+	for {
+		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
+			if _, err := os.Stat(filepath.Join(dir, "config", "crd", "bases")); err == nil {
+				return dir, nil
+			}
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			return "", errors.New("no repository root (go.mod with config/crd/bases) above the working directory")
+		}
+		dir = parent
+	}
+}
+
+// Start brings up the control plane. Call Stop when done, also on failure
+// paths: it stops whatever did start.
+func Start(opts Options) (*Environment, error) {
+	root, err := RepoRoot()
+	if err != nil {
+		return nil, err
+	}
+	binDir := filepath.Join(root, "bin")
+	for _, name := range requiredBinaries(opts) {
+		if _, err := os.Stat(filepath.Join(binDir, name)); err != nil {
+			return nil, fmt.Errorf("%s missing in %s: run `make tools` first", name, binDir)
+		}
+	}
+	workDir, err := os.MkdirTemp("", "claimscale-testenv-")
+	if err != nil {
+		return nil, err
+	}
+	scheme := NewScheme()
+	env := &envtest.Environment{
+		CRDDirectoryPaths:     []string{filepath.Join(root, "config", "crd", "bases")},
+		ErrorIfCRDPathMissing: true,
+		BinaryAssetsDirectory: binDir,
+		Scheme:                scheme,
+	}
+	// Without a kube-controller-manager nothing removes the not-ready taint
+	// that admission puts on new nodes, and there are no service account
+	// tokens to admit.
+	env.ControlPlane.GetAPIServer().Configure().
+		Set("disable-admission-plugins", "ServiceAccount,TaintNodesByCondition")
+
+	e := &Environment{Scheme: scheme, env: env, workDir: workDir}
+	cfg, err := env.Start()
+	if err != nil {
+		_ = os.RemoveAll(workDir)
+		return nil, fmt.Errorf("starting kube-apiserver and etcd: %w", err)
+	}
+	e.Config = cfg
+	if e.Client, err = client.New(cfg, client.Options{Scheme: scheme}); err != nil {
+		_ = e.Stop()
+		return nil, fmt.Errorf("building client: %w", err)
+	}
+	admin, err := env.AddUser(envtest.User{Name: "claimscale-admin", Groups: []string{"system:masters"}}, nil)
+	if err != nil {
+		_ = e.Stop()
+		return nil, fmt.Errorf("adding admin user: %w", err)
+	}
+	kubeconfig, err := admin.KubeConfig()
+	if err != nil {
+		_ = e.Stop()
+		return nil, fmt.Errorf("writing admin kubeconfig: %w", err)
+	}
+	e.KubeconfigPath = filepath.Join(workDir, "kubeconfig")
+	if err := os.WriteFile(e.KubeconfigPath, kubeconfig, 0o600); err != nil {
+		_ = e.Stop()
+		return nil, err
+	}
+	if err := e.startExtras(opts, binDir); err != nil {
+		_ = e.Stop()
+		return nil, err
+	}
+	if err := e.waitForDefaultServiceAccountNamespace(); err != nil {
+		_ = e.Stop()
+		return nil, err
+	}
+	return e, nil
+}
+
+func requiredBinaries(opts Options) []string {
+	names := []string{"kube-apiserver", "etcd", "kubectl"}
+	if opts.ControllerManager {
+		names = append(names, "kube-controller-manager")
+	}
+	if opts.Scheduler {
+		names = append(names, "kube-scheduler")
+	}
+	if opts.Kwok {
+		names = append(names, "kwok", "kwok-stages.yaml")
+	}
+	return names
+}
+
+func (e *Environment) startExtras(opts Options, binDir string) error {
+	logs := opts.Logs
+	if logs == nil {
+		logs = io.Discard
+	}
+	if opts.ControllerManager {
+		port, err := freePort()
+		if err != nil {
+			return err
+		}
+		if err := e.startProcess(logs, filepath.Join(binDir, "kube-controller-manager"),
+			"--kubeconfig="+e.KubeconfigPath,
+			"--authentication-kubeconfig="+e.KubeconfigPath,
+			"--authorization-kubeconfig="+e.KubeconfigPath,
+			"--leader-elect=false",
+			"--bind-address=127.0.0.1",
+			"--secure-port="+strconv.Itoa(port),
+			"--controllers=deployment-controller,replicaset-controller,daemonset-controller,disruption-controller,garbage-collector-controller,statefulset-controller,job-controller",
+			"--use-service-account-credentials=false",
+			"--concurrent-deployment-syncs=10",
+			"--concurrent-replicaset-syncs=10",
+		); err != nil {
+			return err
+		}
+	}
+	if opts.Scheduler {
+		port, err := freePort()
+		if err != nil {
+			return err
+		}
+		if err := e.startProcess(logs, filepath.Join(binDir, "kube-scheduler"),
+			"--kubeconfig="+e.KubeconfigPath,
+			"--authentication-kubeconfig="+e.KubeconfigPath,
+			"--authorization-kubeconfig="+e.KubeconfigPath,
+			"--leader-elect=false",
+			"--bind-address=127.0.0.1",
+			"--secure-port="+strconv.Itoa(port),
+		); err != nil {
+			return err
+		}
+	}
+	if opts.Kwok {
+		port, err := freePort()
+		if err != nil {
+			return err
+		}
+		if err := e.startProcess(logs, filepath.Join(binDir, "kwok"),
+			"--kubeconfig="+e.KubeconfigPath,
+			"--config="+filepath.Join(binDir, "kwok-stages.yaml"),
+			"--manage-all-nodes=false",
+			"--manage-nodes-with-annotation-selector="+KwokNodeAnnotation+"=fake",
+			"--node-ip=127.0.0.1",
+			"--node-port=0",
+			"--server-address=127.0.0.1:"+strconv.Itoa(port),
+		); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// KwokNodeAnnotation marks a Node for kwok to run (value "fake").
+const KwokNodeAnnotation = "kwok.x-k8s.io/node"
+
+func (e *Environment) startProcess(logs io.Writer, path string, args ...string) error {
+	cmd := exec.Command(path, args...)
+	cmd.Stdout = logs
+	cmd.Stderr = logs
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("starting %s: %w", filepath.Base(path), err)
+	}
+	e.processes = append(e.processes, cmd)
+	return nil
+}
+
+// The controller manager's service-account controller is off, so make sure
+// the default namespace exists for the tests that use it.
+func (e *Environment) waitForDefaultServiceAccountNamespace() error {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	for {
+		var ns corev1.Namespace
+		err := e.Client.Get(ctx, client.ObjectKey{Name: "default"}, &ns)
+		if err == nil {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("waiting for the default namespace: %w", err)
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+// Stop stops every process it started and removes its files.
+func (e *Environment) Stop() error {
+	var errs []error
+	for i := len(e.processes) - 1; i >= 0; i-- {
+		cmd := e.processes[i]
+		_ = cmd.Process.Signal(os.Interrupt)
+		done := make(chan error, 1)
+		go func() { done <- cmd.Wait() }()
+		select {
+		case <-done:
+		case <-time.After(10 * time.Second):
+			_ = cmd.Process.Kill()
+			<-done
+		}
+	}
+	e.processes = nil
+	if e.env != nil {
+		if err := e.env.Stop(); err != nil {
+			errs = append(errs, fmt.Errorf("stopping kube-apiserver and etcd: %w", err))
+		}
+	}
+	if e.workDir != "" {
+		errs = append(errs, os.RemoveAll(e.workDir))
+	}
+	return errors.Join(errs...)
+}
+
+func freePort() (int, error) {
+	listener, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, fmt.Errorf("choosing a free port: %w", err)
+	}
+	defer listener.Close()
+	return listener.Addr().(*net.TCPAddr).Port, nil
+}

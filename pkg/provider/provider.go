@@ -1,0 +1,105 @@
+// Package provider defines what claimscale asks of an infrastructure: turn a
+// NodeClaim into a machine and back. A provider knows nothing of pods; a new
+// one is a single package that implements Provider and registers a Factory.
+package provider
+
+import (
+	"context"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/claimscale/claimscale/api/v1alpha1"
+)
+
+// Provider makes and removes machines for NodeClaims.
+type Provider interface {
+	// Create makes the machine for a claim, with our ownership tags set in
+	// the call that creates it. It is idempotent by claim name: when a
+	// machine for the claim already exists (a retry, a controller restart),
+	// it returns that machine instead of making another.
+	Create(ctx context.Context, claim *v1alpha1.NodeClaim) (*Instance, error)
+	// Delete removes a machine. A machine that is already gone is success;
+	// a machine without our cluster tag is refused.
+	Delete(ctx context.Context, providerID string) error
+	// Get returns one machine, or a NotFound error.
+	Get(ctx context.Context, providerID string) (*Instance, error)
+	// List returns the machines tagged for this cluster, and no others.
+	List(ctx context.Context) ([]*Instance, error)
+	// Shapes returns the machine shapes the pool may use, with capacity and
+	// an hourly price, resolving names against the provider's catalog.
+	Shapes(ctx context.Context, pool *v1alpha1.NodePool) ([]Shape, error)
+}
+
+// InstanceState is where a machine stands.
+type InstanceState string
+
+const (
+	InstanceCreating InstanceState = "Creating"
+	InstanceRunning  InstanceState = "Running"
+	InstanceStopping InstanceState = "Stopping"
+	InstanceDeleting InstanceState = "Deleting"
+)
+
+// Instance is a machine as the provider sees it.
+type Instance struct {
+	// ProviderID is what the machine's Node carries in spec.providerID.
+	ProviderID string
+	// Name is the machine's name, which is also the node name it is expected
+	// to register with when nothing sets a providerID.
+	Name string
+	// Capacity of the machine (cpu, memory).
+	Capacity corev1.ResourceList
+	// Labels the provider knows for the node (zone, region).
+	Labels map[string]string
+	// Tags are the ownership tags: TagCluster, TagNodePool, TagNodeClaim.
+	Tags map[string]string
+	// State of the machine.
+	State InstanceState
+	// CreatedAt is when the machine was made.
+	CreatedAt time.Time
+}
+
+// ClaimName returns the claim the machine was made for, from its tags.
+func (i *Instance) ClaimName() string { return i.Tags[v1alpha1.TagNodeClaim] }
+
+// Shape is a machine size a provider can make.
+type Shape struct {
+	Name string
+	// Capacity: cpu and memory.
+	Capacity corev1.ResourceList
+	// Price per hour; zero when unknown.
+	Price float64
+}
+
+// Tags returns the ownership tags for a claim's machine.
+func Tags(clusterName string, claim *v1alpha1.NodeClaim) map[string]string {
+	return map[string]string{
+		v1alpha1.TagCluster:   clusterName,
+		v1alpha1.TagNodePool:  claim.Spec.NodePoolRef.Name,
+		v1alpha1.TagNodeClaim: claim.Name,
+	}
+}
+
+// Options are what every factory is given besides the NodeProvider.
+type Options struct {
+	// ClusterName goes into every machine's cluster tag; List and Delete
+	// only ever see machines carrying it.
+	ClusterName string
+	// Credentials are the data of the NodeProvider's credentials Secret.
+	// Their values never appear in logs, events, conditions or errors.
+	Credentials map[string][]byte
+	// Secrets reads other Secret keys the settings reference (user data).
+	Secrets SecretReader
+	// Kube is a client for providers that keep state in the cluster (the
+	// simulated one).
+	Kube client.Client
+	// Namespace the controller runs in.
+	Namespace string
+}
+
+// SecretReader reads one key of a Secret.
+type SecretReader interface {
+	ReadSecretKey(ctx context.Context, ref v1alpha1.SecretKeyReference) ([]byte, error)
+}
