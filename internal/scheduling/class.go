@@ -1,0 +1,448 @@
+package scheduling
+
+import (
+	"encoding/binary"
+	"hash/fnv"
+	"reflect"
+	"sort"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
+	corev1helpers "k8s.io/component-helpers/scheduling/corev1"
+	fwk "k8s.io/kube-scheduler/framework"
+	"k8s.io/kubernetes/pkg/scheduler/framework"
+)
+
+// podClass is an equivalence class of pods: same namespace, same controller,
+// same labels and the same scheduling-relevant spec. Every member gets the
+// same verdict from every filter on the same node, so the class is
+// evaluated once and its members share parsed affinity terms and computed
+// requests.
+type podClass struct {
+	id  int
+	rep *corev1.Pod
+	// info is the representative's parsed PodInfo, whose terms and
+	// resources every member shares.
+	info     *framework.PodInfo
+	res      fwk.PodResource
+	req      vec
+	priority int32
+	dominant float64
+
+	// scalar is set when the pod asks for an extended resource, which no
+	// shape offers.
+	scalar bool
+	// hardSpread holds the DoNotSchedule topology spread constraints.
+	hardSpread []corev1.TopologySpreadConstraint
+	spreadSel  []labels.Selector
+	// perNode is set when the static verdict can differ between nodes of
+	// one template (the pod selects on hostname or on node fields).
+	perNode bool
+	// simple classes depend only on static filters and resources, so they
+	// skip the full framework and fill a node in one step.
+	simple bool
+
+	// where lists the nodes the class's pods are on: for pods already
+	// bound, and for pods placed in the current round.
+	where   []string
+	whereOn map[string]bool
+
+	// Per-Solve caches.
+	static       map[int]*fwk.Status
+	staticByNode map[string]*fwk.Status
+	staticState  fwk.CycleState
+	staticPre    *fwk.PreFilterResult
+	staticErr    *fwk.Status
+}
+
+// vec is the part of a request packing does arithmetic on.
+type vec struct{ cpu, mem, eph int64 }
+
+func (a vec) add(b vec) vec   { return vec{a.cpu + b.cpu, a.mem + b.mem, a.eph + b.eph} }
+func (a vec) sub(b vec) vec   { return vec{a.cpu - b.cpu, a.mem - b.mem, a.eph - b.eph} }
+func (a vec) scale(n int) vec { k := int64(n); return vec{a.cpu * k, a.mem * k, a.eph * k} }
+
+// le reports whether a fits in b.
+func (a vec) le(b vec) bool { return a.cpu <= b.cpu && a.mem <= b.mem && a.eph <= b.eph }
+
+func vecOf(r fwk.Resource) vec {
+	return vec{r.GetMilliCPU(), r.GetMemory(), r.GetEphemeralStorage()}
+}
+
+func vecOfList(rl corev1.ResourceList) vec {
+	return vec{
+		cpu: rl.Cpu().MilliValue(),
+		mem: rl.Memory().Value(),
+		eph: rl.StorageEphemeral().Value(),
+	}
+}
+
+// list is the vector as a ResourceList; ephemeral storage only when asked
+// for.
+func (a vec) list() corev1.ResourceList {
+	rl := corev1.ResourceList{
+		corev1.ResourceCPU:    *resource.NewMilliQuantity(a.cpu, resource.DecimalSI),
+		corev1.ResourceMemory: *resource.NewQuantity(a.mem, resource.BinarySI),
+	}
+	if a.eph > 0 {
+		rl[corev1.ResourceEphemeralStorage] = *resource.NewQuantity(a.eph, resource.BinarySI)
+	}
+	return rl
+}
+
+// fitCount is how many pods of request req fit in free with slots pod
+// slots left: the arithmetic of NodeResourcesFit, where a resource the pod
+// does not ask for never blocks it.
+func fitCount(free vec, slots int64, req vec) int {
+	n := slots
+	for _, r := range [][2]int64{{free.cpu, req.cpu}, {free.mem, req.mem}, {free.eph, req.eph}} {
+		if r[1] > 0 {
+			n = min(n, r[0]/r[1])
+		}
+	}
+	if n < 0 {
+		return 0
+	}
+	return int(n)
+}
+
+// podInfo is a pending pod as the plugins see it, sharing its class's
+// parsed terms and computed resources.
+type podInfo struct {
+	pod *corev1.Pod
+	cls *podClass
+}
+
+var _ fwk.PodInfo = (*podInfo)(nil)
+
+func (p *podInfo) GetPod() *corev1.Pod { return p.pod }
+func (p *podInfo) GetRequiredAffinityTerms() []fwk.AffinityTerm {
+	return p.cls.info.GetRequiredAffinityTerms()
+}
+func (p *podInfo) GetRequiredAntiAffinityTerms() []fwk.AffinityTerm {
+	return p.cls.info.GetRequiredAntiAffinityTerms()
+}
+func (p *podInfo) GetPreferredAffinityTerms() []fwk.WeightedAffinityTerm {
+	return p.cls.info.GetPreferredAffinityTerms()
+}
+func (p *podInfo) GetPreferredAntiAffinityTerms() []fwk.WeightedAffinityTerm {
+	return p.cls.info.GetPreferredAntiAffinityTerms()
+}
+func (p *podInfo) CalculateResource() fwk.PodResource { return p.cls.res }
+
+// classifier sorts pods into equivalence classes. A cheap fingerprint finds
+// the candidates; a field-by-field comparison decides.
+type classifier struct {
+	buckets map[uint64][]*podClass
+	classes []*podClass
+}
+
+func newClassifier() *classifier {
+	return &classifier{buckets: map[uint64][]*podClass{}}
+}
+
+func (c *classifier) classify(p *corev1.Pod) (*podClass, error) {
+	fp := fingerprint(p)
+	for _, cls := range c.buckets[fp] {
+		if sameClass(cls.rep, p) {
+			return cls, nil
+		}
+	}
+	cls, err := newPodClass(len(c.classes), p)
+	if err != nil {
+		return nil, err
+	}
+	c.buckets[fp] = append(c.buckets[fp], cls)
+	c.classes = append(c.classes, cls)
+	return cls, nil
+}
+
+func newPodClass(id int, p *corev1.Pod) (*podClass, error) {
+	info, err := framework.NewPodInfo(p)
+	if err != nil {
+		return nil, err
+	}
+	res := info.CalculateResource()
+	cls := &podClass{
+		id:           id,
+		rep:          p,
+		info:         info,
+		res:          res,
+		req:          vecOf(res.Resource),
+		priority:     corev1helpers.PodPriority(p),
+		scalar:       len(res.Resource.GetScalarResources()) > 0,
+		static:       map[int]*fwk.Status{},
+		staticByNode: map[string]*fwk.Status{},
+		whereOn:      map[string]bool{},
+	}
+	for _, c := range p.Spec.TopologySpreadConstraints {
+		if c.WhenUnsatisfiable == corev1.DoNotSchedule {
+			cls.hardSpread = append(cls.hardSpread, c)
+			sel, err := metav1.LabelSelectorAsSelector(c.LabelSelector)
+			if err != nil {
+				// An invalid selector matches everything here, so the
+				// class sees every pod; the plugin reports the error.
+				sel = labels.Everything()
+			}
+			cls.spreadSel = append(cls.spreadSel, sel)
+		}
+	}
+	cls.perNode = selectsOnNodeIdentity(p)
+	return cls, nil
+}
+
+// selectsOnNodeIdentity reports whether the pod's required node affinity
+// looks at the hostname label or node fields, which differ per node.
+func selectsOnNodeIdentity(p *corev1.Pod) bool {
+	if _, ok := p.Spec.NodeSelector[corev1.LabelHostname]; ok {
+		return true
+	}
+	a := p.Spec.Affinity
+	if a == nil || a.NodeAffinity == nil || a.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution == nil {
+		return false
+	}
+	for _, t := range a.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution.NodeSelectorTerms {
+		if len(t.MatchFields) > 0 {
+			return true
+		}
+		for _, r := range t.MatchExpressions {
+			if r.Key == corev1.LabelHostname {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// needsFullFramework reports whether a pod's verdict on a node can depend on
+// other pods (affinity, spread, ports, volumes) or on resources the
+// arithmetic does not cover.
+func (c *podClass) needsFullFramework() bool {
+	p := c.rep
+	if len(c.info.GetRequiredAffinityTerms()) > 0 || len(c.info.GetRequiredAntiAffinityTerms()) > 0 {
+		return true
+	}
+	if len(c.hardSpread) > 0 || c.scalar || len(p.Spec.ResourceClaims) > 0 {
+		return true
+	}
+	for _, v := range p.Spec.Volumes {
+		if v.PersistentVolumeClaim != nil || v.Ephemeral != nil || v.CSI != nil {
+			return true
+		}
+	}
+	return hasHostPorts(p)
+}
+
+func (c *podClass) on(node string) {
+	if !c.whereOn[node] {
+		c.whereOn[node] = true
+		c.where = append(c.where, node)
+	}
+}
+
+func hasHostPorts(p *corev1.Pod) bool {
+	for _, cs := range [][]corev1.Container{p.Spec.InitContainers, p.Spec.Containers} {
+		for _, c := range cs {
+			for _, port := range c.Ports {
+				if port.HostPort > 0 {
+					return true
+				}
+			}
+		}
+	}
+	return false
+}
+
+// matchesAny reports whether any of terms selects the pod.
+func matchesAny(terms []fwk.AffinityTerm, p *corev1.Pod, nsLabels labels.Set) bool {
+	for i := range terms {
+		if terms[i].Matches(p, nsLabels) {
+			return true
+		}
+	}
+	return false
+}
+
+// interacts reports whether pod p (with its required anti-affinity terms
+// anti) can change what the class's PreFilter state says: p is counted by
+// one of the class's spread selectors or required (anti-)affinity terms, or
+// p's own anti-affinity selects the class. It errs towards yes.
+func (c *podClass) interacts(p *corev1.Pod, anti []fwk.AffinityTerm, nsLabels map[string]labels.Set) bool {
+	if p.Namespace == c.rep.Namespace {
+		for _, sel := range c.spreadSel {
+			if sel.Matches(labels.Set(p.Labels)) {
+				return true
+			}
+		}
+	}
+	ns := nsLabels[p.Namespace]
+	if matchesAny(c.info.GetRequiredAffinityTerms(), p, ns) || matchesAny(c.info.GetRequiredAntiAffinityTerms(), p, ns) {
+		return true
+	}
+	return len(anti) > 0 && matchesAny(anti, c.rep, nsLabels[c.rep.Namespace])
+}
+
+func controllerUID(p *corev1.Pod) types.UID {
+	if ref := metav1.GetControllerOfNoCopy(p); ref != nil {
+		return ref.UID
+	}
+	return ""
+}
+
+func fingerprint(p *corev1.Pod) uint64 {
+	h := fnv.New64a()
+	w := func(s string) {
+		_, _ = h.Write([]byte(s))
+		_, _ = h.Write([]byte{0})
+	}
+	w(p.Namespace)
+	w(string(controllerUID(p)))
+	keys := make([]string, 0, len(p.Labels))
+	for k := range p.Labels {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		w(k)
+		w(p.Labels[k])
+	}
+	// DaemonSet pods differ only in the node their affinity names.
+	if a := p.Spec.Affinity; a != nil && a.NodeAffinity != nil && a.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution != nil {
+		for _, t := range a.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution.NodeSelectorTerms {
+			for _, r := range t.MatchFields {
+				w(r.Key)
+				for _, v := range r.Values {
+					w(v)
+				}
+			}
+		}
+	}
+	var buf [16]byte
+	for _, c := range p.Spec.Containers {
+		binary.LittleEndian.PutUint64(buf[:8], uint64(c.Resources.Requests.Cpu().MilliValue()))
+		binary.LittleEndian.PutUint64(buf[8:], uint64(c.Resources.Requests.Memory().Value()))
+		_, _ = h.Write(buf[:])
+	}
+	return h.Sum64()
+}
+
+// sameClass compares what any filter plugin or the resource arithmetic
+// reads of a pod.
+func sameClass(a, b *corev1.Pod) bool {
+	if a.Namespace != b.Namespace || controllerUID(a) != controllerUID(b) {
+		return false
+	}
+	if !mapsEqual(a.Labels, b.Labels) {
+		return false
+	}
+	sa, sb := &a.Spec, &b.Spec
+	if !mapsEqual(sa.NodeSelector, sb.NodeSelector) ||
+		corev1helpers.PodPriority(a) != corev1helpers.PodPriority(b) ||
+		sa.HostNetwork != sb.HostNetwork ||
+		!reflect.DeepEqual(sa.Affinity, sb.Affinity) ||
+		!reflect.DeepEqual(sa.Tolerations, sb.Tolerations) ||
+		!reflect.DeepEqual(sa.TopologySpreadConstraints, sb.TopologySpreadConstraints) ||
+		!reflect.DeepEqual(sa.ResourceClaims, sb.ResourceClaims) ||
+		!resourceListsEqual(sa.Overhead, sb.Overhead) {
+		return false
+	}
+	if (sa.Resources == nil) != (sb.Resources == nil) ||
+		sa.Resources != nil && !requirementsEqual(*sa.Resources, *sb.Resources) {
+		return false
+	}
+	if !containersEqual(sa.Containers, sb.Containers) || !containersEqual(sa.InitContainers, sb.InitContainers) {
+		return false
+	}
+	return volumesEqual(sa.Volumes, sb.Volumes) && statusResourcesEqual(a, b)
+}
+
+func mapsEqual(a, b map[string]string) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for k, v := range a {
+		if w, ok := b[k]; !ok || w != v {
+			return false
+		}
+	}
+	return true
+}
+
+func resourceListsEqual(a, b corev1.ResourceList) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for k, v := range a {
+		w, ok := b[k]
+		if !ok || v.Cmp(w) != 0 {
+			return false
+		}
+	}
+	return true
+}
+
+func requirementsEqual(a, b corev1.ResourceRequirements) bool {
+	return resourceListsEqual(a.Requests, b.Requests) && resourceListsEqual(a.Limits, b.Limits)
+}
+
+func containersEqual(a, b []corev1.Container) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		ca, cb := &a[i], &b[i]
+		if !requirementsEqual(ca.Resources, cb.Resources) || !reflect.DeepEqual(ca.RestartPolicy, cb.RestartPolicy) {
+			return false
+		}
+		if len(ca.Ports) != len(cb.Ports) {
+			return false
+		}
+		for j := range ca.Ports {
+			pa, pb := ca.Ports[j], cb.Ports[j]
+			if pa.HostPort != pb.HostPort || pa.HostIP != pb.HostIP || pa.Protocol != pb.Protocol {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// volumesEqual compares the volumes the volume plugins read: claims,
+// generic ephemeral and inline CSI volumes.
+func volumesEqual(a, b []corev1.Volume) bool {
+	pick := func(vs []corev1.Volume) []corev1.VolumeSource {
+		var out []corev1.VolumeSource
+		for _, v := range vs {
+			if v.PersistentVolumeClaim != nil || v.Ephemeral != nil || v.CSI != nil {
+				out = append(out, corev1.VolumeSource{PersistentVolumeClaim: v.PersistentVolumeClaim, Ephemeral: v.Ephemeral, CSI: v.CSI})
+			}
+		}
+		return out
+	}
+	va, vb := pick(a), pick(b)
+	if len(va) == 0 && len(vb) == 0 {
+		return true
+	}
+	return reflect.DeepEqual(va, vb)
+}
+
+// statusResourcesEqual compares resources the kubelet reports for running
+// containers, which the scheduler counts after an in-place resize.
+func statusResourcesEqual(a, b *corev1.Pod) bool {
+	if len(a.Status.ContainerStatuses) == 0 && len(b.Status.ContainerStatuses) == 0 {
+		return true
+	}
+	if len(a.Status.ContainerStatuses) != len(b.Status.ContainerStatuses) {
+		return false
+	}
+	for i := range a.Status.ContainerStatuses {
+		ra, rb := a.Status.ContainerStatuses[i].Resources, b.Status.ContainerStatuses[i].Resources
+		if (ra == nil) != (rb == nil) || ra != nil && !requirementsEqual(*ra, *rb) {
+			return false
+		}
+	}
+	return true
+}

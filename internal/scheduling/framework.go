@@ -1,0 +1,201 @@
+package scheduling
+
+import (
+	"context"
+	"fmt"
+	goruntime "runtime"
+
+	storagev1 "k8s.io/api/storage/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	utilfeature "k8s.io/apiserver/pkg/util/feature"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/tools/cache"
+	fwk "k8s.io/kube-scheduler/framework"
+	"k8s.io/kubernetes/pkg/scheduler/apis/config"
+	"k8s.io/kubernetes/pkg/scheduler/apis/config/latest"
+	"k8s.io/kubernetes/pkg/scheduler/framework"
+	"k8s.io/kubernetes/pkg/scheduler/framework/plugins/defaultbinder"
+	plfeature "k8s.io/kubernetes/pkg/scheduler/framework/plugins/feature"
+	"k8s.io/kubernetes/pkg/scheduler/framework/plugins/interpodaffinity"
+	"k8s.io/kubernetes/pkg/scheduler/framework/plugins/names"
+	"k8s.io/kubernetes/pkg/scheduler/framework/plugins/nodeaffinity"
+	"k8s.io/kubernetes/pkg/scheduler/framework/plugins/nodeports"
+	"k8s.io/kubernetes/pkg/scheduler/framework/plugins/noderesources"
+	"k8s.io/kubernetes/pkg/scheduler/framework/plugins/nodeunschedulable"
+	"k8s.io/kubernetes/pkg/scheduler/framework/plugins/nodevolumelimits"
+	"k8s.io/kubernetes/pkg/scheduler/framework/plugins/podtopologyspread"
+	"k8s.io/kubernetes/pkg/scheduler/framework/plugins/queuesort"
+	"k8s.io/kubernetes/pkg/scheduler/framework/plugins/tainttoleration"
+	"k8s.io/kubernetes/pkg/scheduler/framework/plugins/volumebinding"
+	frameworkruntime "k8s.io/kubernetes/pkg/scheduler/framework/runtime"
+	schedmetrics "k8s.io/kubernetes/pkg/scheduler/metrics"
+)
+
+// The plugins whose Filter decides where a pod may go, in the kube-scheduler's
+// default order. The volume plugins skip themselves for pods without
+// persistent volumes.
+var filterPlugins = []string{
+	names.NodeUnschedulable,
+	names.TaintToleration,
+	names.NodeAffinity,
+	names.NodePorts,
+	names.NodeResourcesFit,
+	names.NodeVolumeLimits,
+	names.VolumeBinding,
+	names.PodTopologySpread,
+	names.InterPodAffinity,
+}
+
+// staticPlugins look only at the node object and the pod, never at other
+// pods, so their verdict for a node never changes while packing and can be
+// cached per equivalence class and node template.
+var staticPlugins = []string{
+	names.NodeUnschedulable,
+	names.TaintToleration,
+	names.NodeAffinity,
+}
+
+// frameworks are two scheduler frameworks over one snapshot: the full filter
+// set, and the static subset.
+type frameworks struct {
+	full   framework.Framework
+	static framework.Framework
+}
+
+func newFrameworks(ctx context.Context, snap *Snapshot, objs objectStore) (*frameworks, error) {
+	full, err := newFramework(ctx, snap, objs, filterPlugins)
+	if err != nil {
+		return nil, err
+	}
+	static, err := newFramework(ctx, snap, objs, staticPlugins)
+	if err != nil {
+		return nil, err
+	}
+	return &frameworks{full: full, static: static}, nil
+}
+
+func newFramework(ctx context.Context, snap *Snapshot, objs objectStore, enabled []string) (framework.Framework, error) {
+	// The framework records metrics on every call; without registration
+	// they are nil and panic.
+	schedmetrics.Register()
+
+	fts := plfeature.NewSchedulerFeaturesFromGates(utilfeature.DefaultFeatureGate)
+	registry := frameworkruntime.Registry{
+		names.PrioritySort:      queuesort.New,
+		names.DefaultBinder:     defaultbinder.New,
+		names.NodeUnschedulable: frameworkruntime.FactoryAdapter(fts, nodeunschedulable.New),
+		names.TaintToleration:   frameworkruntime.FactoryAdapter(fts, tainttoleration.New),
+		names.NodeAffinity:      frameworkruntime.FactoryAdapter(fts, nodeaffinity.New),
+		names.NodePorts:         frameworkruntime.FactoryAdapter(fts, nodeports.New),
+		names.NodeResourcesFit:  frameworkruntime.FactoryAdapter(fts, noderesources.NewFit),
+		names.NodeVolumeLimits:  frameworkruntime.FactoryAdapter(fts, nodevolumelimits.NewCSI),
+		names.VolumeBinding:     frameworkruntime.FactoryAdapter(fts, volumebinding.New),
+		names.PodTopologySpread: frameworkruntime.FactoryAdapter(fts, podtopologyspread.New),
+		names.InterPodAffinity:  frameworkruntime.FactoryAdapter(fts, interpodaffinity.New),
+	}
+
+	defaults, err := latest.Default()
+	if err != nil {
+		return nil, fmt.Errorf("loading kube-scheduler defaults: %w", err)
+	}
+	want := make(map[string]bool, len(enabled))
+	set := config.PluginSet{}
+	for _, n := range enabled {
+		want[n] = true
+		set.Enabled = append(set.Enabled, config.Plugin{Name: n})
+	}
+	profile := &config.KubeSchedulerProfile{
+		SchedulerName: "claimscale",
+		Plugins: &config.Plugins{
+			QueueSort: config.PluginSet{Enabled: []config.Plugin{{Name: names.PrioritySort}}},
+			PreFilter: set,
+			Filter:    set,
+			Bind:      config.PluginSet{Enabled: []config.Plugin{{Name: names.DefaultBinder}}},
+		},
+	}
+	for _, pc := range defaults.Profiles[0].PluginConfig {
+		if want[pc.Name] {
+			profile.PluginConfig = append(profile.PluginConfig, pc)
+		}
+	}
+	f, err := frameworkruntime.NewFramework(ctx, registry, profile,
+		frameworkruntime.WithSnapshotSharedLister(snap),
+		frameworkruntime.WithInformerFactory(objs.factory),
+		frameworkruntime.WithSharedCSIManager(objs),
+		frameworkruntime.WithParallelism(goruntime.GOMAXPROCS(0)),
+	)
+	if err != nil {
+		return nil, fmt.Errorf("building scheduler framework: %w", err)
+	}
+	return f, nil
+}
+
+// objectStore holds the objects the plugins look up by name (namespaces for
+// namespace selectors, the storage objects for the volume plugins). It uses
+// an informer factory only as a typed, indexed store: the informers are
+// filled by hand, never started, and have no client.
+type objectStore struct {
+	factory informers.SharedInformerFactory
+	csi     map[string]*storagev1.CSINode
+}
+
+func newObjectStore(c *Cluster) (objectStore, error) {
+	f := informers.NewSharedInformerFactory(nil, 0)
+	add := func(what string, inf cache.SharedIndexInformer, objs []any) error {
+		for _, o := range objs {
+			if err := inf.GetIndexer().Add(o); err != nil {
+				return fmt.Errorf("storing %s: %w", what, err)
+			}
+		}
+		return nil
+	}
+	s := objectStore{factory: f, csi: map[string]*storagev1.CSINode{}}
+	for _, step := range []struct {
+		what string
+		inf  cache.SharedIndexInformer
+		objs []any
+	}{
+		{"namespaces", f.Core().V1().Namespaces().Informer(), toAny(c.Namespaces)},
+		{"persistent volume claims", f.Core().V1().PersistentVolumeClaims().Informer(), toAny(c.Storage.PersistentVolumeClaims)},
+		{"persistent volumes", f.Core().V1().PersistentVolumes().Informer(), toAny(c.Storage.PersistentVolumes)},
+		{"storage classes", f.Storage().V1().StorageClasses().Informer(), toAny(c.Storage.StorageClasses)},
+		{"CSI nodes", f.Storage().V1().CSINodes().Informer(), toAny(c.Storage.CSINodes)},
+		{"CSI drivers", f.Storage().V1().CSIDrivers().Informer(), toAny(c.Storage.CSIDrivers)},
+	} {
+		if err := add(step.what, step.inf, step.objs); err != nil {
+			return objectStore{}, err
+		}
+	}
+	for _, n := range c.Storage.CSINodes {
+		s.csi[n.Name] = n
+	}
+	return s, nil
+}
+
+func toAny[T any](in []T) []any {
+	out := make([]any, len(in))
+	for i := range in {
+		out[i] = in[i]
+	}
+	return out
+}
+
+// CSINodes implements fwk.CSIManager for NodeVolumeLimits.
+func (s objectStore) CSINodes() fwk.CSINodeLister { return csiNodes(s.csi) }
+
+type csiNodes map[string]*storagev1.CSINode
+
+func (c csiNodes) List() ([]*storagev1.CSINode, error) {
+	out := make([]*storagev1.CSINode, 0, len(c))
+	for _, n := range c {
+		out = append(out, n)
+	}
+	return out, nil
+}
+
+func (c csiNodes) Get(name string) (*storagev1.CSINode, error) {
+	if n, ok := c[name]; ok {
+		return n, nil
+	}
+	return nil, apierrors.NewNotFound(storagev1.Resource("csinodes"), name)
+}

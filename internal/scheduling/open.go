@@ -1,0 +1,239 @@
+package scheduling
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	fwk "k8s.io/kube-scheduler/framework"
+)
+
+// option is a pool and zone a class could open a node in, with the shapes
+// that would hold one of its pods.
+type option struct {
+	pool  *poolState
+	zone  string
+	cands []*shapeInfo
+	price float64
+}
+
+// options lists where the class could open a node, best first: by pool
+// weight, then by the price of the cheapest shape holding one pod. Pools
+// with no option get a reason.
+func (r *round) options(cls *podClass) ([]option, map[*poolState]string, error) {
+	reasons := map[*poolState]string{}
+	var opts []option
+	for _, p := range r.s.pools {
+		if p.unavailable {
+			reasons[p] = "every shape is in capacity backoff"
+			continue
+		}
+		if p.limNodes >= 0 && p.used.nodes+1 > p.limNodes {
+			reasons[p] = fmt.Sprintf("limit nodes=%d reached", p.limNodes)
+			continue
+		}
+		bc, bm := p.budget(vec{})
+		found := false
+		for _, zone := range p.zones {
+			o, why, err := r.option(cls, p, zone, bc, bm)
+			if err != nil {
+				return nil, nil, err
+			}
+			if why != "" {
+				if _, ok := reasons[p]; !ok {
+					reasons[p] = why
+				}
+				continue
+			}
+			found = true
+			opts = append(opts, o)
+		}
+		if found {
+			delete(reasons, p)
+		}
+	}
+	sort.SliceStable(opts, func(i, j int) bool {
+		if opts[i].pool.weight != opts[j].pool.weight {
+			return opts[i].pool.weight > opts[j].pool.weight
+		}
+		return opts[i].price < opts[j].price
+	})
+	return opts, reasons, nil
+}
+
+func (r *round) option(cls *podClass, p *poolState, zone string, bc, bm int64) (option, string, error) {
+	if p.flex != nil {
+		t, err := r.s.template(r.ctx, p, p.flexMax, zone)
+		if err != nil {
+			return option{}, "", err
+		}
+		st, err := r.s.templateVerdict(r.ctx, cls, t)
+		if err != nil {
+			return option{}, "", err
+		}
+		if !st.IsSuccess() {
+			return option{}, describe(st, cls.rep, t.node), nil
+		}
+		need := cls.req.add(t.dsReq)
+		if cls.scalar || t.dsCount+1 > p.maxPods {
+			return option{}, insufficient(cls, need, t.dsCount+1, p.flexMax), nil
+		}
+		if _, _, ok := p.flexFit(need, -1, -1); !ok {
+			return option{}, insufficient(cls, need, t.dsCount+1, p.flexMax), nil
+		}
+		ci, mi, ok := p.flexFit(need, bc, bm)
+		if !ok {
+			return option{}, limitReason(p), nil
+		}
+		return option{pool: p, zone: zone, price: p.flex.at(ci, mi).Price}, "", nil
+	}
+	var cands []*shapeInfo
+	var static *fwk.Status
+	var staticNode *corev1.Node
+	var largest *shapeInfo
+	var largestNeed vec
+	var largestPods int64
+	overBudget := false
+	for _, si := range p.shapes {
+		t, err := r.s.template(r.ctx, p, si, zone)
+		if err != nil {
+			return option{}, "", err
+		}
+		st, err := r.s.templateVerdict(r.ctx, cls, t)
+		if err != nil {
+			return option{}, "", err
+		}
+		if !st.IsSuccess() {
+			if static == nil {
+				static, staticNode = st, t.node
+			}
+			continue
+		}
+		need := cls.req.add(t.dsReq)
+		if largest == nil || si.alloc.cpu > largest.alloc.cpu || si.alloc.cpu == largest.alloc.cpu && si.alloc.mem > largest.alloc.mem {
+			largest, largestNeed, largestPods = si, need, t.dsCount+1
+		}
+		if cls.scalar || !need.le(si.alloc) || t.dsCount+1 > si.allocPods {
+			continue
+		}
+		if !withinBudget(si.cap, bc, bm) {
+			overBudget = true
+			continue
+		}
+		cands = append(cands, si)
+	}
+	switch {
+	case len(cands) > 0:
+		return option{pool: p, zone: zone, cands: cands, price: cands[0].shape.Price}, "", nil
+	case overBudget:
+		return option{}, limitReason(p), nil
+	case largest != nil:
+		return option{}, insufficient(cls, largestNeed, largestPods, largest), nil
+	default:
+		return option{}, describe(static, cls.rep, staticNode), nil
+	}
+}
+
+// insufficient says which resources even the largest shape lacks.
+func insufficient(cls *podClass, need vec, pods int64, si *shapeInfo) string {
+	var short []string
+	if pods > si.allocPods {
+		short = append(short, "pods")
+	}
+	if need.cpu > si.alloc.cpu {
+		short = append(short, "cpu")
+	}
+	if need.mem > si.alloc.mem {
+		short = append(short, "memory")
+	}
+	if need.eph > si.alloc.eph {
+		short = append(short, "ephemeral-storage")
+	}
+	if cls.scalar {
+		var names []string
+		for n := range cls.res.Resource.GetScalarResources() {
+			names = append(names, string(n))
+		}
+		sort.Strings(names)
+		short = append(short, names...)
+	}
+	return fmt.Sprintf("no shape fits the pod and its DaemonSet pods: insufficient %s", strings.Join(short, ", "))
+}
+
+func limitReason(p *poolState) string {
+	var hit []string
+	if p.limCPU >= 0 {
+		hit = append(hit, "cpu="+resource.NewMilliQuantity(p.limCPU, resource.DecimalSI).String())
+	}
+	if p.limMem >= 0 {
+		hit = append(hit, "memory="+resource.NewQuantity(p.limMem, resource.BinarySI).String())
+	}
+	return fmt.Sprintf("limit %s reached", strings.Join(hit, ", "))
+}
+
+// createNode adds a new node for an option to the snapshot, not yet
+// counted against the pool.
+func (r *round) createNode(o option) (*simNode, error) {
+	p := o.pool
+	name := r.nextName(p)
+	n := &simNode{name: name, kind: newNode, pool: p, zone: o.zone, cands: append([]*shapeInfo(nil), o.cands...)}
+	r.version++
+	n.addedAt = r.version
+	if p.flex != nil {
+		t, err := r.s.template(r.ctx, p, p.flexMax, o.zone)
+		if err != nil {
+			return nil, err
+		}
+		n.tmpl, n.staticID = t, t.staticID
+		if err := r.s.addTemplateNode(n, t); err != nil {
+			return nil, err
+		}
+		return n, nil
+	}
+	largest := o.cands[0]
+	for _, si := range o.cands {
+		if si.alloc.cpu > largest.alloc.cpu || si.alloc.cpu == largest.alloc.cpu && si.alloc.mem > largest.alloc.mem {
+			largest = si
+		}
+	}
+	t, err := r.s.template(r.ctx, p, largest, o.zone)
+	if err != nil {
+		return nil, err
+	}
+	n.tmpl, n.staticID = t, t.staticID
+	if err := r.s.addTemplateNode(n, t); err != nil {
+		return nil, err
+	}
+	n.maxAlloc = largest.alloc
+	return n, r.refreshNode(n)
+}
+
+// activate makes a created node one the round opened: it is a candidate
+// for later pods and counts against its pool.
+func (r *round) activate(n *simNode) {
+	p := n.pool
+	if p.flex != nil {
+		ci, mi, _ := p.flexFit(n.tmpl.dsReq, -1, -1)
+		n.flex = [2]int{ci, mi}
+		n.contrib = p.flexCapAt(ci, mi)
+	} else {
+		n.contrib = n.cands[0].cap
+	}
+	p.used.nodes++
+	p.used.cpu += n.contrib.cpu
+	p.used.mem += n.contrib.mem
+	r.nodes = append(r.nodes, n)
+	r.opened = append(r.opened, n)
+}
+
+func (r *round) nextName(p *poolState) string {
+	for {
+		r.seq++
+		name := fmt.Sprintf("%s-new-%d", p.name, r.seq)
+		if r.s.snap.lookup(name) == nil {
+			return name
+		}
+	}
+}

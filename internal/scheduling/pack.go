@@ -1,0 +1,366 @@
+package scheduling
+
+import (
+	"context"
+	"fmt"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	fwk "k8s.io/kube-scheduler/framework"
+	"k8s.io/kubernetes/pkg/scheduler/framework"
+)
+
+// round is one packing pass over a forked snapshot.
+type round struct {
+	s         *Simulator
+	ctx       context.Context
+	nodes     []*simNode
+	allowOpen bool
+	opened    []*simNode
+	slots     []*simNode
+	seq       int
+	// version counts nodes added, so a class run knows whether its
+	// PreFilter state saw a node.
+	version       int
+	placements    []Placement
+	unschedulable []Unschedulable
+	// failedCls is the class of each unschedulable pod; current the class
+	// being packed.
+	failedCls []*podClass
+	current   *podClass
+	// placedClasses are the classes with pods placed in this round.
+	placedClasses []*podClass
+}
+
+func (s *Simulator) newRound(ctx context.Context, nodes []*simNode, allowOpen bool) *round {
+	for _, p := range s.pools {
+		p.used = p.inUse
+	}
+	return &round{s: s, ctx: ctx, nodes: append([]*simNode(nil), nodes...), allowOpen: allowOpen}
+}
+
+func (r *round) pack(items []item) error {
+	if err := r.packOnce(items); err != nil {
+		return err
+	}
+	// A pod with required affinity to pods packed after it failed for want
+	// of them; one more pass places it next to them.
+	var retry []item
+	keep, keepCls := r.unschedulable[:0], r.failedCls[:0]
+	for i, u := range r.unschedulable {
+		if cls := r.failedCls[i]; len(cls.info.GetRequiredAffinityTerms()) > 0 {
+			retry = append(retry, item{u.Pod, cls})
+			continue
+		}
+		keep, keepCls = append(keep, u), append(keepCls, r.failedCls[i])
+	}
+	r.unschedulable, r.failedCls = keep, keepCls
+	if len(retry) == 0 {
+		return nil
+	}
+	return r.packOnce(retry)
+}
+
+func (r *round) packOnce(items []item) error {
+	for i := 0; i < len(items); {
+		if err := r.ctx.Err(); err != nil {
+			return err
+		}
+		j := i + 1
+		for j < len(items) && items[j].cls == items[i].cls {
+			j++
+		}
+		pods := make([]*corev1.Pod, 0, j-i)
+		for _, it := range items[i:j] {
+			pods = append(pods, it.pod)
+		}
+		r.current = items[i].cls
+		var err error
+		if items[i].cls.simple {
+			err = r.placeSimple(items[i].cls, pods)
+		} else {
+			err = r.placeComplex(items[i].cls, pods)
+		}
+		if err != nil {
+			return err
+		}
+		i = j
+	}
+	return nil
+}
+
+// placeSimple places pods whose fit depends on nothing but static filters
+// and resources: it fills each node with as many as fit in one step.
+func (r *round) placeSimple(cls *podClass, pods []*corev1.Pod) error {
+	i := 0
+	for ni := 0; ni < len(r.nodes) && i < len(pods); ni++ {
+		n := r.nodes[ni]
+		ok, err := r.staticOK(cls, n)
+		if err != nil {
+			return err
+		}
+		if !ok {
+			continue
+		}
+		if k := min(r.room(cls, n), len(pods)-i); k > 0 {
+			if _, err := r.place(cls, n, pods[i:i+k]); err != nil {
+				return err
+			}
+			i += k
+		}
+	}
+	for i < len(pods) {
+		if !r.allowOpen {
+			r.fail(pods[i:], "no remaining node has room for the pod")
+			return nil
+		}
+		opts, reasons, err := r.options(cls)
+		if err != nil {
+			return err
+		}
+		if len(opts) == 0 {
+			r.fail(pods[i:], r.reason(reasons))
+			return nil
+		}
+		n, err := r.createNode(opts[0])
+		if err != nil {
+			return err
+		}
+		r.activate(n)
+		k := min(r.room(cls, n), len(pods)-i)
+		if k == 0 {
+			return fmt.Errorf("new node %s of pool %s has no room for pod %s/%s", n.name, n.pool.name, pods[i].Namespace, pods[i].Name)
+		}
+		if _, err := r.place(cls, n, pods[i:i+k]); err != nil {
+			return err
+		}
+		i += k
+	}
+	return nil
+}
+
+func (r *round) fail(pods []*corev1.Pod, reason string) {
+	for _, p := range pods {
+		r.unschedulable = append(r.unschedulable, Unschedulable{Pod: p, Reason: reason})
+		r.failedCls = append(r.failedCls, r.current)
+	}
+}
+
+// reason joins the per-pool reasons in pool order.
+func (r *round) reason(reasons map[*poolState]string) string {
+	if len(r.s.pools) == 0 {
+		return "no node pool to open a node in"
+	}
+	var parts []string
+	for _, p := range r.s.pools {
+		if why, ok := reasons[p]; ok {
+			parts = append(parts, fmt.Sprintf("pool %q: %s", p.name, why))
+		}
+	}
+	return strings.Join(parts, "; ")
+}
+
+// staticOK reports whether the static filters admit the class on a node;
+// for a new node, on at least one of its remaining shapes.
+func (r *round) staticOK(cls *podClass, n *simNode) (bool, error) {
+	if n.kind != newNode {
+		st, err := r.s.staticVerdict(r.ctx, cls, n, r.s.snap.lookup(n.name))
+		return st.IsSuccess(), err
+	}
+	if n.pool.flex != nil {
+		st, err := r.s.templateVerdict(r.ctx, cls, n.tmpl)
+		return st.IsSuccess(), err
+	}
+	for _, si := range n.cands {
+		t, err := r.s.template(r.ctx, n.pool, si, n.zone)
+		if err != nil {
+			return false, err
+		}
+		st, err := r.s.templateVerdict(r.ctx, cls, t)
+		if err != nil {
+			return false, err
+		}
+		if st.IsSuccess() {
+			return true, nil
+		}
+	}
+	return false, nil
+}
+
+// room is how many more pods of the class fit on a node by resources. For
+// a new node it is the most any of its remaining shapes would take (within
+// the pool's limits), which is how a new node grows to its largest shape
+// before a cheaper one is picked to hold what it got.
+func (r *round) room(cls *podClass, n *simNode) int {
+	if n.kind != newNode {
+		ni := r.s.snap.lookup(n.name)
+		free := vecOf(ni.GetAllocatable()).sub(vecOf(ni.GetRequested()))
+		slots := int64(ni.GetAllocatable().GetAllowedPodNumber() - len(ni.GetPods()))
+		return fitCount(free, slots, cls.req)
+	}
+	if cls.scalar {
+		return 0
+	}
+	p := n.pool
+	bc, bm := p.budget(n.contrib)
+	if p.flex != nil {
+		ci, mi, ok := p.flexLargest(bc, bm)
+		if !ok {
+			return 0
+		}
+		free := p.flexAllocAt(ci, mi).sub(n.podReq).sub(n.tmpl.dsReq)
+		return fitCount(free, p.maxPods-n.nPods-n.tmpl.dsCount, cls.req)
+	}
+	best := 0
+	for _, si := range n.cands {
+		if !withinBudget(si.cap, bc, bm) {
+			continue
+		}
+		t, err := r.s.template(r.ctx, p, si, n.zone)
+		if err != nil {
+			continue
+		}
+		if st, err := r.s.templateVerdict(r.ctx, cls, t); err != nil || !st.IsSuccess() {
+			continue
+		}
+		free := si.alloc.sub(n.podReq).sub(t.dsReq)
+		best = max(best, fitCount(free, si.allocPods-n.nPods-t.dsCount, cls.req))
+	}
+	return best
+}
+
+// place binds pods of a class to a node and, for a new node, narrows its
+// shapes to those that hold everything on it. It returns the last pod's
+// PodInfo.
+func (r *round) place(cls *podClass, n *simNode, pods []*corev1.Pod) (fwk.PodInfo, error) {
+	var last fwk.PodInfo
+	for _, p := range pods {
+		last = &podInfo{pod: p, cls: cls}
+		if _, err := r.s.snap.addPodInfo(last, n.name); err != nil {
+			return nil, err
+		}
+	}
+	if len(cls.where) == 0 {
+		r.placedClasses = append(r.placedClasses, cls)
+	}
+	cls.on(n.name)
+	if n.kind != newNode {
+		for _, p := range pods {
+			r.placements = append(r.placements, Placement{Pod: p, Node: n.name})
+		}
+		return last, nil
+	}
+	n.pods = append(n.pods, pods...)
+	n.podReq = n.podReq.add(cls.req.scale(len(pods)))
+	n.nPods += int64(len(pods))
+	return last, r.narrow(cls, n)
+}
+
+// narrow keeps the shapes of a new node that hold all its pods (and admit
+// the class), picks the cheapest as its current size, and updates what the
+// node counts against the pool's limits and what the plugins see.
+func (r *round) narrow(cls *podClass, n *simNode) error {
+	p := n.pool
+	bc, bm := p.budget(n.contrib)
+	var contrib vec
+	if p.flex != nil {
+		ci, mi, ok := p.flexFit(n.podReq.add(n.tmpl.dsReq), bc, bm)
+		if !ok || n.nPods+n.tmpl.dsCount > p.maxPods {
+			return fmt.Errorf("node %s of pool %s outgrew its shapes", n.name, p.name)
+		}
+		n.flex = [2]int{ci, mi}
+		contrib = p.flexCapAt(ci, mi)
+	} else {
+		keep := n.cands[:0:0]
+		for _, si := range n.cands {
+			t, err := r.s.template(r.ctx, p, si, n.zone)
+			if err != nil {
+				return err
+			}
+			st, err := r.s.templateVerdict(r.ctx, cls, t)
+			if err != nil {
+				return err
+			}
+			if st.IsSuccess() && withinBudget(si.cap, bc, bm) &&
+				n.podReq.add(t.dsReq).le(si.alloc) && n.nPods+t.dsCount <= si.allocPods {
+				keep = append(keep, si)
+			}
+		}
+		if len(keep) == 0 {
+			return fmt.Errorf("node %s of pool %s outgrew its shapes", n.name, p.name)
+		}
+		n.cands = keep
+		contrib = keep[0].cap
+	}
+	p.used.cpu += contrib.cpu - n.contrib.cpu
+	p.used.mem += contrib.mem - n.contrib.mem
+	n.contrib = contrib
+	return r.refreshNode(n)
+}
+
+// refreshNode rebuilds what the plugins see of a new node when its largest
+// remaining shape changed: the node object (with the largest allocatable of
+// its shapes) and its DaemonSet pods.
+func (r *round) refreshNode(n *simNode) error {
+	if n.pool.flex != nil {
+		return nil
+	}
+	largest, maxAlloc := n.cands[0], vec{}
+	var maxPods int64
+	for _, si := range n.cands {
+		maxAlloc = vec{max(maxAlloc.cpu, si.alloc.cpu), max(maxAlloc.mem, si.alloc.mem), max(maxAlloc.eph, si.alloc.eph)}
+		maxPods = max(maxPods, si.allocPods)
+		if si.alloc.cpu > largest.alloc.cpu || si.alloc.cpu == largest.alloc.cpu && si.alloc.mem > largest.alloc.mem {
+			largest = si
+		}
+	}
+	if maxAlloc == n.maxAlloc && largest == n.tmpl.shape {
+		return nil
+	}
+	t, err := r.s.template(r.ctx, n.pool, largest, n.zone)
+	if err != nil {
+		return err
+	}
+	node, err := TemplateNode(n.pool.pool, largest.shape, n.zone, n.name)
+	if err != nil {
+		return err
+	}
+	node.Status.Allocatable = maxAlloc.list()
+	node.Status.Allocatable[corev1.ResourcePods] = *resource.NewQuantity(maxPods, resource.DecimalSI)
+	if err := r.s.snap.setNode(node); err != nil {
+		return err
+	}
+	n.labels, n.maxAlloc = node.Labels, maxAlloc
+	if !sameDaemonSets(t.ds, n.tmpl.ds) {
+		for _, p := range n.ds {
+			if err := r.s.snap.RemovePod(p, n.name); err != nil {
+				return err
+			}
+		}
+		n.ds = instantiate(t.ds, n.name)
+		for _, p := range n.ds {
+			pi, err := framework.NewPodInfo(p)
+			if err != nil {
+				return err
+			}
+			if _, err := r.s.snap.addPodInfo(pi, n.name); err != nil {
+				return err
+			}
+		}
+	}
+	n.tmpl = t
+	return nil
+}
+
+func sameDaemonSets(a, b []*corev1.Pod) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i].UID != b[i].UID {
+			return false
+		}
+	}
+	return true
+}

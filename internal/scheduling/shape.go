@@ -1,0 +1,277 @@
+package scheduling
+
+import (
+	"fmt"
+	"sort"
+	"strconv"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+
+	"github.com/claimscale/claimscale/api/v1alpha1"
+	"github.com/claimscale/claimscale/pkg/provider"
+)
+
+// Default prices for shapes whose pool and provider name none: one unit per
+// core and a quarter unit per GiB, the same as an unpriced flexible pool, so
+// that "cheapest" still means "smallest".
+const (
+	defaultPricePerCPU = 1.0
+	defaultPricePerGiB = 0.25
+)
+
+const gib = 1 << 30
+
+// Shape is one machine size a pool can make.
+type Shape struct {
+	// Name becomes the node's node.kubernetes.io/instance-type label.
+	Name   string
+	CPU    resource.Quantity
+	Memory resource.Quantity
+	// EphemeralStorage is the root disk. Zero means DefaultDiskSize.
+	EphemeralStorage resource.Quantity
+	// Price per hour, in whatever currency the pool uses; only compared.
+	Price float64
+}
+
+// ShapeFromProvider converts a provider's shape. An ephemeral-storage entry
+// in its capacity becomes the disk size.
+func ShapeFromProvider(s provider.Shape) Shape {
+	return Shape{
+		Name:             s.Name,
+		CPU:              s.Capacity[corev1.ResourceCPU],
+		Memory:           s.Capacity[corev1.ResourceMemory],
+		EphemeralStorage: s.Capacity[corev1.ResourceEphemeralStorage],
+		Price:            s.Price,
+	}
+}
+
+// Shapes are what a pool may make: a fixed list, or a flexible range. Exactly
+// one is set.
+type Shapes struct {
+	Fixed    []Shape
+	Flexible *Flexible
+}
+
+// Flexible is a CPU/memory range on a step grid. Sizes are multiples of the
+// step (never below the minimum), so the packer asks for the smallest grid
+// point that holds a node's pods.
+type Flexible struct {
+	MinCPU, MaxCPU, CPUStep          resource.Quantity
+	MinMemory, MaxMemory, MemoryStep resource.Quantity
+	PricePerCPU, PricePerGiB         float64
+	// EphemeralStorage is the root disk of every size. Zero means
+	// DefaultDiskSize.
+	EphemeralStorage resource.Quantity
+}
+
+// PoolShapes resolves what a pool may make. Fixed shapes take CPU, memory
+// and price from the pool where it names them, else from the provider's
+// catalog (resolved, as returned by provider.Shapes) by name, else a price
+// derived from size. A flexible pool ignores resolved.
+func PoolShapes(pool *v1alpha1.NodePool, resolved []provider.Shape) (Shapes, error) {
+	spec := pool.Spec.Shapes
+	if f := spec.Flexible; f != nil {
+		flex := &Flexible{
+			MinCPU: f.MinCPU, MaxCPU: f.MaxCPU, CPUStep: resource.MustParse("1"),
+			MinMemory: f.MinMemory, MaxMemory: f.MaxMemory, MemoryStep: resource.MustParse("1Gi"),
+			PricePerCPU: defaultPricePerCPU, PricePerGiB: defaultPricePerGiB,
+		}
+		if f.CPUStep != nil {
+			flex.CPUStep = *f.CPUStep
+		}
+		if f.MemoryStep != nil {
+			flex.MemoryStep = *f.MemoryStep
+		}
+		var err error
+		if f.PricePerCPU != "" {
+			if flex.PricePerCPU, err = strconv.ParseFloat(f.PricePerCPU, 64); err != nil {
+				return Shapes{}, fmt.Errorf("parsing pricePerCPU of pool %s: %w", pool.Name, err)
+			}
+		}
+		if f.PricePerGiB != "" {
+			if flex.PricePerGiB, err = strconv.ParseFloat(f.PricePerGiB, 64); err != nil {
+				return Shapes{}, fmt.Errorf("parsing pricePerGiB of pool %s: %w", pool.Name, err)
+			}
+		}
+		if err := flex.validate(); err != nil {
+			return Shapes{}, fmt.Errorf("flexible shapes of pool %s: %w", pool.Name, err)
+		}
+		return Shapes{Flexible: flex}, nil
+	}
+	byName := make(map[string]provider.Shape, len(resolved))
+	for _, s := range resolved {
+		byName[s.Name] = s
+	}
+	var out Shapes
+	for _, ps := range spec.Fixed {
+		s := Shape{Name: ps.Name}
+		known, ok := byName[ps.Name]
+		if ok {
+			s = ShapeFromProvider(known)
+		}
+		if ps.CPU != nil {
+			s.CPU = *ps.CPU
+		}
+		if ps.Memory != nil {
+			s.Memory = *ps.Memory
+		}
+		if s.CPU.Sign() <= 0 || s.Memory.Sign() <= 0 {
+			return Shapes{}, fmt.Errorf("shape %s of pool %s has no cpu or memory, neither in the pool nor in the provider's catalog", ps.Name, pool.Name)
+		}
+		if ps.Price != "" {
+			p, err := strconv.ParseFloat(ps.Price, 64)
+			if err != nil {
+				return Shapes{}, fmt.Errorf("parsing price of shape %s of pool %s: %w", ps.Name, pool.Name, err)
+			}
+			s.Price = p
+		}
+		if s.Price == 0 {
+			s.Price = sizePrice(s.CPU, s.Memory, defaultPricePerCPU, defaultPricePerGiB)
+		}
+		out.Fixed = append(out.Fixed, s)
+	}
+	if len(out.Fixed) == 0 {
+		return Shapes{}, fmt.Errorf("pool %s has no shapes", pool.Name)
+	}
+	return out, nil
+}
+
+func sizePrice(cpu, memory resource.Quantity, perCPU, perGiB float64) float64 {
+	return float64(cpu.MilliValue())/1000*perCPU + float64(memory.Value())/gib*perGiB
+}
+
+func (f *Flexible) validate() error {
+	switch {
+	case f.CPUStep.MilliValue() <= 0 || f.MemoryStep.Value() <= 0:
+		return fmt.Errorf("steps must be greater than zero")
+	case f.MinCPU.MilliValue() <= 0 || f.MinMemory.Value() <= 0:
+		return fmt.Errorf("minimum cpu and memory must be greater than zero")
+	case f.MinCPU.Cmp(f.MaxCPU) > 0 || f.MinMemory.Cmp(f.MaxMemory) > 0:
+		return fmt.Errorf("minimum exceeds maximum")
+	}
+	return nil
+}
+
+// grid is one axis of a flexible range in integer units (millicores or
+// bytes): index 0 is the minimum, index i>0 the i-th multiple of the step
+// above it.
+type grid struct{ min, max, step int64 }
+
+func (g grid) first() int64 {
+	// The first multiple of step strictly above min.
+	return (g.min/g.step + 1) * g.step
+}
+
+// size of grid point i.
+func (g grid) size(i int) int64 {
+	if i == 0 {
+		return g.min
+	}
+	return g.first() + int64(i-1)*g.step
+}
+
+// len is the number of grid points.
+func (g grid) len() int {
+	if g.first() > g.max {
+		return 1
+	}
+	return 2 + int((g.max-g.first())/g.step)
+}
+
+// ceil is the smallest grid index whose size is at least v, or false.
+func (g grid) ceil(v int64) (int, bool) {
+	if v <= g.min {
+		return 0, true
+	}
+	up := (v + g.step - 1) / g.step * g.step
+	if up > g.max {
+		return 0, false
+	}
+	return 1 + int((up-g.first())/g.step), true
+}
+
+// floor is the largest grid index whose size is at most v, or false.
+func (g grid) floor(v int64) (int, bool) {
+	if v < g.min {
+		return 0, false
+	}
+	v = min(v, g.max)
+	if v < g.first() {
+		return 0, true
+	}
+	return 1 + int((v-g.first())/g.step), true
+}
+
+func (f *Flexible) cpuGrid() grid {
+	return grid{f.MinCPU.MilliValue(), f.MaxCPU.MilliValue(), f.CPUStep.MilliValue()}
+}
+
+func (f *Flexible) memGrid() grid {
+	return grid{f.MinMemory.Value(), f.MaxMemory.Value(), f.MemoryStep.Value()}
+}
+
+// At returns the shape of CPU grid point ci and memory grid point mi.
+func (f *Flexible) at(ci, mi int) Shape {
+	cpu := resource.NewMilliQuantity(f.cpuGrid().size(ci), resource.DecimalSI)
+	mem := resource.NewQuantity(f.memGrid().size(mi), resource.BinarySI)
+	return Shape{
+		Name:             fmt.Sprintf("flex-%s-%s", cpu, mem),
+		CPU:              *cpu,
+		Memory:           *mem,
+		EphemeralStorage: f.EphemeralStorage,
+		Price:            sizePrice(*cpu, *mem, f.PricePerCPU, f.PricePerGiB),
+	}
+}
+
+// Smallest returns the smallest size on the grid with at least cpu and
+// memory of capacity, or false when the range has none.
+func (f *Flexible) Smallest(cpu, memory resource.Quantity) (Shape, bool) {
+	ci, ok := f.cpuGrid().ceil(cpu.MilliValue())
+	if !ok {
+		return Shape{}, false
+	}
+	mi, ok := f.memGrid().ceil(memory.Value())
+	if !ok {
+		return Shape{}, false
+	}
+	return f.at(ci, mi), true
+}
+
+// Largest is the biggest size on the grid.
+func (f *Flexible) Largest() Shape {
+	return f.at(f.cpuGrid().len()-1, f.memGrid().len()-1)
+}
+
+// Expand lists every size on the grid, cheapest first (for callers that
+// need a catalog, such as the externalgrpc shim). A grid can be large:
+// 1–64 cores by 1 and 1–256 GiB by 1 GiB is 16,384 sizes.
+func (f *Flexible) Expand() []Shape {
+	cg, mg := f.cpuGrid(), f.memGrid()
+	out := make([]Shape, 0, cg.len()*mg.len())
+	for ci := 0; ci < cg.len(); ci++ {
+		for mi := 0; mi < mg.len(); mi++ {
+			out = append(out, f.at(ci, mi))
+		}
+	}
+	sortShapes(out)
+	return out
+}
+
+// sortShapes orders shapes cheapest first, then by size, then by name, so
+// that every choice among them is deterministic.
+func sortShapes(s []Shape) {
+	sort.SliceStable(s, func(i, j int) bool {
+		a, b := s[i], s[j]
+		if a.Price != b.Price {
+			return a.Price < b.Price
+		}
+		if c := a.CPU.Cmp(b.CPU); c != 0 {
+			return c < 0
+		}
+		if c := a.Memory.Cmp(b.Memory); c != 0 {
+			return c < 0
+		}
+		return a.Name < b.Name
+	})
+}

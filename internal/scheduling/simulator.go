@@ -1,0 +1,237 @@
+package scheduling
+
+import (
+	"context"
+	"fmt"
+	"sort"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
+	fwk "k8s.io/kube-scheduler/framework"
+)
+
+// Simulator answers scheduling questions about one cluster state. Build it
+// once per decision with New; Solve and SimulateRemoval each work on a fork
+// of its snapshot and leave it as it was, so one Simulator can answer many
+// questions. It is not safe for concurrent use.
+type Simulator struct {
+	snap     *Snapshot
+	fw       *frameworks
+	nsLabels map[string]labels.Set
+	// pools by weight (highest first), then name.
+	pools      []*poolState
+	poolByName map[string]*poolState
+	daemonSets []*appsv1.DaemonSet
+	// base holds the existing and phantom nodes, in that order, each by
+	// name.
+	base []*simNode
+	// ref is the size dominant-resource shares are taken of.
+	ref vec
+	// existing are the classes of the pods bound to nodes; existingAnti
+	// their required anti-affinity terms.
+	existing     []*podClass
+	existingAnti [][]fwk.AffinityTerm
+	// staticIDs number distinct node signatures for the static cache.
+	staticIDs map[string]int
+}
+
+type nodeKind int
+
+const (
+	existingNode nodeKind = iota
+	phantomNode
+	newNode
+)
+
+// simNode is a node as the packer sees it.
+type simNode struct {
+	name     string
+	kind     nodeKind
+	staticID int
+	labels   map[string]string
+
+	// Phantom and new nodes.
+	pool *poolState
+	tmpl *template
+	ds   []*corev1.Pod
+
+	// New nodes only: the zone, the shapes that still hold everything
+	// placed on it (cheapest first; nil for a flexible pool), the current
+	// flexible size, and what it holds.
+	zone     string
+	cands    []*shapeInfo
+	flex     [2]int
+	contrib  vec
+	podReq   vec
+	nPods    int64
+	pods     []*corev1.Pod
+	addedAt  int
+	maxAlloc vec
+}
+
+// New builds a Simulator for a cluster state.
+func New(ctx context.Context, c Cluster) (*Simulator, error) {
+	s := &Simulator{
+		snap:       NewSnapshot(),
+		nsLabels:   map[string]labels.Set{},
+		poolByName: map[string]*poolState{},
+		daemonSets: c.DaemonSets,
+		staticIDs:  map[string]int{},
+	}
+	for _, ns := range c.Namespaces {
+		s.nsLabels[ns.Name] = labels.Set(ns.Labels)
+	}
+	objs, err := newObjectStore(&c)
+	if err != nil {
+		return nil, err
+	}
+	if s.fw, err = newFrameworks(ctx, s.snap, objs); err != nil {
+		return nil, err
+	}
+	for i := range c.Pools {
+		p, err := newPoolState(&c.Pools[i])
+		if err != nil {
+			return nil, err
+		}
+		if _, dup := s.poolByName[p.name]; dup {
+			return nil, fmt.Errorf("pool %s given twice", p.name)
+		}
+		s.pools = append(s.pools, p)
+		s.poolByName[p.name] = p
+	}
+	sort.SliceStable(s.pools, func(i, j int) bool {
+		if s.pools[i].weight != s.pools[j].weight {
+			return s.pools[i].weight > s.pools[j].weight
+		}
+		return s.pools[i].name < s.pools[j].name
+	})
+	if err := s.addExisting(c.Nodes, c.Pods); err != nil {
+		return nil, err
+	}
+	if err := s.addInFlight(ctx, c.InFlight); err != nil {
+		return nil, err
+	}
+	s.ref = s.referenceSize()
+	return s, nil
+}
+
+// Solve is New followed by Simulator.Solve, for a single question.
+func Solve(ctx context.Context, in Input) (Result, error) {
+	s, err := New(ctx, in.Cluster)
+	if err != nil {
+		return Result{}, err
+	}
+	return s.Solve(ctx, in.Pending)
+}
+
+func (s *Simulator) addExisting(nodes []*corev1.Node, pods []*corev1.Pod) error {
+	byNode := map[string][]*corev1.Pod{}
+	for _, p := range pods {
+		if p.Spec.NodeName == "" || terminated(p) {
+			continue
+		}
+		byNode[p.Spec.NodeName] = append(byNode[p.Spec.NodeName], withUID(p))
+	}
+	sorted := append([]*corev1.Node(nil), nodes...)
+	sort.Slice(sorted, func(i, j int) bool { return sorted[i].Name < sorted[j].Name })
+	cl := newClassifier()
+	for _, n := range sorted {
+		if n.DeletionTimestamp != nil {
+			continue
+		}
+		infos := make([]fwk.PodInfo, 0, len(byNode[n.Name]))
+		for _, p := range byNode[n.Name] {
+			cls, err := cl.classify(p)
+			if err != nil {
+				return fmt.Errorf("pod %s/%s: %w", p.Namespace, p.Name, err)
+			}
+			cls.on(n.Name)
+			infos = append(infos, &podInfo{pod: p, cls: cls})
+		}
+		if err := s.snap.addNode(n, infos); err != nil {
+			return err
+		}
+		s.base = append(s.base, &simNode{
+			name:     n.Name,
+			kind:     existingNode,
+			labels:   n.Labels,
+			staticID: s.staticID(nodeSignature(n)),
+		})
+	}
+	s.existing = cl.classes
+	for _, c := range s.existing {
+		if terms := c.info.GetRequiredAntiAffinityTerms(); len(terms) > 0 {
+			s.existingAnti = append(s.existingAnti, terms)
+		}
+	}
+	return nil
+}
+
+func (s *Simulator) addInFlight(ctx context.Context, claims []InFlight) error {
+	sorted := append([]InFlight(nil), claims...)
+	sort.Slice(sorted, func(i, j int) bool { return sorted[i].Name < sorted[j].Name })
+	for _, c := range sorted {
+		if s.snap.lookup(c.Name) != nil {
+			// The claim's node has registered: the real node counts.
+			continue
+		}
+		p, ok := s.poolByName[c.Pool]
+		if !ok {
+			return fmt.Errorf("in-flight claim %s names unknown pool %s", c.Name, c.Pool)
+		}
+		si := p.shapeNamed(c.Shape)
+		t, err := s.template(ctx, p, si, c.Zone)
+		if err != nil {
+			return err
+		}
+		n := &simNode{name: c.Name, kind: phantomNode, pool: p, tmpl: t, zone: c.Zone, staticID: t.staticID}
+		if err := s.addTemplateNode(n, t); err != nil {
+			return fmt.Errorf("adding in-flight claim %s: %w", c.Name, err)
+		}
+		s.base = append(s.base, n)
+	}
+	return nil
+}
+
+func terminated(p *corev1.Pod) bool {
+	return p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed
+}
+
+// withUID gives a pod without a UID one derived from its name, since the
+// scheduler's NodeInfo tells pods apart by UID.
+func withUID(p *corev1.Pod) *corev1.Pod {
+	if p.UID != "" {
+		return p
+	}
+	c := *p
+	c.UID = types.UID("claimscale-sim/" + p.Namespace + "/" + p.Name)
+	return &c
+}
+
+// referenceSize is the largest allocatable any pool offers, else the largest
+// node's: the yardstick for "dominant resource".
+func (s *Simulator) referenceSize() vec {
+	var ref vec
+	grow := func(v vec) {
+		ref.cpu, ref.mem, ref.eph = max(ref.cpu, v.cpu), max(ref.mem, v.mem), max(ref.eph, v.eph)
+	}
+	for _, p := range s.pools {
+		for _, si := range p.shapes {
+			grow(si.alloc)
+		}
+		if p.flex != nil {
+			grow(p.flexMax.alloc)
+		}
+	}
+	if ref.cpu == 0 || ref.mem == 0 {
+		for _, n := range s.base {
+			if ni := s.snap.lookup(n.name); ni != nil {
+				grow(vecOf(ni.GetAllocatable()))
+			}
+		}
+	}
+	ref.cpu, ref.mem = max(ref.cpu, 1), max(ref.mem, 1)
+	return ref
+}

@@ -1,0 +1,181 @@
+package scheduling
+
+import (
+	"context"
+	"fmt"
+	"sort"
+
+	corev1 "k8s.io/api/core/v1"
+	fwk "k8s.io/kube-scheduler/framework"
+)
+
+// Solve places pending pods: each goes to an existing or in-flight node
+// with room, else to a node opened earlier in this decision, else it opens
+// a new node in the highest-weight pool that admits it (ties: the cheapest
+// shape that holds it). Pods are taken by priority, then dominant resource
+// share, largest first, then name. A new node ends with the cheapest shape
+// that holds all its pods and DaemonSet pods; pool limits are never
+// exceeded. The Simulator's state is unchanged afterwards.
+func (s *Simulator) Solve(ctx context.Context, pending []*corev1.Pod) (Result, error) {
+	s.snap.Fork()
+	defer s.snap.Revert()
+	r := s.newRound(ctx, s.base, true)
+	unbound := make([]*corev1.Pod, 0, len(pending))
+	for _, p := range pending {
+		if p.Spec.NodeName == "" {
+			unbound = append(unbound, p)
+		}
+	}
+	items, err := s.classify(unbound)
+	if err != nil {
+		return Result{}, err
+	}
+	if err := r.pack(items); err != nil {
+		return Result{}, err
+	}
+	return r.result()
+}
+
+// SimulateRemoval answers the disruption question: with nodes removed (and,
+// if replacement is set, one new node of that pool, shape and zone added),
+// where do the removed nodes' pods go? DaemonSet pods, mirror pods and
+// terminated pods are not moved. No other node is opened. The Simulator's
+// state is unchanged afterwards.
+func (s *Simulator) SimulateRemoval(ctx context.Context, nodes []string, replacement *InFlight) (RemovalResult, error) {
+	s.snap.Fork()
+	defer s.snap.Revert()
+	removed := map[string]bool{}
+	var displaced []*corev1.Pod
+	for _, name := range nodes {
+		ni := s.snap.lookup(name)
+		if ni == nil {
+			return RemovalResult{}, fmt.Errorf("node %s not in snapshot", name)
+		}
+		for _, pi := range ni.GetPods() {
+			p := pi.GetPod()
+			if isDaemonSetPod(p) || isMirrorPod(p) || terminated(p) {
+				continue
+			}
+			displaced = append(displaced, p)
+		}
+		if err := s.snap.RemoveNode(name); err != nil {
+			return RemovalResult{}, err
+		}
+		removed[name] = true
+	}
+	var keep []*simNode
+	for _, n := range s.base {
+		if !removed[n.name] {
+			keep = append(keep, n)
+		}
+	}
+	if replacement != nil {
+		p, ok := s.poolByName[replacement.Pool]
+		if !ok {
+			return RemovalResult{}, fmt.Errorf("replacement names unknown pool %s", replacement.Pool)
+		}
+		t, err := s.template(ctx, p, p.shapeNamed(replacement.Shape), replacement.Zone)
+		if err != nil {
+			return RemovalResult{}, err
+		}
+		name := replacement.Name
+		if name == "" {
+			name = "replacement"
+		}
+		n := &simNode{name: name, kind: phantomNode, pool: p, tmpl: t, zone: replacement.Zone, staticID: t.staticID}
+		if err := s.addTemplateNode(n, t); err != nil {
+			return RemovalResult{}, err
+		}
+		keep = append(keep, n)
+	}
+	r := s.newRound(ctx, keep, false)
+	items, err := s.classify(displaced)
+	if err != nil {
+		return RemovalResult{}, err
+	}
+	if err := r.pack(items); err != nil {
+		return RemovalResult{}, err
+	}
+	return RemovalResult{Placements: r.placements, Unschedulable: r.unschedulable}, nil
+}
+
+type item struct {
+	pod *corev1.Pod
+	cls *podClass
+}
+
+// classify sorts pods into equivalence classes, decides which classes are
+// simple, and orders the pods for packing.
+func (s *Simulator) classify(pods []*corev1.Pod) ([]item, error) {
+	cl := newClassifier()
+	items := make([]item, 0, len(pods))
+	for _, p := range pods {
+		if terminated(p) {
+			continue
+		}
+		cls, err := cl.classify(p)
+		if err != nil {
+			return nil, fmt.Errorf("pod %s/%s: %w", p.Namespace, p.Name, err)
+		}
+		items = append(items, item{p, cls})
+	}
+	// A pod selected by someone's required anti-affinity depends on where
+	// that someone is, so it cannot skip the full framework.
+	anti := append([][]fwk.AffinityTerm(nil), s.existingAnti...)
+	for _, c := range cl.classes {
+		if terms := c.info.GetRequiredAntiAffinityTerms(); len(terms) > 0 {
+			anti = append(anti, terms)
+		}
+	}
+	for _, c := range cl.classes {
+		selected := false
+		for _, terms := range anti {
+			if matchesAny(terms, c.rep, s.nsLabels[c.rep.Namespace]) {
+				selected = true
+				break
+			}
+		}
+		c.simple = !selected && !c.needsFullFramework()
+		c.dominant = max(float64(c.req.cpu)/float64(s.ref.cpu), float64(c.req.mem)/float64(s.ref.mem))
+	}
+	sort.SliceStable(items, func(i, j int) bool {
+		a, b := items[i], items[j]
+		if a.cls.priority != b.cls.priority {
+			return a.cls.priority > b.cls.priority
+		}
+		if a.cls.dominant != b.cls.dominant {
+			return a.cls.dominant > b.cls.dominant
+		}
+		if a.pod.Namespace != b.pod.Namespace {
+			return a.pod.Namespace < b.pod.Namespace
+		}
+		return a.pod.Name < b.pod.Name
+	})
+	return items, nil
+}
+
+func (r *round) result() (Result, error) {
+	res := Result{Placements: r.placements, Unschedulable: r.unschedulable}
+	for _, n := range r.opened {
+		p := n.pool
+		nn := NewNode{Name: n.name, Pool: p.name, Zone: n.zone, Pods: n.pods, Requests: n.podReq.list()}
+		if p.flex != nil {
+			nn.Shape = p.flex.at(n.flex[0], n.flex[1])
+			nn.DaemonSetRequests = n.tmpl.dsReq.list()
+		} else {
+			nn.Shape = n.cands[0].shape
+			t, err := r.s.template(r.ctx, p, n.cands[0], n.zone)
+			if err != nil {
+				return Result{}, err
+			}
+			nn.DaemonSetRequests = t.dsReq.list()
+		}
+		if n.zone != "" {
+			nn.Requirements = []corev1.NodeSelectorRequirement{{
+				Key: corev1.LabelTopologyZone, Operator: corev1.NodeSelectorOpIn, Values: []string{n.zone},
+			}}
+		}
+		res.NewNodes = append(res.NewNodes, nn)
+	}
+	return res, nil
+}

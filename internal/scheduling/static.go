@@ -1,0 +1,129 @@
+package scheduling
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	corev1helpers "k8s.io/component-helpers/scheduling/corev1"
+	"k8s.io/klog/v2"
+	fwk "k8s.io/kube-scheduler/framework"
+	"k8s.io/kubernetes/pkg/scheduler/framework"
+	"k8s.io/kubernetes/pkg/scheduler/framework/plugins/names"
+)
+
+// nodeSignature is everything the static plugins read of a node except its
+// hostname: nodes with equal signatures get equal verdicts for pods that do
+// not select on node identity.
+func nodeSignature(n *corev1.Node) string {
+	var b strings.Builder
+	keys := make([]string, 0, len(n.Labels))
+	for k := range n.Labels {
+		if k != corev1.LabelHostname {
+			keys = append(keys, k)
+		}
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		b.WriteString(k)
+		b.WriteByte('=')
+		b.WriteString(n.Labels[k])
+		b.WriteByte(0)
+	}
+	b.WriteByte(1)
+	for _, t := range n.Spec.Taints {
+		fmt.Fprintf(&b, "%s=%s:%s\x00", t.Key, t.Value, t.Effect)
+	}
+	if n.Spec.Unschedulable {
+		b.WriteString("\x01unschedulable")
+	}
+	return b.String()
+}
+
+func (s *Simulator) staticID(sig string) int {
+	if id, ok := s.staticIDs[sig]; ok {
+		return id
+	}
+	id := len(s.staticIDs)
+	s.staticIDs[sig] = id
+	return id
+}
+
+// staticVerdict runs the static plugins for a class on a node, caching by
+// the node's signature (or name, for classes that select on node identity).
+func (s *Simulator) staticVerdict(ctx context.Context, cls *podClass, n *simNode, ni fwk.NodeInfo) (*fwk.Status, error) {
+	if cls.perNode {
+		if st, ok := cls.staticByNode[n.name]; ok {
+			return st, nil
+		}
+	} else if st, ok := cls.static[n.staticID]; ok {
+		return st, nil
+	}
+	st, err := s.runStatic(ctx, cls, ni)
+	if err != nil {
+		return nil, err
+	}
+	if cls.perNode {
+		cls.staticByNode[n.name] = st
+	} else {
+		cls.static[n.staticID] = st
+	}
+	return st, nil
+}
+
+// templateVerdict is staticVerdict for a template.
+func (s *Simulator) templateVerdict(ctx context.Context, cls *podClass, t *template) (*fwk.Status, error) {
+	if st, ok := cls.static[t.staticID]; ok {
+		return st, nil
+	}
+	st, err := s.runStatic(ctx, cls, t.info)
+	if err != nil {
+		return nil, err
+	}
+	cls.static[t.staticID] = st
+	return st, nil
+}
+
+func (s *Simulator) runStatic(ctx context.Context, cls *podClass, ni fwk.NodeInfo) (*fwk.Status, error) {
+	if cls.staticState == nil {
+		cls.staticState = framework.NewCycleState()
+		res, status, _ := s.fw.static.RunPreFilterPlugins(ctx, cls.staticState, cls.rep)
+		if !status.IsSuccess() && !status.IsRejected() {
+			return nil, fmt.Errorf("pre-filtering pod %s/%s: %w", cls.rep.Namespace, cls.rep.Name, status.AsError())
+		}
+		cls.staticErr = status
+		cls.staticPre = res
+		if res != nil && !res.AllNodes() {
+			// Only named nodes qualify: the verdict is per node.
+			cls.perNode = true
+		}
+	}
+	if cls.staticErr != nil {
+		return cls.staticErr, nil
+	}
+	if cls.staticPre != nil && !cls.staticPre.AllNodes() && !cls.staticPre.NodeNames.Has(ni.Node().Name) {
+		return fwk.NewStatus(fwk.UnschedulableAndUnresolvable, "node(s) didn't satisfy plugin "+names.NodeAffinity).WithPlugin(names.NodeAffinity), nil
+	}
+	st := s.fw.static.RunFilterPlugins(ctx, cls.staticState, cls.rep, ni)
+	if !st.IsSuccess() && !st.IsRejected() {
+		return nil, fmt.Errorf("filtering pod %s/%s: %w", cls.rep.Namespace, cls.rep.Name, st.AsError())
+	}
+	return st, nil
+}
+
+// describe turns a filter verdict into the reason given for a pool,
+// naming the taint where a taint was not tolerated.
+func describe(st *fwk.Status, pod *corev1.Pod, node *corev1.Node) string {
+	if st.Plugin() == names.TaintToleration && node != nil {
+		t, ok := corev1helpers.FindMatchingUntoleratedTaint(klog.Background(), node.Spec.Taints, pod.Spec.Tolerations,
+			func(t *corev1.Taint) bool {
+				return t.Effect == corev1.TaintEffectNoSchedule || t.Effect == corev1.TaintEffectNoExecute
+			}, false)
+		if ok {
+			return fmt.Sprintf("node(s) had untolerated taint {%s: %s}", t.Key, t.Value)
+		}
+	}
+	return st.Message()
+}

@@ -1,0 +1,234 @@
+package scheduling
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	fwk "k8s.io/kube-scheduler/framework"
+	"k8s.io/kubernetes/pkg/scheduler/framework"
+
+	"github.com/claimscale/claimscale/api/v1alpha1"
+)
+
+// DefaultMaxPods is the kubelet's default, used when a pool sets none.
+const DefaultMaxPods = 110
+
+// DefaultDiskSize is the root disk a shape is assumed to have when neither the
+// pool nor the provider says.
+var DefaultDiskSize = resource.MustParse("100Gi")
+
+// defaultEvictionHard is the kubelet's own default, which is what a node runs
+// with when the pool sets no evictionHard at all.
+var defaultEvictionHard = map[string]v1alpha1.EvictionThreshold{
+	"memory.available": "100Mi",
+	"nodefs.available": "10%",
+}
+
+// TemplateNode builds the Node a machine of this pool and shape in zone (""
+// for none) would register as, named name (also its kubernetes.io/hostname).
+// Provisioning simulates on it and the externalgrpc shim serves it as
+// NodeGroupTemplateNodeInfo, so both see the same node.
+//
+// Capacity is the shape's cpu and memory, its disk (DefaultDiskSize unless
+// the shape says) and the pool's maxPods (DefaultMaxPods unless set).
+// Allocatable is capacity − kubeReserved − systemReserved − evictionHard
+// (memory.available and nodefs.available, each a quantity or a percentage;
+// the kubelet's defaults when the pool sets none). It carries the pool's
+// labels and taints and is Ready. Startup taints are left off: they are
+// expected to go away, so they must not keep pods from the pool.
+func TemplateNode(pool *v1alpha1.NodePool, shape Shape, zone, name string) (*corev1.Node, error) {
+	capacity := shapeCapacity(pool, shape)
+	allocatable, err := allocatableOf(pool, capacity)
+	if err != nil {
+		return nil, err
+	}
+	labels := make(map[string]string, len(pool.Spec.Template.Labels)+6)
+	for k, v := range pool.Spec.Template.Labels {
+		labels[k] = v
+	}
+	labels[v1alpha1.LabelNodePool] = pool.Name
+	labels[corev1.LabelInstanceTypeStable] = shape.Name
+	labels[corev1.LabelOSStable] = "linux"
+	labels[corev1.LabelArchStable] = "amd64"
+	labels[corev1.LabelHostname] = name
+	if zone != "" {
+		labels[corev1.LabelTopologyZone] = zone
+	}
+	var taints []corev1.Taint
+	if len(pool.Spec.Template.Taints) > 0 {
+		taints = append(taints, pool.Spec.Template.Taints...)
+	}
+	return &corev1.Node{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels},
+		Spec:       corev1.NodeSpec{Taints: taints},
+		Status: corev1.NodeStatus{
+			Capacity:    capacity,
+			Allocatable: allocatable,
+			Conditions: []corev1.NodeCondition{{
+				Type:   corev1.NodeReady,
+				Status: corev1.ConditionTrue,
+				Reason: "KubeletReady",
+			}},
+		},
+	}, nil
+}
+
+func maxPods(pool *v1alpha1.NodePool) int64 {
+	if mp := pool.Spec.Template.Kubelet.MaxPods; mp != nil && *mp > 0 {
+		return int64(*mp)
+	}
+	return DefaultMaxPods
+}
+
+func shapeCapacity(pool *v1alpha1.NodePool, shape Shape) corev1.ResourceList {
+	disk := shape.EphemeralStorage
+	if disk.IsZero() {
+		disk = DefaultDiskSize
+	}
+	return corev1.ResourceList{
+		corev1.ResourceCPU:              shape.CPU.DeepCopy(),
+		corev1.ResourceMemory:           shape.Memory.DeepCopy(),
+		corev1.ResourceEphemeralStorage: disk.DeepCopy(),
+		corev1.ResourcePods:             *resource.NewQuantity(maxPods(pool), resource.DecimalSI),
+	}
+}
+
+// allocatableOf subtracts the kubelet's reservations from capacity the way
+// the kubelet does, never going below zero.
+func allocatableOf(pool *v1alpha1.NodePool, capacity corev1.ResourceList) (corev1.ResourceList, error) {
+	kubelet := pool.Spec.Template.Kubelet
+	out := corev1.ResourceList{}
+	for name, q := range capacity {
+		q = q.DeepCopy()
+		if name != corev1.ResourcePods {
+			if r, ok := kubelet.KubeReserved[name]; ok {
+				q.Sub(r)
+			}
+			if r, ok := kubelet.SystemReserved[name]; ok {
+				q.Sub(r)
+			}
+		}
+		out[name] = q
+	}
+	eviction := kubelet.EvictionHard
+	if len(eviction) == 0 {
+		eviction = defaultEvictionHard
+	}
+	for signal, res := range map[string]corev1.ResourceName{
+		"memory.available": corev1.ResourceMemory,
+		"nodefs.available": corev1.ResourceEphemeralStorage,
+	} {
+		v, ok := eviction[signal]
+		if !ok {
+			continue
+		}
+		threshold, err := evictionThreshold(string(v), capacity[res])
+		if err != nil {
+			return nil, fmt.Errorf("evictionHard %s of pool %s: %w", signal, pool.Name, err)
+		}
+		q := out[res]
+		q.Sub(threshold)
+		out[res] = q
+	}
+	for name, q := range out {
+		if q.Sign() < 0 {
+			out[name] = *resource.NewQuantity(0, q.Format)
+		}
+	}
+	return out, nil
+}
+
+// evictionThreshold reads a hard eviction threshold: a quantity, or a
+// percentage of capacity.
+func evictionThreshold(v string, capacity resource.Quantity) (resource.Quantity, error) {
+	if p, ok := strings.CutSuffix(v, "%"); ok {
+		pct, err := strconv.ParseFloat(p, 64)
+		if err != nil || pct < 0 || pct > 100 {
+			return resource.Quantity{}, fmt.Errorf("invalid percentage %q", v)
+		}
+		return *resource.NewQuantity(int64(float64(capacity.Value())*pct/100), resource.BinarySI), nil
+	}
+	q, err := resource.ParseQuantity(v)
+	if err != nil {
+		return resource.Quantity{}, fmt.Errorf("invalid quantity %q: %w", v, err)
+	}
+	return q, nil
+}
+
+// addTemplateNode puts a node built from t into the snapshot under n's
+// name, with its own copies of t's DaemonSet pods.
+func (s *Simulator) addTemplateNode(n *simNode, t *template) error {
+	node, err := TemplateNode(t.pool.pool, t.shape.shape, t.zone, n.name)
+	if err != nil {
+		return err
+	}
+	n.labels = node.Labels
+	n.ds = instantiate(t.ds, n.name)
+	infos := make([]fwk.PodInfo, 0, len(n.ds))
+	for _, p := range n.ds {
+		pi, err := framework.NewPodInfo(p)
+		if err != nil {
+			return err
+		}
+		infos = append(infos, pi)
+	}
+	return s.snap.addNode(node, infos)
+}
+
+// template returns (building once) the template of a pool, shape and zone:
+// its node, the DaemonSet pods that would run on it, and their requests.
+func (s *Simulator) template(ctx context.Context, p *poolState, si *shapeInfo, zone string) (*template, error) {
+	key := tmplKey{si, zone}
+	if t, ok := p.templates[key]; ok {
+		return t, nil
+	}
+	name := "template-" + p.name + "-" + si.shape.Name
+	if zone != "" {
+		name += "-" + zone
+	}
+	node, err := TemplateNode(p.pool, si.shape, zone, name)
+	if err != nil {
+		return nil, err
+	}
+	ds, err := daemonSetPods(ctx, s.fw.static, node, s.daemonSets)
+	if err != nil {
+		return nil, err
+	}
+	t := &template{pool: p, shape: si, zone: zone, node: node, ds: ds, dsCount: int64(len(ds))}
+	for _, d := range ds {
+		pi, err := framework.NewPodInfo(d)
+		if err != nil {
+			return nil, err
+		}
+		t.dsReq = t.dsReq.add(vecOf(pi.CalculateResource().Resource))
+	}
+	t.info = framework.NewNodeInfo()
+	t.info.SetNode(node)
+	t.staticID = s.staticID("\x02template\x00" + p.name + "\x00" + si.shape.Name + "\x00" + zone)
+	p.templates[key] = t
+	return t, nil
+}
+
+type tmplKey struct {
+	shape *shapeInfo
+	zone  string
+}
+
+// template is a pool's node for one shape and zone, before it has a name.
+type template struct {
+	pool    *poolState
+	shape   *shapeInfo
+	zone    string
+	node    *corev1.Node
+	info    *framework.NodeInfo
+	ds      []*corev1.Pod
+	dsReq   vec
+	dsCount int64
+	// staticID is shared by every node made from the template.
+	staticID int
+}
