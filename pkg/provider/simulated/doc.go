@@ -1,0 +1,26 @@
+// Package simulated is a provider.Provider whose machines are records in the
+// API server and whose "boot" registers a Node object run by kwok, so the
+// whole claim → machine → Node → Running pod path can be exercised on a local
+// control plane, with injected failures, and without any infrastructure.
+//
+// A machine is one ConfigMap in the controller's namespace (Options.Namespace),
+// named after its claim, labelled claimscale.io/simulated-machine=true and
+// carrying the ownership tags both as annotations (exact values, which decide
+// ownership) and as labels (for selection; a value that is not a valid label
+// value is replaced by a hash). Its data holds the shape, zone, creation and
+// boot times, whether it will never register, and the Node it will register,
+// so a restarted controller carries on where the last one stopped.
+//
+// A Registrar registers the Node of every machine whose boot time has passed.
+// New starts one per (namespace, cluster name) in the process and keeps it
+// running while any context given to New for that pair is live; pass a
+// long-lived context (the manager's), not a request's. Config.ExternalRegistrar
+// turns that off for callers that run NewRegistrar(...).Start themselves.
+//
+// The registered Node's capacity is the shape's cpu and memory, the pool's
+// maxPods (default 110) and 100Gi of ephemeral storage; its allocatable is
+// that capacity less what the pool's kubelet settings reserve (kubeReserved,
+// systemReserved and the memory.available / nodefs.available hard eviction
+// thresholds the pool states; the kubelet's built-in eviction defaults are
+// not assumed), as a kubelet with those settings would report it.
+package simulated

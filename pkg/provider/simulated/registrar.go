@@ -1,0 +1,161 @@
+package simulated
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/utils/clock"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/log"
+)
+
+// Registrar plays the kubelets of a cluster's simulated machines: it
+// registers the Node of every machine whose boot time has passed. It keeps
+// no state of its own (a machine's record says whether its Node was made),
+// so any number of restarts, or two registrars at once, make each Node once.
+type Registrar struct {
+	kube      client.Client
+	namespace string
+	cluster   string
+	clock     clock.PassiveClock
+	interval  time.Duration
+}
+
+// NewRegistrar returns the registrar for the machines of cluster kept in
+// namespace. It uses cfg's Clock and PollInterval.
+func NewRegistrar(kube client.Client, namespace, cluster string, cfg Config) *Registrar {
+	cfg = cfg.withDefaults()
+	return &Registrar{kube: kube, namespace: namespace, cluster: cluster, clock: cfg.Clock, interval: cfg.PollInterval}
+}
+
+// Start registers due machines every poll interval until ctx ends. It is a
+// manager.Runnable.
+func (r *Registrar) Start(ctx context.Context) error {
+	logger := log.FromContext(ctx).WithValues("namespace", r.namespace, "cluster", r.cluster)
+	// The poll runs on real time: it is how often the API server is asked,
+	// not part of the simulation; the injected clock decides what is due.
+	ticker := time.NewTicker(r.interval)
+	defer ticker.Stop()
+	for {
+		if err := r.RegisterDue(ctx); err != nil && ctx.Err() == nil {
+			logger.Error(err, "registering simulated machines")
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-ticker.C:
+		}
+	}
+}
+
+// RegisterDue makes one pass: it registers the Node of every machine that is
+// due and not yet registered.
+func (r *Registrar) RegisterDue(ctx context.Context) error {
+	cms, err := listMachines(ctx, r.kube, r.namespace, r.cluster)
+	if err != nil {
+		return err
+	}
+	now := r.clock.Now()
+	var errs []error
+	for i := range cms {
+		m, err := machineFromConfigMap(&cms[i])
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		if m.deleting || m.neverRegister || !m.registeredAt.IsZero() || now.Before(m.bootAt) {
+			continue
+		}
+		if err := r.register(ctx, &cms[i], m, now); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// register makes the machine's Node and then records that it did. A Node
+// deleted afterwards is not made again, as a real machine's kubelet would
+// not re-register it on its own.
+func (r *Registrar) register(ctx context.Context, cm *corev1.ConfigMap, m *machine, now time.Time) error {
+	node := m.node()
+	err := r.kube.Create(ctx, node)
+	switch {
+	case apierrors.IsAlreadyExists(err):
+		// Made by an earlier pass that could not record it, or by another
+		// registrar.
+		if err := r.kube.Get(ctx, client.ObjectKey{Name: m.name}, node); err != nil {
+			return fmt.Errorf("reading Node %s of machine %s: %w", m.name, m.name, err)
+		}
+		if node.Spec.ProviderID != ProviderID(m.name) {
+			return fmt.Errorf("machine %s cannot register: Node %s exists with providerID %q", m.name, m.name, node.Spec.ProviderID)
+		}
+		if node.DeletionTimestamp != nil {
+			// A Node of an earlier machine of that name on its way out.
+			return nil
+		}
+	case err != nil:
+		return fmt.Errorf("registering Node %s of machine %s: %w", m.name, m.name, err)
+	}
+
+	patch := client.MergeFrom(cm.DeepCopy())
+	cm.Data[dataRegisteredAt] = now.UTC().Format(time.RFC3339Nano)
+	err = r.kube.Patch(ctx, cm, patch)
+	if apierrors.IsNotFound(err) {
+		// The machine was deleted while its Node was being made, and Delete
+		// may have looked for the Node before it existed: remove it here so
+		// it cannot outlive its machine.
+		return deleteMachineNode(ctx, r.kube, m.name)
+	}
+	if err != nil {
+		return fmt.Errorf("recording that machine %s registered: %w", m.name, err)
+	}
+	return nil
+}
+
+// registrars holds the registrars New started, one per namespace and
+// cluster name.
+var registrars = struct {
+	sync.Mutex
+	byKey map[string]*sharedRegistrar
+}{byKey: map[string]*sharedRegistrar{}}
+
+type sharedRegistrar struct {
+	// users counts the live contexts given to New for this key.
+	users  int
+	cancel context.CancelFunc
+}
+
+// startSharedRegistrar makes sure a registrar runs for the namespace and
+// cluster while ctx is live. The registrar is built from the first caller's
+// client and config and stops when the last caller's context ends.
+func startSharedRegistrar(ctx context.Context, kube client.Client, namespace, cluster string, cfg Config) {
+	key := namespace + "/" + cluster
+	registrars.Lock()
+	defer registrars.Unlock()
+	shared, ok := registrars.byKey[key]
+	if !ok {
+		// The registrar's own context: it outlives the first caller's when
+		// later callers are still live.
+		runCtx, cancel := context.WithCancel(log.IntoContext(context.Background(), log.FromContext(ctx).WithName("simulated-registrar")))
+		shared = &sharedRegistrar{cancel: cancel}
+		registrars.byKey[key] = shared
+		go func() { _ = NewRegistrar(kube, namespace, cluster, cfg).Start(runCtx) }()
+	}
+	shared.users++
+	context.AfterFunc(ctx, func() {
+		registrars.Lock()
+		defer registrars.Unlock()
+		shared.users--
+		if shared.users == 0 {
+			shared.cancel()
+			if registrars.byKey[key] == shared {
+				delete(registrars.byKey, key)
+			}
+		}
+	})
+}
