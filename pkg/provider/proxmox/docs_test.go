@@ -1,0 +1,81 @@
+package proxmox
+
+import (
+	"context"
+	"os"
+	"regexp"
+	"strings"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	"sigs.k8s.io/yaml"
+
+	"github.com/claimscale/claimscale/api/v1alpha1"
+)
+
+// TestDocumentedManifestsAreValid decodes every manifest in
+// docs/proxmox.md strictly into the API types, so that a field the CRDs do
+// not have fails here, and reads the settings and shapes as the provider
+// would.
+func TestDocumentedManifestsAreValid(t *testing.T) {
+	doc, err := os.ReadFile("../../../docs/proxmox.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	blocks := regexp.MustCompile("(?s)```yaml\n(.*?)```").FindAllStringSubmatch(string(doc), -1)
+	kinds := map[string]int{}
+	for _, block := range blocks {
+		for _, manifest := range strings.Split(block[1], "\n---\n") {
+			if !strings.Contains(manifest, "apiVersion:") {
+				continue
+			}
+			var meta struct{ APIVersion, Kind string }
+			if err := yaml.Unmarshal([]byte(manifest), &meta); err != nil {
+				t.Fatalf("manifest does not parse: %v\n%s", err, manifest)
+			}
+			if meta.APIVersion == "" {
+				continue // a cloud-config snippet that embeds a kubeadm manifest
+			}
+			kinds[meta.Kind]++
+			switch meta.Kind {
+			case "Secret":
+				var s corev1.Secret
+				if err := yaml.UnmarshalStrict([]byte(manifest), &s); err != nil {
+					t.Errorf("Secret: %v", err)
+				}
+				data := map[string][]byte{}
+				for k, v := range s.StringData {
+					if k != SecretKeyCA { // a placeholder in the docs
+						data[k] = []byte(v)
+					}
+				}
+				if _, err := parseCredentials(data); err != nil {
+					t.Errorf("Secret %s: %v", s.Name, err)
+				}
+			case "NodeProvider":
+				var np v1alpha1.NodeProvider
+				if err := yaml.UnmarshalStrict([]byte(manifest), &np); err != nil {
+					t.Errorf("NodeProvider: %v", err)
+					continue
+				}
+				if _, err := parseSettings(&np); err != nil {
+					t.Errorf("NodeProvider %s: %v", np.Name, err)
+				}
+			case "NodePool":
+				var pool v1alpha1.NodePool
+				if err := yaml.UnmarshalStrict([]byte(manifest), &pool); err != nil {
+					t.Errorf("NodePool: %v", err)
+					continue
+				}
+				if shapes, err := (&Provider{}).Shapes(context.Background(), &pool); err != nil || len(shapes) == 0 {
+					t.Errorf("NodePool %s: %d shapes, %v", pool.Name, len(shapes), err)
+				}
+			default:
+				t.Errorf("unexpected manifest kind %q", meta.Kind)
+			}
+		}
+	}
+	if kinds["Secret"] != 1 || kinds["NodeProvider"] != 2 || kinds["NodePool"] != 2 {
+		t.Errorf("documented manifests = %v, want a Secret, two NodeProviders (clone and netboot) and two NodePools", kinds)
+	}
+}

@@ -1,0 +1,140 @@
+package proxmox
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+
+	pmx "github.com/luthermonson/go-proxmox"
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/claimscale/claimscale/api/v1alpha1"
+)
+
+// size is what a claim's VM gets.
+type size struct {
+	cores int
+	// memMiB is the shape's memory; the VM gets vmMemMiB, with the overhead.
+	memMiB   int64
+	vmMemMiB int64
+}
+
+// reservation is a VM being made by this provider, counted against its
+// node until Create returns: until then Proxmox may not yet show its final
+// size.
+type reservation struct {
+	node   string
+	cores  int
+	memMiB int64
+}
+
+// placement chooses the Proxmox node for a VM.
+type placement struct {
+	nodes    pmx.NodeStatuses
+	vms      []vmResource
+	inflight map[int]reservation
+}
+
+// choose returns the allowed, online node with room for the VM, the one with
+// the most free memory, and else explains per node why none has room.
+//
+// Free memory is the node's memory less the larger of what it reports in use
+// and what its running VMs were given, because a guest that just started has
+// not touched its memory yet; free CPU is the share of the node's CPUs that
+// is idle now. VMs still being made by this provider count with the size
+// they are being given.
+func (pl placement) choose(allowed func(node string) bool, want size) (string, error) {
+	nodes := slices.Clone(pl.nodes)
+	slices.SortFunc(nodes, func(a, b *pmx.NodeStatus) int { return strings.Compare(a.Node, b.Node) })
+
+	committed := map[string]uint64{}
+	for _, vm := range pl.vms {
+		if _, making := pl.inflight[vm.VMID]; making || vm.Type != "qemu" || vm.Status != "running" {
+			continue
+		}
+		committed[vm.Node] += vm.MaxMem
+	}
+	reservedCores := map[string]float64{}
+	for _, r := range pl.inflight {
+		committed[r.node] += uint64(r.memMiB) * mib
+		reservedCores[r.node] += float64(r.cores)
+	}
+
+	var (
+		best     string
+		bestFree uint64
+		reasons  []string
+	)
+	need := uint64(want.vmMemMiB) * mib
+	for _, n := range nodes {
+		if n == nil || !allowed(n.Node) {
+			continue
+		}
+		if n.Status != "online" {
+			reasons = append(reasons, n.Node+": "+orDefault(n.Status, "not online"))
+			continue
+		}
+		used := max(n.Mem, committed[n.Node])
+		var free uint64
+		if n.MaxMem > used {
+			free = n.MaxMem - used
+		}
+		idle := float64(n.MaxCPU)*(1-n.CPU) - reservedCores[n.Node]
+		switch {
+		case want.cores > n.MaxCPU:
+			reasons = append(reasons, fmt.Sprintf("%s: has %d CPUs", n.Node, n.MaxCPU))
+		case free < need:
+			reasons = append(reasons, fmt.Sprintf("%s: %d MiB free", n.Node, free/mib))
+		case idle < float64(want.cores):
+			reasons = append(reasons, fmt.Sprintf("%s: %.1f CPUs idle", n.Node, max(idle, 0)))
+		case best == "" || free > bestFree:
+			best, bestFree = n.Node, free
+		}
+	}
+	if best != "" {
+		return best, nil
+	}
+	if len(reasons) == 0 {
+		return "", fmt.Errorf("no Proxmox node is allowed for the VM (check spec.proxmox.nodes and the claim's zone requirement)")
+	}
+	return "", fmt.Errorf("no allowed, online Proxmox node has %d CPUs and %d MiB free (%s)", want.cores, want.vmMemMiB, strings.Join(reasons, "; "))
+}
+
+// allows returns the test for the nodes a claim's VM may go to: the
+// allow-list, narrowed by the claim's zone requirement, since a VM's zone
+// label is its Proxmox node (as the Proxmox cloud-controller-manager sets it).
+func (s *settings) allows(claim *v1alpha1.NodeClaim) func(string) bool {
+	var reqs []corev1.NodeSelectorRequirement
+	for _, r := range claim.Spec.Requirements.NodeSelector {
+		if r.Key == corev1.LabelTopologyZone {
+			reqs = append(reqs, r)
+		}
+	}
+	return func(node string) bool {
+		if len(s.allowed) > 0 && !s.allowed[node] {
+			return false
+		}
+		for _, r := range reqs {
+			switch r.Operator {
+			case corev1.NodeSelectorOpIn:
+				if !slices.Contains(r.Values, node) {
+					return false
+				}
+			case corev1.NodeSelectorOpNotIn:
+				if slices.Contains(r.Values, node) {
+					return false
+				}
+			case corev1.NodeSelectorOpDoesNotExist:
+				return false
+			}
+		}
+		return true
+	}
+}
+
+func orDefault(s, def string) string {
+	if s == "" {
+		return def
+	}
+	return s
+}

@@ -1,0 +1,396 @@
+// Package proxmox makes claimscale's machines as virtual machines on a
+// Proxmox VE cluster, by cloning a template or by netbooting a blank VM,
+// through the Proxmox API (github.com/luthermonson/go-proxmox).
+package proxmox
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	pmx "github.com/luthermonson/go-proxmox"
+	"k8s.io/utils/clock"
+	logf "sigs.k8s.io/controller-runtime/pkg/log"
+
+	"github.com/claimscale/claimscale/api/v1alpha1"
+	"github.com/claimscale/claimscale/pkg/provider"
+)
+
+// ProviderIDPrefix starts every providerID: proxmox://<cluster-name>/<vmid>.
+const ProviderIDPrefix = "proxmox://"
+
+// Defaults for Tuning.
+const (
+	DefaultTaskPollInterval = time.Second
+	// DefaultTaskTimeout is generous because a full clone copies the
+	// template's disks.
+	DefaultTaskTimeout = 10 * time.Minute
+)
+
+// maxIDConflicts bounds how many taken VM IDs one Create steps over before
+// it gives up for this round.
+const maxIDConflicts = 16
+
+// Tuning adjusts timings; the zero value means the defaults.
+type Tuning struct {
+	// TaskPollInterval is how often a running Proxmox task is polled.
+	TaskPollInterval time.Duration
+	// TaskTimeout is how long one task may run before the call gives up on
+	// it (the task itself runs on; its VM is adopted by the next Create).
+	TaskTimeout time.Duration
+	// Clock is the time source; tests pass a fake one.
+	Clock clock.WithTicker
+}
+
+// Provider makes NodeClaims' machines as Proxmox VMs.
+type Provider struct {
+	settings *settings
+	cluster  string
+	api      *api
+	tasks    *tasks
+	clock    clock.WithTicker
+
+	// mu serializes choosing a node and a VM ID with the call that makes the
+	// VM, so two claims made at once neither pick the same ID nor count the
+	// same free memory twice.
+	mu       sync.Mutex
+	inflight map[int]reservation
+	// launched maps the VMs this provider began to the claims they are
+	// for, until they show their names: Proxmox writes a clone's name (and
+	// description) only when its disks are copied.
+	launched map[int]string
+}
+
+var _ provider.Provider = (*Provider)(nil)
+
+// New builds the Proxmox provider of a NodeProvider; it is the
+// provider.Factory for type proxmox.
+func New(ctx context.Context, np *v1alpha1.NodeProvider, opts provider.Options) (provider.Provider, error) {
+	return NewFactory(Tuning{})(ctx, np, opts)
+}
+
+// NewFactory returns a provider.Factory with other timings than the
+// defaults, for tests that drive the provider against a fake API.
+func NewFactory(t Tuning) provider.Factory {
+	return func(ctx context.Context, np *v1alpha1.NodeProvider, opts provider.Options) (provider.Provider, error) {
+		p, err := newProvider(np, opts, t)
+		if err != nil {
+			return nil, err
+		}
+		// Asking for the version proves the endpoint, TLS and credentials
+		// before the first claim depends on them.
+		if err := p.api.do(ctx, func(ctx context.Context) error { _, err := p.api.pve.Version(ctx); return err }); err != nil {
+			return nil, p.api.classify(err, "reaching the proxmox API at %s", p.settings.endpoint)
+		}
+		return p, nil
+	}
+}
+
+func newProvider(np *v1alpha1.NodeProvider, opts provider.Options, t Tuning) (*Provider, error) {
+	if !tagValuePattern.MatchString(opts.ClusterName) {
+		return nil, provider.NewTerminal(fmt.Errorf("cluster name %q cannot go into a Proxmox tag: use letters, digits, '_', '-', '+' and '.'", opts.ClusterName))
+	}
+	s, err := parseSettings(np)
+	if err != nil {
+		return nil, err
+	}
+	creds, err := parseCredentials(opts.Credentials)
+	if err != nil {
+		return nil, err
+	}
+	if t.TaskPollInterval <= 0 {
+		t.TaskPollInterval = DefaultTaskPollInterval
+	}
+	if t.TaskTimeout <= 0 {
+		t.TaskTimeout = DefaultTaskTimeout
+	}
+	if t.Clock == nil {
+		t.Clock = clock.RealClock{}
+	}
+
+	var redactions []string
+	for _, v := range creds.values() {
+		redactions = append(redactions, v, "[redacted]")
+	}
+	redact := strings.NewReplacer(redactions...)
+
+	clientOpts := []pmx.Option{
+		pmx.WithHTTPClient(newHTTPClient(s, creds, t.Clock, redact)),
+		pmx.WithUserAgent("claimscale"),
+		pmx.WithLogger(discardLogger{}),
+	}
+	principal := "user"
+	if creds.tokenID != "" {
+		clientOpts = append(clientOpts, pmx.WithAPIToken(creds.tokenID, creds.tokenSecret))
+		principal = "token"
+	}
+	a := &api{pve: pmx.NewClient(s.endpoint, clientOpts...), principal: principal, redact: redact}
+	return &Provider{
+		settings: s,
+		cluster:  opts.ClusterName,
+		api:      a,
+		tasks:    &tasks{api: a, clock: t.Clock, interval: t.TaskPollInterval, timeout: t.TaskTimeout},
+		clock:    t.Clock,
+		inflight: map[int]reservation{},
+		launched: map[int]string{},
+	}, nil
+}
+
+// ProviderID returns the providerID of a VM of a cluster.
+func ProviderID(cluster string, vmid int) string {
+	return ProviderIDPrefix + cluster + "/" + strconv.Itoa(vmid)
+}
+
+// vmidOf parses a providerID of this cluster. A providerID of another
+// cluster is an error wrapping errOtherCluster.
+func (p *Provider) vmidOf(providerID string) (int, error) {
+	rest, ok := strings.CutPrefix(providerID, ProviderIDPrefix)
+	cluster, id, found := strings.Cut(rest, "/")
+	vmid, err := strconv.Atoi(id)
+	if !ok || !found || err != nil || vmid <= 0 {
+		return 0, fmt.Errorf("providerID %q is not of the form %s<cluster>/<vmid>", providerID, ProviderIDPrefix)
+	}
+	if cluster != p.cluster {
+		return 0, fmt.Errorf("providerID %q belongs to cluster %q, not %q: %w", providerID, cluster, p.cluster, errOtherCluster)
+	}
+	return vmid, nil
+}
+
+var errOtherCluster = errors.New("not this cluster's machine")
+
+// sizeOf turns the claim's shape into the VM's: whole cores (rounded up)
+// and MiB of memory (rounded up), plus the memory overhead.
+func (p *Provider) sizeOf(claim *v1alpha1.NodeClaim) (size, error) {
+	cpu, mem := claim.Spec.Shape.CPU, claim.Spec.Shape.Memory
+	cores := ceilDiv(cpu.MilliValue(), 1000)
+	memMiB := ceilDiv(mem.Value(), mib)
+	if cores < 1 || memMiB < 1 {
+		return size{}, provider.NewTerminal(fmt.Errorf("NodeClaim %s has shape %s with cpu %s and memory %s; both must be positive", claim.Name, claim.Spec.Shape.Name, cpu.String(), mem.String()))
+	}
+	return size{cores: int(cores), memMiB: memMiB, vmMemMiB: memMiB + p.settings.overheadMiB}, nil
+}
+
+// Get returns a VM of this cluster, or NotFound when it is gone or not ours.
+func (p *Provider) Get(ctx context.Context, providerID string) (*provider.Instance, error) {
+	vmid, err := p.vmidOf(providerID)
+	if errors.Is(err, errOtherCluster) {
+		return nil, provider.NewNotFound("%w", err)
+	}
+	if err != nil {
+		return nil, provider.NewTerminal(err)
+	}
+	vms, err := p.listVMs(ctx)
+	if err != nil {
+		return nil, p.api.classify(err, "listing VMs to find VM %d", vmid)
+	}
+	for _, vm := range vms {
+		if vm.VMID != vmid || !vm.isVM() {
+			continue
+		}
+		m, cfg, err := p.ownership(ctx, vm)
+		if err != nil {
+			return nil, p.api.classify(err, "reading VM %d on %s", vmid, vm.Node)
+		}
+		if !m.ownedBy(p.cluster) {
+			return nil, provider.NewNotFound("VM %d carries no %s marker of cluster %s", vmid, v1alpha1.TagCluster, p.cluster)
+		}
+		return p.describe(ctx, vm, cfg, m)
+	}
+	return nil, provider.NewNotFound("no VM %d in the Proxmox cluster", vmid)
+}
+
+// List returns the VMs carrying this cluster's marker: in their tags, or,
+// for a VM in the VM ID range that has no tags yet (a clone whose Create was
+// cut short), in its description, so that garbage collection sees it too.
+func (p *Provider) List(ctx context.Context) ([]*provider.Instance, error) {
+	vms, err := p.listVMs(ctx)
+	if err != nil {
+		return nil, p.api.classify(err, "listing VMs")
+	}
+	var out []*provider.Instance
+	for _, vm := range vms {
+		if !vm.isVM() {
+			continue
+		}
+		m := markersFromTags(vm.Tags)
+		var cfg *vmConfig
+		if m.cluster == "" && vm.VMID >= p.settings.lower && vm.VMID <= p.settings.upper {
+			if m, cfg, err = p.ownership(ctx, vm); err != nil {
+				return nil, p.api.classify(err, "reading VM %d on %s", vm.VMID, vm.Node)
+			}
+		}
+		if !m.ownedBy(p.cluster) {
+			continue
+		}
+		inst, err := p.describe(ctx, vm, cfg, m)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, inst)
+	}
+	return out, nil
+}
+
+// describe turns a VM into an Instance, reading its configuration for the
+// size and creation time unless given.
+func (p *Provider) describe(ctx context.Context, vm vmResource, cfg *vmConfig, m markers) (*provider.Instance, error) {
+	if cfg == nil {
+		var err error
+		if cfg, err = p.vmConfig(ctx, vm.Node, vm.VMID); err != nil {
+			return nil, p.api.classify(err, "reading VM %d on %s", vm.VMID, vm.Node)
+		}
+	}
+	lock := cfg.Lock
+	if lock == "" {
+		lock = vm.Lock
+	}
+	return p.instance(vm.VMID, vm.Node, size{cores: int(cfg.vcpus()), memMiB: int64(cfg.Memory) - p.settings.overheadMiB}, m, state(vm.Status, lock), cfg.created()), nil
+}
+
+func (p *Provider) instance(vmid int, node string, sz size, m markers, st provider.InstanceState, created time.Time) *provider.Instance {
+	return &provider.Instance{
+		ProviderID: ProviderID(p.cluster, vmid),
+		Name:       m.claim,
+		// The shape's memory, without the overhead the guest keeps to
+		// itself: what the node will report.
+		Capacity:  shapeCapacity(int64(sz.cores), sz.memMiB),
+		Labels:    map[string]string{"topology.kubernetes.io/zone": node},
+		Tags:      m.asTags(),
+		State:     st,
+		CreatedAt: created,
+	}
+}
+
+// state maps a VM's status and lock: a lock while it is made means
+// Creating, a destroy in progress Deleting; a VM that is not running (not
+// yet started, or stopped for deletion) counts as Stopping.
+func state(status, lock string) provider.InstanceState {
+	switch {
+	case lock == "clone" || lock == "create":
+		return provider.InstanceCreating
+	case lock == "destroyed":
+		return provider.InstanceDeleting
+	case status == "running":
+		return provider.InstanceRunning
+	default:
+		return provider.InstanceStopping
+	}
+}
+
+// Delete stops a VM of this cluster and destroys it with its disks. A VM
+// that is already gone is success; a VM without this cluster's marker is
+// refused.
+func (p *Provider) Delete(ctx context.Context, providerID string) error {
+	vmid, err := p.vmidOf(providerID)
+	if err != nil {
+		return provider.NewTerminal(fmt.Errorf("refusing to delete: %w", err))
+	}
+	vms, err := p.listVMs(ctx)
+	if err != nil {
+		return p.api.classify(err, "listing VMs to find VM %d", vmid)
+	}
+	idx := -1
+	for i, vm := range vms {
+		if vm.VMID == vmid {
+			idx = i
+		}
+	}
+	if idx < 0 {
+		return nil
+	}
+	vm := vms[idx]
+	if !vm.isVM() {
+		return provider.NewTerminal(fmt.Errorf("refusing to delete guest %d on %s: it is a template or a container, not a claimscale VM", vmid, vm.Node))
+	}
+	m, _, err := p.ownership(ctx, vm)
+	if err != nil {
+		if notExists(err) {
+			return nil
+		}
+		return p.api.classify(err, "reading VM %d on %s", vmid, vm.Node)
+	}
+	if !m.ownedBy(p.cluster) {
+		return provider.NewTerminal(fmt.Errorf("refusing to delete VM %d (%s) on %s: it carries no %s marker of cluster %s", vmid, vm.Name, vm.Node, v1alpha1.TagCluster, p.cluster))
+	}
+	log := logf.FromContext(ctx).WithValues("vmid", vmid, "proxmoxNode", vm.Node)
+
+	handle := p.vm(vm.Node, vmid)
+	if vm.Status != "stopped" {
+		var task *pmx.Task
+		err := p.api.do(ctx, func(ctx context.Context) (err error) { task, err = handle.Stop(ctx); return err })
+		if err == nil {
+			err = p.tasks.wait(ctx, task)
+		}
+		switch {
+		case err == nil:
+			log.V(1).Info("stopped VM")
+		case notExists(err):
+			return nil
+		case !notRunning(err):
+			return p.api.classify(err, "stopping VM %d on %s", vmid, vm.Node)
+		}
+	}
+
+	// purge drops the VM from backup jobs, replication and HA as well, and
+	// destroy-unreferenced-disks removes disks the config no longer names.
+	var task *pmx.Task
+	path := fmt.Sprintf("/nodes/%s/qemu/%d?purge=1&destroy-unreferenced-disks=1", vm.Node, vmid)
+	err = p.api.do(ctx, func(ctx context.Context) error {
+		var upid pmx.UPID
+		if err := p.api.pve.Delete(ctx, path, &upid); err != nil {
+			return err
+		}
+		task = pmx.NewTask(upid, p.api.pve)
+		return nil
+	})
+	if err == nil {
+		err = p.tasks.wait(ctx, task)
+	}
+	if err != nil && !notExists(err) {
+		return p.api.classify(err, "destroying VM %d on %s", vmid, vm.Node)
+	}
+	log.Info("destroyed VM", "nodeclaim", m.claim)
+	return nil
+}
+
+// vm returns a go-proxmox handle on a VM without asking the API.
+func (p *Provider) vm(node string, vmid int) *pmx.VirtualMachine {
+	vm := &pmx.VirtualMachine{}
+	vm.New(p.api.pve, node, vmid)
+	return vm
+}
+
+// notExists says whether an error is Proxmox saying the VM is gone.
+func notExists(err error) bool {
+	var failed *apiError
+	if errors.As(err, &failed) {
+		return failed.Code == 404 || strings.Contains(failed.Message, "does not exist")
+	}
+	var task *taskError
+	return errors.As(err, &task) && strings.Contains(task.ExitStatus, "does not exist")
+}
+
+// notRunning says whether an error is Proxmox refusing to stop a VM that is
+// not running.
+func notRunning(err error) bool {
+	var failed *apiError
+	if errors.As(err, &failed) {
+		return strings.Contains(failed.Message, "not running")
+	}
+	var task *taskError
+	return errors.As(err, &task) && strings.Contains(task.ExitStatus, "not running")
+}
+
+// idTaken says whether an error is Proxmox refusing a VM ID that exists.
+func idTaken(err error) bool {
+	var failed *apiError
+	if errors.As(err, &failed) {
+		return strings.Contains(failed.Message, "already exists")
+	}
+	var task *taskError
+	return errors.As(err, &task) && strings.Contains(task.ExitStatus, "already exists")
+}

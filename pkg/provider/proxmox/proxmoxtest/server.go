@@ -1,0 +1,1061 @@
+// Package proxmoxtest is a fake Proxmox VE API on an httptest TLS server. It
+// answers the part of /api2/json that claimscale's proxmox provider uses
+// (nodes, guests, clone, create, config, start, stop, destroy, tasks, login
+// tickets and API tokens) the way Proxmox does, with fault injection and
+// inspection, for the provider's tests and for end-to-end tests.
+package proxmoxtest
+
+import (
+	"crypto/rand"
+	"crypto/x509"
+	"encoding/hex"
+	"encoding/json"
+	"encoding/pem"
+	"fmt"
+	"io"
+	"log"
+	"maps"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+)
+
+// Node is a Proxmox node of the fake cluster.
+type Node struct {
+	Name    string
+	Offline bool
+	CPUs    int
+	// MemoryMiB is the node's memory; UsedMemoryMiB what it uses besides
+	// its running VMs, which are added to it.
+	MemoryMiB     int64
+	UsedMemoryMiB int64
+	// CPULoad is the share of the CPUs in use, 0 to 1.
+	CPULoad float64
+}
+
+// VM is a guest of the fake cluster. Config holds its options as Proxmox
+// stores them (cores, memory in MiB, tags, description, net0, …); the name
+// is kept in Config["name"] as well.
+type VM struct {
+	VMID     int
+	Node     string
+	Name     string
+	Template bool
+	// Status is "running" or "stopped".
+	Status string
+	// Lock is set while Proxmox works on the VM: "clone", "create",
+	// "destroyed".
+	Lock   string
+	Config map[string]string
+}
+
+// Tags returns the VM's tags.
+func (vm VM) Tags() []string { return splitTags(vm.Config["tags"]) }
+
+// Request is one request the server received, below /api2/json.
+type Request struct {
+	Method string
+	Path   string
+	Query  url.Values
+	// Params are the query, form or JSON parameters, as strings; a password
+	// is replaced by "[redacted]".
+	Params map[string]string
+	Header http.Header
+}
+
+// Fault changes the answer to matching requests.
+type Fault struct {
+	// Method matches the request method; empty matches all.
+	Method string
+	// Path is a regular expression matched against the path below
+	// /api2/json; empty matches all.
+	Path string
+	// Times is how many matching requests the fault hits; 0 means one.
+	Times int
+	// Status, when set, is answered instead of the real answer, with
+	// Message as Proxmox's reason (in the status line, as Proxmox sends it).
+	Status  int
+	Message string
+	// Before runs before the request is answered, without the server's
+	// lock: it may change the server, e.g. add a VM that takes an ID.
+	Before func()
+
+	re *regexp.Regexp
+}
+
+// TaskFault changes how matching tasks end.
+type TaskFault struct {
+	// Type matches the task type (qmclone, qmcreate, qmconfig, qmstart,
+	// qmstop, qmdestroy); empty matches all.
+	Type string
+	// ExitStatus the task ends with; empty means "OK".
+	ExitStatus string
+	// Polls is how many status polls answer "running" before the task
+	// stops; 0 means the server's default.
+	Polls int
+	// Times is how many matching tasks the fault hits; 0 means one.
+	Times int
+}
+
+// Server is the fake Proxmox VE API.
+type Server struct {
+	// URL is the server's base URL, https://127.0.0.1:PORT.
+	URL string
+
+	srv *httptest.Server
+
+	mu          sync.Mutex
+	nodes       []Node
+	vms         map[int]*VM
+	tasks       map[string]*task
+	faults      []*Fault
+	taskFaults  []*TaskFault
+	requests    []Request
+	taskPolls   int
+	tokenID     string
+	tokenSecret string
+	username    string
+	password    string
+	tickets     map[string]string // ticket → CSRF token
+	pid         int
+}
+
+type task struct {
+	upid      string
+	node      string
+	typ       string
+	id        string
+	user      string
+	started   time.Time
+	pollsLeft int
+	exit      string
+	done      bool
+	finish    func(ok bool)
+}
+
+// NewServer starts a fake API on 127.0.0.1 with the given nodes (one node
+// "pve" with 16 CPUs and 64 GiB when none are given). It accepts every
+// request until SetAPIToken or SetUser asks for credentials. Close it when
+// done.
+func NewServer(nodes ...Node) *Server {
+	if len(nodes) == 0 {
+		nodes = []Node{{Name: "pve", CPUs: 16, MemoryMiB: 64 << 10, UsedMemoryMiB: 2 << 10}}
+	}
+	s := &Server{
+		nodes:     slices.Clone(nodes),
+		vms:       map[int]*VM{},
+		tasks:     map[string]*task{},
+		tickets:   map[string]string{},
+		taskPolls: 1,
+		pid:       0x1000,
+	}
+	s.srv = httptest.NewUnstartedServer(s)
+	// Clients that refuse the certificate are part of the tests; their
+	// handshake errors are not news.
+	s.srv.Config.ErrorLog = log.New(io.Discard, "", 0)
+	s.srv.StartTLS()
+	s.URL = s.srv.URL
+	return s
+}
+
+// Close stops the server.
+func (s *Server) Close() { s.srv.Close() }
+
+// Endpoint is the API's base URL, as spec.proxmox.endpoint takes it.
+func (s *Server) Endpoint() string { return s.URL + "/api2/json" }
+
+// CACertPEM is the server certificate's CA in PEM, for the ca.crt key of a
+// credentials Secret.
+func (s *Server) CACertPEM() []byte {
+	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: s.srv.Certificate().Raw})
+}
+
+// CertPool holds the server certificate's CA.
+func (s *Server) CertPool() *x509.CertPool {
+	pool := x509.NewCertPool()
+	pool.AddCert(s.srv.Certificate())
+	return pool
+}
+
+// SetAPIToken makes the server require this API token (or a ticket of the
+// user set with SetUser).
+func (s *Server) SetAPIToken(tokenID, secret string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.tokenID, s.tokenSecret = tokenID, secret
+}
+
+// SetUser makes the server require a login ticket of this user (or the API
+// token set with SetAPIToken).
+func (s *Server) SetUser(username, password string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.username, s.password = username, password
+}
+
+// ExpireTickets invalidates every login ticket, as their two hours passing
+// would.
+func (s *Server) ExpireTickets() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	clear(s.tickets)
+}
+
+// SetTaskPolls sets how many status polls a task answers "running" before
+// it stops (1 unless set).
+func (s *Server) SetTaskPolls(n int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.taskPolls = n
+}
+
+// SetNode adds a node or replaces the one of the same name.
+func (s *Server) SetNode(n Node) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for i := range s.nodes {
+		if s.nodes[i].Name == n.Name {
+			s.nodes[i] = n
+			return
+		}
+	}
+	s.nodes = append(s.nodes, n)
+}
+
+// AddVM adds a guest, e.g. a template to clone or someone else's VM. Its
+// status defaults to stopped, and Name goes into its config.
+func (s *Server) AddVM(vm VM) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	c := vm
+	c.Config = maps.Clone(vm.Config)
+	if c.Config == nil {
+		c.Config = map[string]string{}
+	}
+	if c.Name != "" {
+		c.Config["name"] = c.Name
+	}
+	if c.Status == "" {
+		c.Status = "stopped"
+	}
+	if c.Template {
+		c.Config["template"] = "1"
+	}
+	if _, ok := c.Config["meta"]; !ok {
+		c.Config["meta"] = fmt.Sprintf("creation-qemu=9.0.2,ctime=%d", time.Now().Unix())
+	}
+	s.vms[c.VMID] = &c
+}
+
+// AddTemplate adds a cloud-init template VM to clone: 2 cores, 2 GiB, a
+// NIC on vmbr0, a disk and a cloud-init drive on local-lvm.
+func (s *Server) AddTemplate(vmid int, node, name string) {
+	s.AddVM(VM{VMID: vmid, Node: node, Name: name, Template: true, Config: map[string]string{
+		"cores": "2", "memory": "2048", "ostype": "l26", "agent": "1",
+		"net0":  "virtio=BC:24:11:00:00:01,bridge=vmbr0",
+		"scsi0": fmt.Sprintf("local-lvm:base-%d-disk-0,size=20G", vmid),
+		"ide2":  fmt.Sprintf("local-lvm:vm-%d-cloudinit,media=cdrom", vmid),
+	}})
+}
+
+// RemoveVM deletes a guest behind the provider's back.
+func (s *Server) RemoveVM(vmid int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.vms, vmid)
+}
+
+// VM returns a copy of a guest.
+func (s *Server) VM(vmid int) (VM, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	vm, ok := s.vms[vmid]
+	if !ok {
+		return VM{}, false
+	}
+	return vm.copy(), true
+}
+
+// VMs returns copies of all guests, by VM ID.
+func (s *Server) VMs() []VM {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make([]VM, 0, len(s.vms))
+	for _, vm := range s.vms {
+		out = append(out, vm.copy())
+	}
+	slices.SortFunc(out, func(a, b VM) int { return a.VMID - b.VMID })
+	return out
+}
+
+// VMByName returns a copy of the first guest with the name.
+func (s *Server) VMByName(name string) (VM, bool) {
+	for _, vm := range s.VMs() {
+		if vm.Name == name {
+			return vm, true
+		}
+	}
+	return VM{}, false
+}
+
+// Requests returns the requests received so far.
+func (s *Server) Requests() []Request {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.Clone(s.requests)
+}
+
+// RequestsTo returns the requests with the method (empty: any) whose path
+// matches the regular expression.
+func (s *Server) RequestsTo(method, pathPattern string) []Request {
+	re := regexp.MustCompile(pathPattern)
+	var out []Request
+	for _, r := range s.Requests() {
+		if (method == "" || r.Method == method) && re.MatchString(r.Path) {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+// InjectFault adds a fault; faults are matched in the order they were added.
+func (s *Server) InjectFault(f Fault) {
+	c := f
+	c.re = regexp.MustCompile(f.Path)
+	if c.Times <= 0 {
+		c.Times = 1
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.faults = append(s.faults, &c)
+}
+
+// FailTask makes matching tasks end differently.
+func (s *Server) FailTask(f TaskFault) {
+	c := f
+	if c.Times <= 0 {
+		c.Times = 1
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.taskFaults = append(s.taskFaults, &c)
+}
+
+func (vm *VM) copy() VM {
+	c := *vm
+	c.Config = maps.Clone(vm.Config)
+	c.Name = vm.Config["name"]
+	return c
+}
+
+// apiError is an answer other than 200: Proxmox puts the reason in the
+// status line.
+type apiError struct {
+	code int
+	msg  string
+}
+
+func errorf(code int, format string, args ...any) *apiError {
+	return &apiError{code: code, msg: fmt.Sprintf(format, args...)}
+}
+
+type route struct {
+	method  string
+	pattern *regexp.Regexp
+	handle  func(s *Server, c *call) (any, *apiError)
+}
+
+// call is one request being answered, with the server's lock held.
+type call struct {
+	r      *http.Request
+	args   []string
+	params map[string]string
+	user   string
+}
+
+var routes = []route{
+	{http.MethodGet, regexp.MustCompile(`^/version$`), (*Server).version},
+	{http.MethodGet, regexp.MustCompile(`^/cluster/resources$`), (*Server).clusterResources},
+	{http.MethodGet, regexp.MustCompile(`^/cluster/nextid$`), (*Server).nextID},
+	{http.MethodGet, regexp.MustCompile(`^/cluster/status$`), (*Server).clusterStatus},
+	{http.MethodGet, regexp.MustCompile(`^/nodes$`), (*Server).listNodes},
+	{http.MethodGet, regexp.MustCompile(`^/nodes/([^/]+)/status$`), (*Server).nodeStatus},
+	{http.MethodGet, regexp.MustCompile(`^/nodes/([^/]+)/tasks/([^/]+)/status$`), (*Server).taskStatus},
+	{http.MethodGet, regexp.MustCompile(`^/nodes/([^/]+)/qemu$`), (*Server).listQemu},
+	{http.MethodPost, regexp.MustCompile(`^/nodes/([^/]+)/qemu$`), (*Server).createVM},
+	{http.MethodPost, regexp.MustCompile(`^/nodes/([^/]+)/qemu/(\d+)/clone$`), (*Server).cloneVM},
+	{http.MethodGet, regexp.MustCompile(`^/nodes/([^/]+)/qemu/(\d+)/config$`), (*Server).getConfig},
+	{http.MethodPost, regexp.MustCompile(`^/nodes/([^/]+)/qemu/(\d+)/config$`), (*Server).postConfig},
+	{http.MethodPut, regexp.MustCompile(`^/nodes/([^/]+)/qemu/(\d+)/config$`), (*Server).putConfig},
+	{http.MethodGet, regexp.MustCompile(`^/nodes/([^/]+)/qemu/(\d+)/status/current$`), (*Server).currentStatus},
+	{http.MethodPost, regexp.MustCompile(`^/nodes/([^/]+)/qemu/(\d+)/status/start$`), (*Server).startVM},
+	{http.MethodPost, regexp.MustCompile(`^/nodes/([^/]+)/qemu/(\d+)/status/(stop|shutdown)$`), (*Server).stopVM},
+	{http.MethodDelete, regexp.MustCompile(`^/nodes/([^/]+)/qemu/(\d+)$`), (*Server).destroyVM},
+}
+
+// ServeHTTP answers one request of the API.
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	path, ok := strings.CutPrefix(r.URL.Path, "/api2/json")
+	if !ok {
+		writeError(w, errorf(http.StatusNotFound, "Not Found"))
+		return
+	}
+	params, err := readParams(r)
+	if err != nil {
+		writeError(w, errorf(http.StatusBadRequest, "unable to parse parameters: %v", err))
+		return
+	}
+	s.record(r, path, params)
+
+	if r.Method == http.MethodPost && path == "/access/ticket" {
+		data, failed := s.login(params)
+		writeAnswer(w, data, failed)
+		return
+	}
+	user, failed := s.authenticate(r)
+	if failed != nil {
+		writeError(w, failed)
+		return
+	}
+	if fault := s.fault(r.Method, path); fault != nil {
+		if fault.Before != nil {
+			fault.Before()
+		}
+		if fault.Status != 0 {
+			writeError(w, errorf(fault.Status, "%s", orDefault(fault.Message, http.StatusText(fault.Status))))
+			return
+		}
+	}
+
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, rt := range routes {
+		m := rt.pattern.FindStringSubmatch(path)
+		if m == nil {
+			continue
+		}
+		if rt.method != r.Method {
+			continue
+		}
+		data, failed := rt.handle(s, &call{r: r, args: m[1:], params: params, user: user})
+		writeAnswer(w, data, failed)
+		return
+	}
+	writeError(w, errorf(http.StatusNotImplemented, "Method '%s %s' not implemented", r.Method, path))
+}
+
+func (s *Server) record(r *http.Request, path string, params map[string]string) {
+	p := maps.Clone(params)
+	if _, ok := p["password"]; ok {
+		p["password"] = "[redacted]"
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.requests = append(s.requests, Request{Method: r.Method, Path: path, Query: r.URL.Query(), Params: p, Header: r.Header.Clone()})
+}
+
+// fault returns the first live fault matching the request, using it up.
+func (s *Server) fault(method, path string) *Fault {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for i, f := range s.faults {
+		if (f.Method == "" || f.Method == method) && f.re.MatchString(path) {
+			f.Times--
+			if f.Times <= 0 {
+				s.faults = slices.Delete(s.faults, i, i+1)
+			}
+			return f
+		}
+	}
+	return nil
+}
+
+// authenticate checks the API token or the ticket (and, for requests that
+// change something, the CSRF token) as pveproxy does.
+func (s *Server) authenticate(r *http.Request) (string, *apiError) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.tokenID == "" && s.username == "" {
+		return "root@pam", nil
+	}
+	if token, ok := strings.CutPrefix(r.Header.Get("Authorization"), "PVEAPIToken="); ok {
+		id, secret, _ := strings.Cut(token, "=")
+		if s.tokenID != "" && id == s.tokenID && secret == s.tokenSecret {
+			return id, nil
+		}
+		return "", errorf(http.StatusUnauthorized, "authentication failure")
+	}
+	if c, err := r.Cookie("PVEAuthCookie"); err == nil {
+		csrf, ok := s.tickets[c.Value]
+		if !ok {
+			return "", errorf(http.StatusUnauthorized, "authentication failure")
+		}
+		if r.Method != http.MethodGet && r.Header.Get("CSRFPreventionToken") != csrf {
+			return "", errorf(http.StatusUnauthorized, "Permission denied - invalid csrf token")
+		}
+		return s.username, nil
+	}
+	return "", errorf(http.StatusUnauthorized, "No ticket")
+}
+
+func (s *Server) login(params map[string]string) (any, *apiError) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.username == "" || params["username"] != s.username || params["password"] != s.password {
+		return nil, errorf(http.StatusUnauthorized, "authentication failure")
+	}
+	ticket := "PVE:" + s.username + ":" + randomHex(4) + "::" + randomHex(16)
+	csrf := randomHex(4) + ":" + randomHex(16)
+	s.tickets[ticket] = csrf
+	return map[string]any{"username": s.username, "ticket": ticket, "CSRFPreventionToken": csrf, "cap": map[string]any{}}, nil
+}
+
+func (s *Server) version(*call) (any, *apiError) {
+	return map[string]string{"version": "8.2.4", "release": "8.2", "repoid": "faa83925c9641325"}, nil
+}
+
+func (s *Server) node(name string) *Node {
+	for i := range s.nodes {
+		if s.nodes[i].Name == name {
+			return &s.nodes[i]
+		}
+	}
+	return nil
+}
+
+// usedMemory is what a node uses: its own use plus its running VMs.
+func (s *Server) usedMemory(n *Node) int64 {
+	used := n.UsedMemoryMiB
+	for _, vm := range s.vms {
+		if vm.Node == n.Name && vm.Status == "running" {
+			used += atoi(vm.Config["memory"], 512)
+		}
+	}
+	return used * mib
+}
+
+const mib = 1 << 20
+
+func (s *Server) nodeEntry(n *Node) map[string]any {
+	e := map[string]any{"node": n.Name, "id": "node/" + n.Name, "type": "node", "level": ""}
+	if n.Offline {
+		e["status"] = "offline"
+		return e
+	}
+	e["status"] = "online"
+	e["maxcpu"] = n.CPUs
+	e["cpu"] = n.CPULoad
+	e["maxmem"] = n.MemoryMiB * mib
+	e["mem"] = s.usedMemory(n)
+	e["uptime"] = 86400
+	return e
+}
+
+func (s *Server) vmEntry(vm *VM) map[string]any {
+	maxmem := atoi(vm.Config["memory"], 512) * mib
+	e := map[string]any{
+		"id": fmt.Sprintf("qemu/%d", vm.VMID), "type": "qemu", "vmid": vm.VMID,
+		"node": vm.Node, "status": vm.Status,
+		"template": boolInt(vm.Template),
+		"maxcpu":   atoi(vm.Config["cores"], 1) * atoi(vm.Config["sockets"], 1),
+		"maxmem":   maxmem, "maxdisk": 32 << 30,
+	}
+	if n := vm.Config["name"]; n != "" {
+		e["name"] = n
+	}
+	if t := vm.Config["tags"]; t != "" {
+		e["tags"] = t
+	}
+	if vm.Lock != "" {
+		e["lock"] = vm.Lock
+	}
+	if vm.Status == "running" {
+		e["mem"] = maxmem / 2
+		e["uptime"] = 60
+	}
+	return e
+}
+
+func (s *Server) clusterResources(c *call) (any, *apiError) {
+	typ := c.params["type"]
+	out := []map[string]any{}
+	if typ == "" || typ == "node" {
+		for i := range s.nodes {
+			out = append(out, s.nodeEntry(&s.nodes[i]))
+		}
+	}
+	if typ == "" || typ == "vm" {
+		for _, vmid := range slices.Sorted(maps.Keys(s.vms)) {
+			out = append(out, s.vmEntry(s.vms[vmid]))
+		}
+	}
+	return out, nil
+}
+
+func (s *Server) nextID(c *call) (any, *apiError) {
+	if v := c.params["vmid"]; v != "" {
+		id := int(atoi(v, 0))
+		if _, ok := s.vms[id]; ok {
+			return nil, errorf(http.StatusBadRequest, "VM %d already exists", id)
+		}
+		return strconv.Itoa(id), nil
+	}
+	for id := 100; ; id++ {
+		if _, ok := s.vms[id]; !ok {
+			return strconv.Itoa(id), nil
+		}
+	}
+}
+
+func (s *Server) clusterStatus(*call) (any, *apiError) {
+	out := []map[string]any{{"type": "cluster", "id": "cluster", "name": "fake", "quorate": 1, "nodes": len(s.nodes), "version": 1}}
+	for i, n := range s.nodes {
+		out = append(out, map[string]any{"type": "node", "id": "node/" + n.Name, "name": n.Name, "nodeid": i + 1, "online": boolInt(!n.Offline), "local": boolInt(i == 0), "ip": fmt.Sprintf("10.0.0.%d", i+1)})
+	}
+	return out, nil
+}
+
+func (s *Server) listNodes(*call) (any, *apiError) {
+	out := []map[string]any{}
+	for i := range s.nodes {
+		out = append(out, s.nodeEntry(&s.nodes[i]))
+	}
+	return out, nil
+}
+
+func (s *Server) onlineNode(name string) (*Node, *apiError) {
+	n := s.node(name)
+	if n == nil {
+		return nil, errorf(http.StatusInternalServerError, "hostname lookup '%s' failed - failed to get address info for: %s: Name or service not known", name, name)
+	}
+	if n.Offline {
+		return nil, errorf(595, "Connection refused")
+	}
+	return n, nil
+}
+
+func (s *Server) nodeStatus(c *call) (any, *apiError) {
+	n, failed := s.onlineNode(c.args[0])
+	if failed != nil {
+		return nil, failed
+	}
+	used := s.usedMemory(n)
+	return map[string]any{
+		"cpu":        n.CPULoad,
+		"memory":     map[string]any{"total": n.MemoryMiB * mib, "used": used, "free": n.MemoryMiB*mib - used},
+		"cpuinfo":    map[string]any{"cpus": n.CPUs, "cores": n.CPUs, "sockets": 1, "model": "fake"},
+		"uptime":     86400,
+		"pveversion": "pve-manager/8.2.4/faa83925c9641325",
+		"kversion":   "Linux 6.8.12-1-pve",
+	}, nil
+}
+
+// vmOn returns the VM if it is on the node, with Proxmox's error when not.
+func (s *Server) vmOn(node, id string) (*VM, *apiError) {
+	vmid := int(atoi(id, 0))
+	vm, ok := s.vms[vmid]
+	if !ok || vm.Node != node {
+		return nil, errorf(http.StatusInternalServerError, "Configuration file 'nodes/%s/qemu-server/%d.conf' does not exist", node, vmid)
+	}
+	return vm, nil
+}
+
+func (s *Server) listQemu(c *call) (any, *apiError) {
+	out := []map[string]any{}
+	for _, vmid := range slices.Sorted(maps.Keys(s.vms)) {
+		if vm := s.vms[vmid]; vm.Node == c.args[0] {
+			out = append(out, s.vmEntry(vm))
+		}
+	}
+	return out, nil
+}
+
+func (s *Server) createVM(c *call) (any, *apiError) {
+	node, failed := s.onlineNode(c.args[0])
+	if failed != nil {
+		return nil, failed
+	}
+	vmid := int(atoi(c.params["vmid"], 0))
+	if vmid < 100 {
+		return nil, errorf(http.StatusBadRequest, "Parameter verification failed.")
+	}
+	if existing, ok := s.vms[vmid]; ok {
+		return nil, errorf(http.StatusInternalServerError, "VM %d already exists on node '%s'", vmid, existing.Node)
+	}
+	cfg := map[string]string{}
+	for k, v := range c.params {
+		if k != "vmid" && k != "start" {
+			cfg[k] = v
+		}
+	}
+	if t, ok := cfg["tags"]; ok {
+		cfg["tags"] = normalizeTags(t)
+	}
+	cfg["meta"] = fmt.Sprintf("creation-qemu=9.0.2,ctime=%d", time.Now().Unix())
+	// Like Proxmox, the VM holds only its lock until the task has written
+	// the configuration.
+	vm := &VM{VMID: vmid, Node: node.Name, Status: "stopped", Lock: "create", Config: map[string]string{}}
+	s.vms[vmid] = vm
+	return s.newTask(node.Name, "qmcreate", strconv.Itoa(vmid), c.user, func(ok bool) {
+		vm.Lock, vm.Config = "", cfg
+		if !ok {
+			delete(s.vms, vmid)
+		}
+	}), nil
+}
+
+func (s *Server) cloneVM(c *call) (any, *apiError) {
+	src, failed := s.vmOn(c.args[0], c.args[1])
+	if failed != nil {
+		return nil, failed
+	}
+	newid := int(atoi(c.params["newid"], 0))
+	if newid < 100 {
+		return nil, errorf(http.StatusBadRequest, "Parameter verification failed.")
+	}
+	if existing, ok := s.vms[newid]; ok {
+		return nil, errorf(http.StatusInternalServerError, "VM %d already exists on node '%s'", newid, existing.Node)
+	}
+	if src.Lock != "" {
+		return nil, errorf(http.StatusInternalServerError, "VM is locked (%s)", src.Lock)
+	}
+	target := src.Node
+	if t := c.params["target"]; t != "" {
+		if _, failed := s.onlineNode(t); failed != nil {
+			return nil, failed
+		}
+		target = t
+	}
+	cfg := maps.Clone(src.Config)
+	delete(cfg, "template")
+	cfg["name"] = orDefault(c.params["name"], "Copy-of-VM-"+src.Config["name"])
+	if d, ok := c.params["description"]; ok {
+		cfg["description"] = d
+	}
+	cfg["meta"] = fmt.Sprintf("creation-qemu=9.0.2,ctime=%d", time.Now().Unix())
+	// Like Proxmox, the clone holds only its lock (no name, no description)
+	// until its disks are copied and the task writes the configuration.
+	vm := &VM{VMID: newid, Node: target, Status: "stopped", Lock: "clone", Config: map[string]string{}}
+	s.vms[newid] = vm
+	return s.newTask(src.Node, "qmclone", strconv.Itoa(src.VMID), c.user, func(ok bool) {
+		vm.Lock, vm.Config = "", cfg
+		if !ok {
+			delete(s.vms, newid)
+		}
+	}), nil
+}
+
+func (s *Server) getConfig(c *call) (any, *apiError) {
+	vm, failed := s.vmOn(c.args[0], c.args[1])
+	if failed != nil {
+		return nil, failed
+	}
+	out := map[string]any{"digest": randomHex(20)}
+	for k, v := range vm.Config {
+		switch k {
+		case "cores", "sockets", "template", "onboot":
+			out[k] = atoi(v, 0)
+		default:
+			// memory is a string since Proxmox VE 8.1.
+			out[k] = v
+		}
+	}
+	if vm.Lock != "" {
+		out["lock"] = vm.Lock
+	}
+	return out, nil
+}
+
+func (s *Server) postConfig(c *call) (any, *apiError) {
+	vm, failed := s.vmOn(c.args[0], c.args[1])
+	if failed != nil {
+		return nil, failed
+	}
+	if vm.Lock != "" {
+		return nil, errorf(http.StatusInternalServerError, "VM is locked (%s)", vm.Lock)
+	}
+	params := maps.Clone(c.params)
+	return s.newTask(vm.Node, "qmconfig", strconv.Itoa(vm.VMID), c.user, func(ok bool) {
+		if ok {
+			applyConfig(vm, params)
+		}
+	}), nil
+}
+
+func (s *Server) putConfig(c *call) (any, *apiError) {
+	vm, failed := s.vmOn(c.args[0], c.args[1])
+	if failed != nil {
+		return nil, failed
+	}
+	if vm.Lock != "" {
+		return nil, errorf(http.StatusInternalServerError, "VM is locked (%s)", vm.Lock)
+	}
+	applyConfig(vm, c.params)
+	return nil, nil
+}
+
+func applyConfig(vm *VM, params map[string]string) {
+	for _, k := range strings.Split(params["delete"], ",") {
+		delete(vm.Config, strings.TrimSpace(k))
+	}
+	for k, v := range params {
+		switch k {
+		case "delete", "digest", "skiplock":
+		case "tags":
+			vm.Config[k] = normalizeTags(v)
+		default:
+			vm.Config[k] = v
+		}
+	}
+}
+
+func (s *Server) currentStatus(c *call) (any, *apiError) {
+	vm, failed := s.vmOn(c.args[0], c.args[1])
+	if failed != nil {
+		return nil, failed
+	}
+	e := s.vmEntry(vm)
+	e["qmpstatus"] = vm.Status
+	e["cpus"] = e["maxcpu"]
+	return e, nil
+}
+
+func (s *Server) startVM(c *call) (any, *apiError) {
+	vm, failed := s.vmOn(c.args[0], c.args[1])
+	if failed != nil {
+		return nil, failed
+	}
+	switch {
+	case vm.Lock != "":
+		return nil, errorf(http.StatusInternalServerError, "VM is locked (%s)", vm.Lock)
+	case vm.Status == "running":
+		return nil, errorf(http.StatusInternalServerError, "VM %d already running", vm.VMID)
+	}
+	return s.newTask(vm.Node, "qmstart", strconv.Itoa(vm.VMID), c.user, func(ok bool) {
+		if ok {
+			vm.Status = "running"
+		}
+	}), nil
+}
+
+func (s *Server) stopVM(c *call) (any, *apiError) {
+	vm, failed := s.vmOn(c.args[0], c.args[1])
+	if failed != nil {
+		return nil, failed
+	}
+	switch {
+	case vm.Lock != "":
+		return nil, errorf(http.StatusInternalServerError, "VM is locked (%s)", vm.Lock)
+	case vm.Status != "running":
+		return nil, errorf(http.StatusInternalServerError, "VM %d not running", vm.VMID)
+	}
+	typ := "qmstop"
+	if c.args[2] == "shutdown" {
+		typ = "qmshutdown"
+	}
+	return s.newTask(vm.Node, typ, strconv.Itoa(vm.VMID), c.user, func(ok bool) {
+		if ok {
+			vm.Status = "stopped"
+		}
+	}), nil
+}
+
+func (s *Server) destroyVM(c *call) (any, *apiError) {
+	vm, failed := s.vmOn(c.args[0], c.args[1])
+	if failed != nil {
+		return nil, failed
+	}
+	switch {
+	case vm.Lock != "":
+		return nil, errorf(http.StatusInternalServerError, "VM is locked (%s)", vm.Lock)
+	case vm.Status == "running":
+		return nil, errorf(http.StatusInternalServerError, "VM %d is running - destroy failed", vm.VMID)
+	}
+	vm.Lock = "destroyed"
+	return s.newTask(vm.Node, "qmdestroy", strconv.Itoa(vm.VMID), c.user, func(ok bool) {
+		if ok {
+			delete(s.vms, vm.VMID)
+			return
+		}
+		vm.Lock = ""
+	}), nil
+}
+
+// newTask starts a task whose effect, finish, is applied when a status
+// poll sees it stop.
+func (s *Server) newTask(node, typ, id, user string, finish func(ok bool)) string {
+	s.pid++
+	now := time.Now()
+	t := &task{node: node, typ: typ, id: id, user: user, started: now, pollsLeft: s.taskPolls, exit: "OK", finish: finish}
+	for i, f := range s.taskFaults {
+		if f.Type == "" || f.Type == typ {
+			if f.ExitStatus != "" {
+				t.exit = f.ExitStatus
+			}
+			if f.Polls > 0 {
+				t.pollsLeft = f.Polls
+			}
+			f.Times--
+			if f.Times <= 0 {
+				s.taskFaults = slices.Delete(s.taskFaults, i, i+1)
+			}
+			break
+		}
+	}
+	t.upid = fmt.Sprintf("UPID:%s:%08X:%08X:%08X:%s:%s:%s:", node, s.pid, s.pid*7, now.Unix(), typ, id, user)
+	s.tasks[t.upid] = t
+	return t.upid
+}
+
+// FinishTasks ends every running task now, as if its work were done,
+// applying its effect (a clone gets its configuration, a destroyed VM goes).
+func (s *Server) FinishTasks() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, t := range s.tasks {
+		t.pollsLeft = 0
+		if !t.done {
+			t.done = true
+			t.finish(t.exit == "OK")
+		}
+	}
+}
+
+func (s *Server) taskStatus(c *call) (any, *apiError) {
+	t, ok := s.tasks[c.args[1]]
+	if !ok || t.node != c.args[0] {
+		return nil, errorf(http.StatusInternalServerError, "unable to parse worker upid '%s'", c.args[1])
+	}
+	out := map[string]any{
+		"upid": t.upid, "node": t.node, "type": t.typ, "id": t.id, "user": t.user,
+		"pid": 4242, "pstart": 1234, "starttime": t.started.Unix(),
+	}
+	if t.pollsLeft > 0 {
+		t.pollsLeft--
+		out["status"] = "running"
+		return out, nil
+	}
+	if !t.done {
+		t.done = true
+		t.finish(t.exit == "OK")
+	}
+	out["status"] = "stopped"
+	out["exitstatus"] = t.exit
+	return out, nil
+}
+
+// readParams merges the query with a JSON or form body, as strings.
+func readParams(r *http.Request) (map[string]string, error) {
+	out := map[string]string{}
+	for k, v := range r.URL.Query() {
+		out[k] = v[0]
+	}
+	if r.Body == nil {
+		return out, nil
+	}
+	body, err := io.ReadAll(io.LimitReader(r.Body, 1<<20))
+	if err != nil || len(body) == 0 {
+		return out, err
+	}
+	if strings.HasPrefix(r.Header.Get("Content-Type"), "application/json") {
+		dec := json.NewDecoder(strings.NewReader(string(body)))
+		dec.UseNumber()
+		var m map[string]any
+		if err := dec.Decode(&m); err != nil {
+			return nil, err
+		}
+		for k, v := range m {
+			if v == nil {
+				continue
+			}
+			out[k] = fmt.Sprint(v)
+		}
+		return out, nil
+	}
+	form, err := url.ParseQuery(string(body))
+	if err != nil {
+		return nil, err
+	}
+	for k, v := range form {
+		out[k] = v[0]
+	}
+	return out, nil
+}
+
+func writeAnswer(w http.ResponseWriter, data any, failed *apiError) {
+	if failed != nil {
+		writeError(w, failed)
+		return
+	}
+	body, _ := json.Marshal(map[string]any{"data": data})
+	w.Header().Set("Content-Type", "application/json;charset=UTF-8")
+	_, _ = w.Write(body)
+}
+
+// writeError answers as pveproxy does: the reason in the status line, the
+// body {"data":null} with the message. net/http writes only standard
+// reasons, so the connection is taken over to write the status line.
+func writeError(w http.ResponseWriter, e *apiError) {
+	msg := strings.NewReplacer("\r", " ", "\n", " ").Replace(e.msg)
+	body, _ := json.Marshal(map[string]any{"data": nil, "message": msg + "\n"})
+	if hj, ok := w.(http.Hijacker); ok {
+		if conn, buf, err := hj.Hijack(); err == nil {
+			defer func() { _ = conn.Close() }()
+			_, _ = fmt.Fprintf(buf, "HTTP/1.1 %d %s\r\nContent-Type: application/json;charset=UTF-8\r\nContent-Length: %d\r\nConnection: close\r\n\r\n%s",
+				e.code, msg, len(body), body)
+			_ = buf.Flush()
+			return
+		}
+	}
+	w.Header().Set("Content-Type", "application/json;charset=UTF-8")
+	w.WriteHeader(e.code)
+	_, _ = w.Write(body)
+}
+
+// normalizeTags sorts and de-duplicates tags and joins them with ';', as
+// Proxmox stores them.
+func normalizeTags(tags string) string {
+	t := splitTags(tags)
+	slices.Sort(t)
+	return strings.Join(slices.Compact(t), ";")
+}
+
+func splitTags(tags string) []string {
+	return strings.FieldsFunc(tags, func(r rune) bool { return r == ';' || r == ',' || r == ' ' })
+}
+
+func atoi(s string, def int64) int64 {
+	s, _, _ = strings.Cut(s, ",")
+	s = strings.TrimPrefix(s, "current=")
+	n, err := strconv.ParseInt(s, 10, 64)
+	if err != nil {
+		return def
+	}
+	return n
+}
+
+func boolInt(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+func orDefault(s, def string) string {
+	if s == "" {
+		return def
+	}
+	return s
+}
+
+func randomHex(n int) string {
+	b := make([]byte, n)
+	_, _ = rand.Read(b)
+	return strings.ToUpper(hex.EncodeToString(b))
+}

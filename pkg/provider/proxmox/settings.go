@@ -1,0 +1,289 @@
+package proxmox
+
+import (
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"math"
+	"net/url"
+	"regexp"
+	"strconv"
+	"strings"
+
+	"github.com/claimscale/claimscale/api/v1alpha1"
+	"github.com/claimscale/claimscale/pkg/provider"
+)
+
+// The keys of the credentials Secret.
+const (
+	SecretKeyTokenID     = "tokenID"
+	SecretKeyTokenSecret = "tokenSecret"
+	SecretKeyUsername    = "username"
+	SecretKeyPassword    = "password"
+	SecretKeyCA          = "ca.crt"
+)
+
+const mib = 1 << 20
+
+// settings are a NodeProvider's proxmox block, checked and turned into the
+// values the API calls take.
+type settings struct {
+	endpoint    string
+	insecureTLS bool
+	// allowed is the node allow-list; empty allows every node.
+	allowed map[string]bool
+	lower   int
+	upper   int
+	clone   *cloneSettings
+	netboot *netbootSettings
+	storage string
+	// nics are the net0, net1, … values, e.g. "virtio,bridge=vmbr0,tag=10".
+	nics        []string
+	cicustom    string
+	overheadMiB int64
+	extra       []v1alpha1.NameValue
+}
+
+type cloneSettings struct {
+	templateID int
+	full       bool
+}
+
+type netbootSettings struct {
+	// boot is the VM's boot option, e.g. "order=net0".
+	boot   string
+	osType string
+	// disk is the scsi0 value that allocates a new disk, e.g. "local-lvm:32".
+	disk string
+}
+
+// credentials are the values of the credentials Secret. They are never
+// formatted into a message.
+type credentials struct {
+	tokenID     string
+	tokenSecret string
+	username    string
+	password    string
+	roots       *x509.CertPool
+}
+
+// values lists the secret values, for redaction.
+func (c credentials) values() []string {
+	var out []string
+	for _, v := range []string{c.tokenID, c.tokenSecret, c.username, c.password} {
+		if v != "" {
+			out = append(out, v)
+		}
+	}
+	return out
+}
+
+// reservedOptions are set by the provider itself; passing them through
+// extraOptions would break sizing or the ownership markers.
+var reservedOptions = map[string]string{
+	"vmid":        "the VM ID comes from vmIDRange",
+	"name":        "the VM is named after its NodeClaim",
+	"tags":        "the tags carry claimscale's ownership markers",
+	"description": "the description carries claimscale's ownership markers",
+	"cores":       "cores come from the claim's shape",
+	"sockets":     "cores come from the claim's shape",
+	"memory":      "memory comes from the claim's shape and memoryOverhead",
+}
+
+var diskSizePattern = regexp.MustCompile(`^([0-9]+)([KMGT]?)$`)
+
+// parseSettings checks a NodeProvider's proxmox block. Every error is
+// terminal: the NodeProvider has to change before anything can work.
+func parseSettings(np *v1alpha1.NodeProvider) (*settings, error) {
+	px := np.Spec.Proxmox
+	if px == nil {
+		return nil, provider.NewTerminal(errors.New("spec.proxmox is not set"))
+	}
+	s := &settings{
+		insecureTLS: px.InsecureSkipTLSVerify,
+		lower:       int(px.VMIDRange.Lower),
+		upper:       int(px.VMIDRange.Upper),
+		storage:     px.Storage,
+		cicustom:    px.CICustom,
+	}
+	endpoint, err := apiBase(px.Endpoint)
+	if err != nil {
+		return nil, provider.NewTerminal(err)
+	}
+	s.endpoint = endpoint
+
+	if len(px.Nodes) > 0 {
+		s.allowed = make(map[string]bool, len(px.Nodes))
+		for _, n := range px.Nodes {
+			s.allowed[n] = true
+		}
+	}
+	if s.lower < 100 || s.upper < s.lower {
+		return nil, provider.NewTerminal(fmt.Errorf("spec.proxmox.vmIDRange %d-%d is not a range of VM IDs from 100 up", s.lower, s.upper))
+	}
+
+	switch {
+	case px.Clone != nil && px.Netboot != nil, px.Clone == nil && px.Netboot == nil:
+		return nil, provider.NewTerminal(errors.New("exactly one of spec.proxmox.clone and spec.proxmox.netboot must be set"))
+	case px.Clone != nil:
+		s.clone = &cloneSettings{templateID: int(px.Clone.TemplateID), full: px.Clone.Full == nil || *px.Clone.Full}
+	default:
+		nb, err := parseNetboot(px.Netboot, px.Storage)
+		if err != nil {
+			return nil, provider.NewTerminal(err)
+		}
+		s.netboot = nb
+	}
+
+	for i, nic := range px.NetworkInterfaces {
+		if nic.Bridge == "" {
+			return nil, provider.NewTerminal(fmt.Errorf("spec.proxmox.networkInterfaces[%d] has no bridge", i))
+		}
+		model := nic.Model
+		if model == "" {
+			model = "virtio"
+		}
+		v := model + ",bridge=" + nic.Bridge
+		if nic.VLANTag != nil {
+			v += ",tag=" + strconv.Itoa(int(*nic.VLANTag))
+		}
+		s.nics = append(s.nics, v)
+	}
+
+	if px.MemoryOverhead != nil {
+		if px.MemoryOverhead.Sign() < 0 {
+			return nil, provider.NewTerminal(errors.New("spec.proxmox.memoryOverhead must not be negative"))
+		}
+		s.overheadMiB = ceilDiv(px.MemoryOverhead.Value(), mib)
+	}
+
+	for _, o := range px.ExtraOptions {
+		if why, ok := reservedOptions[o.Name]; ok {
+			return nil, provider.NewTerminal(fmt.Errorf("spec.proxmox.extraOptions may not set %q: %s", o.Name, why))
+		}
+		if i, ok := nicIndex(o.Name); ok && i < len(s.nics) {
+			return nil, provider.NewTerminal(fmt.Errorf("spec.proxmox.extraOptions sets %q, which spec.proxmox.networkInterfaces already sets", o.Name))
+		}
+		s.extra = append(s.extra, o)
+	}
+	return s, nil
+}
+
+// nicIndex returns 3 for "net3".
+func nicIndex(name string) (int, bool) {
+	n, ok := strings.CutPrefix(name, "net")
+	if !ok {
+		return 0, false
+	}
+	i, err := strconv.Atoi(n)
+	return i, err == nil
+}
+
+// apiBase turns the endpoint into the API's base URL, which ends in
+// /api2/json; "https://pve.example:8006" is accepted as well.
+func apiBase(endpoint string) (string, error) {
+	u, err := url.Parse(endpoint)
+	if err != nil || (u.Scheme != "https" && u.Scheme != "http") || u.Host == "" {
+		return "", fmt.Errorf("spec.proxmox.endpoint %q is not an http(s) URL", endpoint)
+	}
+	u.Path = strings.TrimSuffix(u.Path, "/")
+	if !strings.HasSuffix(u.Path, "/api2/json") {
+		u.Path += "/api2/json"
+	}
+	u.RawQuery, u.Fragment = "", ""
+	return u.String(), nil
+}
+
+func parseNetboot(nb *v1alpha1.ProxmoxNetboot, storage string) (*netbootSettings, error) {
+	if storage == "" {
+		return nil, errors.New("spec.proxmox.storage must name the storage for the netboot VM's disk")
+	}
+	out := &netbootSettings{boot: nb.BootOrder, osType: nb.OSType}
+	if out.boot == "" {
+		out.boot = "net0"
+	}
+	// Proxmox's boot option is "order=net0;scsi0"; the bare order is accepted
+	// here because it is what people write.
+	if !strings.Contains(out.boot, "=") {
+		out.boot = "order=" + out.boot
+	}
+	if out.osType == "" {
+		out.osType = "l26"
+	}
+	size := nb.DiskSize
+	if size == "" {
+		size = "32G"
+	}
+	gib, err := diskGiB(size)
+	if err != nil {
+		return nil, err
+	}
+	// STORAGE:SIZE is Proxmox's syntax for "allocate a new disk of SIZE GiB".
+	out.disk = fmt.Sprintf("%s:%d", storage, gib)
+	return out, nil
+}
+
+// diskGiB converts a size such as 32G or 512M into whole GiB, rounding up,
+// because a new disk is allocated in GiB.
+func diskGiB(size string) (int64, error) {
+	m := diskSizePattern.FindStringSubmatch(size)
+	if m == nil {
+		return 0, fmt.Errorf("spec.proxmox.netboot.diskSize %q is not a size such as 32G", size)
+	}
+	n, err := strconv.ParseInt(m[1], 10, 64)
+	if err != nil || n == 0 {
+		return 0, fmt.Errorf("spec.proxmox.netboot.diskSize %q is not a size such as 32G", size)
+	}
+	switch m[2] {
+	case "K":
+		return ceilDiv(n, 1<<20), nil
+	case "M":
+		return ceilDiv(n, 1<<10), nil
+	case "T":
+		if n > math.MaxInt64/1024 {
+			return 0, fmt.Errorf("spec.proxmox.netboot.diskSize %q is too large", size)
+		}
+		return n * 1024, nil
+	default: // G, or a bare number, which Proxmox reads as GiB too
+		return n, nil
+	}
+}
+
+// parseCredentials reads the credentials Secret: an API token (tokenID,
+// tokenSecret) or a user and password, and an optional CA bundle. Errors name
+// keys, never values.
+func parseCredentials(data map[string][]byte) (*credentials, error) {
+	c := &credentials{
+		tokenID:     strings.TrimSpace(string(data[SecretKeyTokenID])),
+		tokenSecret: strings.TrimSpace(string(data[SecretKeyTokenSecret])),
+		username:    strings.TrimSpace(string(data[SecretKeyUsername])),
+		password:    string(data[SecretKeyPassword]),
+	}
+	switch {
+	case c.tokenID != "" || c.tokenSecret != "":
+		if c.tokenID == "" || c.tokenSecret == "" {
+			return nil, provider.NewTerminal(fmt.Errorf("the credentials Secret has only one of %s and %s; an API token needs both", SecretKeyTokenID, SecretKeyTokenSecret))
+		}
+	case c.username != "" || c.password != "":
+		if c.username == "" || c.password == "" {
+			return nil, provider.NewTerminal(fmt.Errorf("the credentials Secret has only one of %s and %s; both are needed", SecretKeyUsername, SecretKeyPassword))
+		}
+	default:
+		return nil, provider.NewTerminal(fmt.Errorf("the credentials Secret needs %s and %s (an API token), or %s and %s",
+			SecretKeyTokenID, SecretKeyTokenSecret, SecretKeyUsername, SecretKeyPassword))
+	}
+	if pem, ok := data[SecretKeyCA]; ok && len(pem) > 0 {
+		c.roots = x509.NewCertPool()
+		if !c.roots.AppendCertsFromPEM(pem) {
+			return nil, provider.NewTerminal(fmt.Errorf("%s in the credentials Secret holds no PEM certificate", SecretKeyCA))
+		}
+	}
+	return c, nil
+}
+
+func ceilDiv(a, b int64) int64 {
+	if a <= 0 {
+		return 0
+	}
+	return (a + b - 1) / b
+}

@@ -1,0 +1,155 @@
+package proxmox
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strconv"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+
+	"github.com/claimscale/claimscale/api/v1alpha1"
+	"github.com/claimscale/claimscale/pkg/provider"
+)
+
+// maxFlexibleShapes caps the grid a flexible range is expanded into; a finer
+// grid is thinned by coarsening its steps, keeping the smallest and the
+// largest size.
+const maxFlexibleShapes = 256
+
+// Default prices when a pool gives none: one unit per core and a quarter
+// unit per GiB, the same rule the NodePool API documents.
+const (
+	defaultPricePerCPU = 1.0
+	defaultPricePerGiB = 0.25
+)
+
+// Shapes returns the sizes a pool's VMs may have. Proxmox has no catalog:
+// fixed shapes must give cpu and memory; a flexible range is expanded into
+// a grid of shapes named c<cores>-m<memory> (c2-m4Gi), at most
+// maxFlexibleShapes of them. CPU is rounded up to whole cores and memory to
+// whole MiB, because that is what the VM gets.
+func (p *Provider) Shapes(_ context.Context, pool *v1alpha1.NodePool) ([]provider.Shape, error) {
+	switch {
+	case len(pool.Spec.Shapes.Fixed) > 0:
+		return fixedShapes(pool)
+	case pool.Spec.Shapes.Flexible != nil:
+		return flexibleShapes(pool.Spec.Shapes.Flexible)
+	default:
+		return nil, provider.NewTerminal(fmt.Errorf("NodePool %s has neither fixed nor flexible shapes", pool.Name))
+	}
+}
+
+func fixedShapes(pool *v1alpha1.NodePool) ([]provider.Shape, error) {
+	out := make([]provider.Shape, 0, len(pool.Spec.Shapes.Fixed))
+	for _, s := range pool.Spec.Shapes.Fixed {
+		if s.CPU == nil || s.Memory == nil {
+			return nil, provider.NewTerminal(fmt.Errorf("shape %q of NodePool %s needs cpu and memory: Proxmox has no catalog to look its size up in", s.Name, pool.Name))
+		}
+		cores, memMiB := ceilDiv(s.CPU.MilliValue(), 1000), ceilDiv(s.Memory.Value(), mib)
+		if cores < 1 || memMiB < 1 {
+			return nil, provider.NewTerminal(fmt.Errorf("shape %q of NodePool %s needs positive cpu and memory", s.Name, pool.Name))
+		}
+		price := float64(cores)*defaultPricePerCPU + float64(memMiB)/1024*defaultPricePerGiB
+		if s.Price != "" {
+			var err error
+			if price, err = strconv.ParseFloat(s.Price, 64); err != nil {
+				return nil, provider.NewTerminal(fmt.Errorf("shape %q of NodePool %s has price %q, which is not a number", s.Name, pool.Name, s.Price))
+			}
+		}
+		out = append(out, provider.Shape{Name: s.Name, Capacity: shapeCapacity(cores, memMiB), Price: price})
+	}
+	return out, nil
+}
+
+func flexibleShapes(f *v1alpha1.FlexibleShape) ([]provider.Shape, error) {
+	cpuStep := resource.MustParse("1")
+	if f.CPUStep != nil {
+		cpuStep = *f.CPUStep
+	}
+	memStep := resource.MustParse("1Gi")
+	if f.MemoryStep != nil {
+		memStep = *f.MemoryStep
+	}
+	perCPU, err := priceOr(f.PricePerCPU, defaultPricePerCPU)
+	if err != nil {
+		return nil, err
+	}
+	perGiB, err := priceOr(f.PricePerGiB, defaultPricePerGiB)
+	if err != nil {
+		return nil, err
+	}
+
+	cpuAxis := axis{min: f.MinCPU.MilliValue(), max: f.MaxCPU.MilliValue(), step: cpuStep.MilliValue()}
+	memAxis := axis{min: f.MinMemory.Value(), max: f.MaxMemory.Value(), step: memStep.Value()}
+	if cpuAxis.min <= 0 || memAxis.min <= 0 || cpuAxis.step <= 0 || memAxis.step <= 0 || cpuAxis.max < cpuAxis.min || memAxis.max < memAxis.min {
+		return nil, provider.NewTerminal(fmt.Errorf("flexible shapes need positive minimums and steps, and maximums no smaller than the minimums"))
+	}
+	for cpuAxis.count()*memAxis.count() > maxFlexibleShapes {
+		if cpuAxis.count() >= memAxis.count() {
+			cpuAxis.step *= 2
+		} else {
+			memAxis.step *= 2
+		}
+	}
+
+	cores := roundedValues(cpuAxis, 1000)
+	mems := roundedValues(memAxis, mib)
+	out := make([]provider.Shape, 0, len(cores)*len(mems))
+	for _, c := range cores {
+		for _, m := range mems {
+			capacity := shapeCapacity(c, m)
+			mem := capacity[corev1.ResourceMemory]
+			out = append(out, provider.Shape{
+				Name:     fmt.Sprintf("c%d-m%s", c, mem.String()),
+				Capacity: capacity,
+				Price:    float64(c)*perCPU + float64(m)/1024*perGiB,
+			})
+		}
+	}
+	return out, nil
+}
+
+// axis is one dimension of a flexible range, in milli-CPU or bytes.
+type axis struct{ min, max, step int64 }
+
+// count is how many values the axis has: the steps from the minimum, and
+// the maximum when it is off the grid.
+func (a axis) count() int64 {
+	n := (a.max-a.min)/a.step + 1
+	if (a.max-a.min)%a.step != 0 {
+		n++
+	}
+	return n
+}
+
+// roundedValues lists the axis's values rounded up to whole units (cores,
+// MiB), without duplicates, always including the maximum.
+func roundedValues(a axis, unit int64) []int64 {
+	var out []int64
+	for v := a.min; v <= a.max; v += a.step {
+		out = append(out, ceilDiv(v, unit))
+	}
+	out = append(out, ceilDiv(a.max, unit))
+	slices.Sort(out)
+	return slices.Compact(out)
+}
+
+func shapeCapacity(cores, memMiB int64) corev1.ResourceList {
+	return corev1.ResourceList{
+		corev1.ResourceCPU:    *resource.NewQuantity(cores, resource.DecimalSI),
+		corev1.ResourceMemory: *resource.NewQuantity(memMiB*mib, resource.BinarySI),
+	}
+}
+
+func priceOr(s string, def float64) (float64, error) {
+	if s == "" {
+		return def, nil
+	}
+	v, err := strconv.ParseFloat(s, 64)
+	if err != nil {
+		return 0, provider.NewTerminal(fmt.Errorf("flexible shape price %q is not a number", s))
+	}
+	return v, nil
+}
