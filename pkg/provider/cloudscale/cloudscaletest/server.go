@@ -1,0 +1,684 @@
+// Package cloudscaletest is an in-memory stand-in for the cloudscale.ch API
+// v1, served over HTTP on 127.0.0.1, for testing the cloudscale provider and
+// for end-to-end tests that drive the whole node lifecycle without a
+// cloudscale account. It answers the requests the provider makes
+// (servers with tag filters, flavors) with the API's status codes and error
+// bodies, records every request, and injects faults on demand.
+package cloudscaletest
+
+import (
+	"crypto/rand"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"slices"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/cloudscale-ch/cloudscale-go-sdk/v6"
+)
+
+// Details the fake answers with, worded like the real API's (Django REST
+// framework) messages, so tests can match on them.
+const (
+	DetailInvalidToken  = "Invalid token."
+	DetailMissingToken  = "Authentication credentials were not provided."
+	DetailNotFound      = "Not found."
+	DetailQuotaExceeded = "Quota exceeded: the servers requested exceed the vCPU quota of this project."
+	DetailServerError   = "A server error occurred."
+)
+
+// Flavor is a server flavor and the zones it is offered in.
+type Flavor struct {
+	Slug      string
+	Name      string
+	VCPUCount int
+	MemoryGB  int
+	Zones     []string
+}
+
+// DefaultFlavors are cloudscale-like flex (shared vCPU) and plus (dedicated
+// vCPU) flavors, offered in lpg1 and rma1.
+func DefaultFlavors() []Flavor {
+	zones := []string{"lpg1", "rma1"}
+	var flavors []Flavor
+	for _, f := range []struct {
+		family    string
+		mem, vcpu int
+	}{
+		{"flex", 4, 1}, {"flex", 4, 2}, {"flex", 8, 2}, {"flex", 8, 4},
+		{"flex", 12, 3}, {"flex", 16, 4}, {"flex", 16, 8}, {"flex", 24, 6},
+		{"flex", 32, 8}, {"flex", 48, 12}, {"flex", 64, 16}, {"flex", 96, 24},
+		{"plus", 8, 2}, {"plus", 16, 4}, {"plus", 32, 8}, {"plus", 48, 12},
+		{"plus", 64, 16}, {"plus", 96, 24},
+	} {
+		slug := fmt.Sprintf("%s-%d-%d", f.family, f.mem, f.vcpu)
+		flavors = append(flavors, Flavor{
+			Slug:      slug,
+			Name:      strings.ToUpper(slug[:1]) + slug[1:],
+			VCPUCount: f.vcpu,
+			MemoryGB:  f.mem,
+			Zones:     zones,
+		})
+	}
+	return flavors
+}
+
+// Fault is an error the fake answers with instead of doing the request.
+type Fault struct {
+	// Method the fault applies to; empty means any.
+	Method string
+	// Path the fault applies to, e.g. "/v1/servers"; a trailing "/*"
+	// matches every path below ("/v1/servers/*" is any one server); empty
+	// means any.
+	Path string
+	// Status code of the answer.
+	Status int
+	// Detail goes into the body as {"detail": Detail}. Empty leaves the body
+	// empty.
+	Detail string
+	// RetryAfter is sent as the Retry-After header when not empty.
+	RetryAfter string
+	// EchoAuthorization appends the request's Authorization header to the
+	// detail, as a careless server might; for testing that the token never
+	// leaks from the client.
+	EchoAuthorization bool
+	// Times the fault answers before it is used up: 0 means once, a negative
+	// number means until ClearFaults.
+	Times int
+}
+
+// Request is one request the fake received. The Authorization header is not
+// kept.
+type Request struct {
+	Method string
+	Path   string
+	Query  url.Values
+	Body   []byte
+}
+
+// Option configures a Server.
+type Option func(*Server)
+
+// WithToken makes the fake accept only "Authorization: Bearer <token>" and
+// answer anything else with 401, as the real API does. Without it any
+// request is accepted.
+func WithToken(token string) Option { return func(s *Server) { s.token = token } }
+
+// WithFlavors replaces DefaultFlavors.
+func WithFlavors(flavors ...Flavor) Option {
+	return func(s *Server) { s.flavors = slices.Clone(flavors) }
+}
+
+// WithDefaultZone is the zone of servers created without one (lpg1 unless
+// set).
+func WithDefaultZone(zone string) Option { return func(s *Server) { s.defaultZone = zone } }
+
+// WithServersRunning makes new servers "running" at once instead of
+// "changing" until MarkRunning.
+func WithServersRunning() Option { return func(s *Server) { s.startRunning = true } }
+
+// WithClock sets what the fake uses for created_at (time.Now unless set).
+func WithClock(now func() time.Time) Option { return func(s *Server) { s.now = now } }
+
+// WithOnCreate calls fn with every server created through the API, after
+// the answer was sent; an end-to-end test registers a Node for it there.
+func WithOnCreate(fn func(cloudscale.Server)) Option { return func(s *Server) { s.onCreate = fn } }
+
+// WithOnDelete calls fn with every server deleted through the API, after the
+// answer was sent.
+func WithOnDelete(fn func(cloudscale.Server)) Option { return func(s *Server) { s.onDelete = fn } }
+
+// Server is the fake API. Its methods are safe for concurrent use.
+type Server struct {
+	// URL of the fake, without a trailing slash; the provider's base URL.
+	URL string
+
+	http *httptest.Server
+
+	token        string
+	flavors      []Flavor
+	defaultZone  string
+	startRunning bool
+	now          func() time.Time
+	onCreate     func(cloudscale.Server)
+	onDelete     func(cloudscale.Server)
+
+	mu          sync.Mutex
+	servers     map[string]*cloudscale.Server
+	requests    []Request
+	faults      []*Fault
+	holds       []*Hold
+	inFlight    map[string]int
+	maxInFlight map[string]int
+}
+
+// NewServer starts a fake API on 127.0.0.1 on a free port. Close it when
+// done.
+func NewServer(opts ...Option) *Server {
+	s := &Server{
+		flavors:     DefaultFlavors(),
+		defaultZone: "lpg1",
+		now:         time.Now,
+		servers:     map[string]*cloudscale.Server{},
+		inFlight:    map[string]int{},
+		maxInFlight: map[string]int{},
+	}
+	for _, opt := range opts {
+		opt(s)
+	}
+	s.http = httptest.NewServer(http.HandlerFunc(s.serve))
+	s.URL = s.http.URL
+	return s
+}
+
+// Close stops the fake and releases every held request.
+func (s *Server) Close() {
+	s.mu.Lock()
+	for _, h := range s.holds {
+		h.release()
+	}
+	s.mu.Unlock()
+	s.http.Close()
+}
+
+// InjectFault adds a fault; faults are tried in the order they were added.
+func (s *Server) InjectFault(f Fault) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	fault := f
+	s.faults = append(s.faults, &fault)
+}
+
+// ClearFaults removes every fault.
+func (s *Server) ClearFaults() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.faults = nil
+}
+
+// Hold keeps matching requests waiting until Release, so a test can see how
+// many run at once.
+type Hold struct {
+	method, path string
+	once         sync.Once
+	released     chan struct{}
+}
+
+// Release lets every held request, and every later one, through.
+func (h *Hold) Release() { h.release() }
+
+func (h *Hold) release() { h.once.Do(func() { close(h.released) }) }
+
+// HoldRequests makes requests matching method and path (as in Fault) wait
+// until the returned Hold is released.
+func (s *Server) HoldRequests(method, path string) *Hold {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	h := &Hold{method: method, path: path, released: make(chan struct{})}
+	s.holds = append(s.holds, h)
+	return h
+}
+
+// InFlight is the number of requests with this method being answered now.
+func (s *Server) InFlight(method string) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.inFlight[method]
+}
+
+// MaxInFlight is the most requests with this method answered at once so far.
+func (s *Server) MaxInFlight(method string) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.maxInFlight[method]
+}
+
+// Requests returns the requests received so far, oldest first.
+func (s *Server) Requests() []Request {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.Clone(s.requests)
+}
+
+// CountRequests counts the requests received with this method and path (as
+// in Fault; empty matches any).
+func (s *Server) CountRequests(method, path string) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n := 0
+	for _, r := range s.requests {
+		if matches(method, path, r.Method, r.Path) {
+			n++
+		}
+	}
+	return n
+}
+
+// ServerSpec describes a server to put into the fake directly, as if made
+// by someone else (another cluster, a person, a crashed controller).
+type ServerSpec struct {
+	Name   string
+	Flavor string
+	Zone   string
+	Status string
+	Tags   map[string]string
+}
+
+// AddServer puts a server into the fake and returns its UUID.
+func (s *Server) AddServer(spec ServerSpec) string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	status := spec.Status
+	if status == "" {
+		status = cloudscale.ServerRunning
+	}
+	flavor := spec.Flavor
+	if flavor == "" && len(s.flavors) > 0 {
+		flavor = s.flavors[0].Slug
+	}
+	srv, problem := s.newServer(spec.Name, flavor, "debian-12", spec.Zone, spec.Tags)
+	if problem != "" {
+		panic("cloudscaletest: AddServer: " + problem)
+	}
+	srv.Status = status
+	return srv.UUID
+}
+
+// Servers returns every server the fake holds, sorted by name.
+func (s *Server) Servers() []cloudscale.Server {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make([]cloudscale.Server, 0, len(s.servers))
+	for _, srv := range s.servers {
+		out = append(out, *srv)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out
+}
+
+// Server returns one server by UUID.
+func (s *Server) Server(uuid string) (cloudscale.Server, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	srv, ok := s.servers[uuid]
+	if !ok {
+		return cloudscale.Server{}, false
+	}
+	return *srv, true
+}
+
+// MarkRunning sets a server's status to running, as the API does once a
+// server has booted. It reports whether the server exists.
+func (s *Server) MarkRunning(uuid string) bool {
+	return s.SetStatus(uuid, cloudscale.ServerRunning)
+}
+
+// MarkAllRunning sets every server's status to running.
+func (s *Server) MarkAllRunning() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, srv := range s.servers {
+		srv.Status = cloudscale.ServerRunning
+	}
+}
+
+// SetStatus sets a server's status (running, stopped, changing, errored).
+func (s *Server) SetStatus(uuid, status string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	srv, ok := s.servers[uuid]
+	if ok {
+		srv.Status = status
+	}
+	return ok
+}
+
+// RemoveServer deletes a server behind the provider's back, as a person in
+// the control panel might.
+func (s *Server) RemoveServer(uuid string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.servers, uuid)
+}
+
+func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
+	body, _ := io.ReadAll(r.Body)
+
+	s.mu.Lock()
+	s.requests = append(s.requests, Request{
+		Method: r.Method,
+		Path:   r.URL.Path,
+		Query:  r.URL.Query(),
+		Body:   body,
+	})
+	s.inFlight[r.Method]++
+	s.maxInFlight[r.Method] = max(s.maxInFlight[r.Method], s.inFlight[r.Method])
+	var waits []chan struct{}
+	for _, h := range s.holds {
+		if matches(h.method, h.path, r.Method, r.URL.Path) {
+			waits = append(waits, h.released)
+		}
+	}
+	s.mu.Unlock()
+
+	defer func() {
+		s.mu.Lock()
+		s.inFlight[r.Method]--
+		s.mu.Unlock()
+	}()
+
+	for _, released := range waits {
+		select {
+		case <-released:
+		case <-r.Context().Done():
+			return
+		}
+	}
+
+	if s.token != "" {
+		switch auth := r.Header.Get("Authorization"); {
+		case auth == "":
+			w.Header().Set("WWW-Authenticate", "Bearer")
+			writeDetail(w, http.StatusUnauthorized, DetailMissingToken)
+			return
+		case auth != "Bearer "+s.token:
+			w.Header().Set("WWW-Authenticate", "Bearer")
+			writeDetail(w, http.StatusUnauthorized, DetailInvalidToken)
+			return
+		}
+	}
+
+	if s.answerFault(w, r) {
+		return
+	}
+
+	switch path := strings.TrimSuffix(r.URL.Path, "/"); {
+	case path == "/v1/flavors" && r.Method == http.MethodGet:
+		s.listFlavors(w)
+	case path == "/v1/servers" && r.Method == http.MethodGet:
+		s.listServers(w, r.URL.Query())
+	case path == "/v1/servers" && r.Method == http.MethodPost:
+		s.createServer(w, body)
+	case strings.HasPrefix(path, "/v1/servers/") && !strings.Contains(strings.TrimPrefix(path, "/v1/servers/"), "/"):
+		uuid := strings.TrimPrefix(path, "/v1/servers/")
+		switch r.Method {
+		case http.MethodGet:
+			s.getServer(w, uuid)
+		case http.MethodDelete:
+			s.deleteServer(w, uuid)
+		default:
+			writeDetail(w, http.StatusMethodNotAllowed, fmt.Sprintf("Method %q not allowed.", r.Method))
+		}
+	default:
+		writeDetail(w, http.StatusNotFound, DetailNotFound)
+	}
+}
+
+func (s *Server) answerFault(w http.ResponseWriter, r *http.Request) bool {
+	s.mu.Lock()
+	var fault *Fault
+	for i, f := range s.faults {
+		if !matches(f.Method, f.Path, r.Method, r.URL.Path) {
+			continue
+		}
+		fault = f
+		switch {
+		case f.Times < 0:
+		case f.Times <= 1:
+			s.faults = slices.Delete(s.faults, i, i+1)
+		default:
+			f.Times--
+		}
+		break
+	}
+	s.mu.Unlock()
+	if fault == nil {
+		return false
+	}
+	if fault.RetryAfter != "" {
+		w.Header().Set("Retry-After", fault.RetryAfter)
+	}
+	detail := fault.Detail
+	if fault.EchoAuthorization {
+		detail += " (received " + r.Header.Get("Authorization") + ")"
+	}
+	if detail == "" {
+		w.WriteHeader(fault.Status)
+		return true
+	}
+	writeDetail(w, fault.Status, detail)
+	return true
+}
+
+type flavorJSON struct {
+	Slug      string     `json:"slug"`
+	Name      string     `json:"name"`
+	VCPUCount int        `json:"vcpu_count"`
+	MemoryGB  int        `json:"memory_gb"`
+	Zones     []zoneJSON `json:"zones"`
+}
+
+type zoneJSON struct {
+	Slug string `json:"slug"`
+}
+
+func (s *Server) listFlavors(w http.ResponseWriter) {
+	out := make([]flavorJSON, 0, len(s.flavors))
+	for _, f := range s.flavors {
+		fj := flavorJSON{Slug: f.Slug, Name: f.Name, VCPUCount: f.VCPUCount, MemoryGB: f.MemoryGB, Zones: []zoneJSON{}}
+		for _, z := range f.Zones {
+			fj.Zones = append(fj.Zones, zoneJSON{Slug: z})
+		}
+		out = append(out, fj)
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+func (s *Server) listServers(w http.ResponseWriter, query url.Values) {
+	s.mu.Lock()
+	out := []cloudscale.Server{}
+	for _, srv := range s.servers {
+		if hasTags(srv.Tags, query) {
+			out = append(out, *srv)
+		}
+	}
+	s.mu.Unlock()
+	sort.Slice(out, func(i, j int) bool { return out[i].CreatedAt.Before(out[j].CreatedAt) })
+	writeJSON(w, http.StatusOK, out)
+}
+
+// hasTags applies the API's tag filters: tag:key=value matches that value,
+// tag:key= (empty) matches any server carrying the key.
+func hasTags(tags cloudscale.TagMap, query url.Values) bool {
+	for key, values := range query {
+		name, ok := strings.CutPrefix(key, "tag:")
+		if !ok {
+			continue
+		}
+		got, present := tags[name]
+		for _, want := range values {
+			if !present || (want != "" && got != want) {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+func (s *Server) getServer(w http.ResponseWriter, uuid string) {
+	s.mu.Lock()
+	srv, ok := s.servers[uuid]
+	var out cloudscale.Server
+	if ok {
+		out = *srv
+	}
+	s.mu.Unlock()
+	if !ok {
+		writeDetail(w, http.StatusNotFound, DetailNotFound)
+		return
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+func (s *Server) deleteServer(w http.ResponseWriter, uuid string) {
+	s.mu.Lock()
+	srv, ok := s.servers[uuid]
+	delete(s.servers, uuid)
+	onDelete := s.onDelete
+	s.mu.Unlock()
+	if !ok {
+		writeDetail(w, http.StatusNotFound, DetailNotFound)
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+	if onDelete != nil {
+		onDelete(*srv)
+	}
+}
+
+func (s *Server) createServer(w http.ResponseWriter, body []byte) {
+	var req cloudscale.ServerRequest
+	if err := json.Unmarshal(body, &req); err != nil {
+		writeDetail(w, http.StatusBadRequest, "JSON parse error - "+err.Error())
+		return
+	}
+	// Validation errors name the field, as the API's do.
+	missing := map[string]string{}
+	for field, value := range map[string]string{"name": req.Name, "flavor": req.Flavor, "image": req.Image} {
+		if value == "" {
+			missing[field] = "This field is required."
+		}
+	}
+	if len(missing) > 0 {
+		writeJSON(w, http.StatusBadRequest, missing)
+		return
+	}
+	var tags map[string]string
+	if req.Tags != nil {
+		tags = *req.Tags
+	}
+
+	s.mu.Lock()
+	srv, problem := s.newServer(req.Name, req.Flavor, req.Image, req.Zone, tags)
+	if problem != "" {
+		s.mu.Unlock()
+		writeJSON(w, http.StatusBadRequest, map[string]string{"flavor": problem})
+		return
+	}
+	if s.startRunning {
+		srv.Status = cloudscale.ServerRunning
+	}
+	srv.Volumes = []cloudscale.VolumeStub{{Type: "ssd", DevicePath: "/dev/vda", SizeGB: max(req.VolumeSizeGB, 10)}}
+	srv.Interfaces = interfacesFor(req)
+	for _, group := range req.ServerGroups {
+		srv.ServerGroups = append(srv.ServerGroups, cloudscale.ServerGroupStub{UUID: group})
+	}
+	out := *srv
+	onCreate := s.onCreate
+	s.mu.Unlock()
+	writeJSON(w, http.StatusCreated, out)
+	if onCreate != nil {
+		onCreate(out)
+	}
+}
+
+// newServer adds a server; s.mu must be held. It returns a problem with the
+// flavor instead when the flavor is not offered in the zone.
+func (s *Server) newServer(name, flavorSlug, image, zone string, tags map[string]string) (*cloudscale.Server, string) {
+	if zone == "" {
+		zone = s.defaultZone
+	}
+	idx := slices.IndexFunc(s.flavors, func(f Flavor) bool { return f.Slug == flavorSlug })
+	if idx < 0 {
+		return nil, fmt.Sprintf("Flavor %q does not exist.", flavorSlug)
+	}
+	flavor := s.flavors[idx]
+	if len(flavor.Zones) > 0 && !slices.Contains(flavor.Zones, zone) {
+		return nil, fmt.Sprintf("Flavor %q is not available in zone %q.", flavorSlug, zone)
+	}
+	uuid := newUUID()
+	srv := &cloudscale.Server{
+		ZonalResource:  cloudscale.ZonalResource{Zone: cloudscale.Zone{Slug: zone}},
+		TaggedResource: cloudscale.TaggedResource{Tags: cloudscale.TagMap{}},
+		HREF:           s.URL + "/v1/servers/" + uuid,
+		UUID:           uuid,
+		Name:           name,
+		Status:         "changing",
+		Flavor: cloudscale.Flavor{
+			Slug:      flavor.Slug,
+			Name:      flavor.Name,
+			VCPUCount: flavor.VCPUCount,
+			MemoryGB:  flavor.MemoryGB,
+		},
+		Image:     cloudscale.Image{Slug: image, Name: image},
+		CreatedAt: s.now().UTC(),
+	}
+	for k, v := range tags {
+		srv.Tags[k] = v
+	}
+	s.servers[uuid] = srv
+	return srv, ""
+}
+
+func interfacesFor(req cloudscale.ServerRequest) []cloudscale.Interface {
+	if req.Interfaces == nil {
+		if req.UsePublicNetwork != nil && !*req.UsePublicNetwork {
+			return []cloudscale.Interface{}
+		}
+		return []cloudscale.Interface{{Type: "public"}}
+	}
+	var out []cloudscale.Interface
+	for _, i := range *req.Interfaces {
+		if i.Network == "public" {
+			out = append(out, cloudscale.Interface{Type: "public"})
+			continue
+		}
+		iface := cloudscale.Interface{Type: "private", Network: cloudscale.NetworkStub{UUID: i.Network}}
+		if i.Addresses != nil {
+			for _, a := range *i.Addresses {
+				iface.Addresses = append(iface.Addresses, cloudscale.Address{Version: 4, Subnet: cloudscale.SubnetStub{UUID: a.Subnet}})
+			}
+		}
+		out = append(out, iface)
+	}
+	return out
+}
+
+func matches(wantMethod, wantPath, method, path string) bool {
+	if wantMethod != "" && wantMethod != method {
+		return false
+	}
+	path = strings.TrimSuffix(path, "/")
+	switch {
+	case wantPath == "":
+		return true
+	case strings.HasSuffix(wantPath, "/*"):
+		return strings.HasPrefix(path, strings.TrimSuffix(wantPath, "*"))
+	default:
+		return strings.TrimSuffix(wantPath, "/") == path
+	}
+}
+
+func writeDetail(w http.ResponseWriter, status int, detail string) {
+	writeJSON(w, status, map[string]string{"detail": detail})
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(v)
+}
+
+func newUUID() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:])
+	b[6] = b[6]&0x0f | 0x40
+	b[8] = b[8]&0x3f | 0x80
+	return fmt.Sprintf("%x-%x-%x-%x-%x", b[0:4], b[4:6], b[6:8], b[8:10], b[10:16])
+}

@@ -1,0 +1,175 @@
+package cloudscale
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"net/http"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+
+	"github.com/claimscale/claimscale/api/v1alpha1"
+	"github.com/claimscale/claimscale/pkg/provider"
+)
+
+// UnknownFlavorError says a pool names flavors the zone does not offer. The
+// pool controller shows it as ProviderReady=False; find it with errors.As.
+type UnknownFlavorError struct {
+	// Pool that names the flavors.
+	Pool string
+	// Zone the provider makes servers in.
+	Zone string
+	// Flavors the pool names that the zone does not offer.
+	Flavors []string
+	// Available flavors in the zone, for the message.
+	Available []string
+}
+
+func (e *UnknownFlavorError) Error() string {
+	noun := "flavor"
+	if len(e.Flavors) > 1 {
+		noun = "flavors"
+	}
+	return fmt.Sprintf("nodepool %s names cloudscale %s %s that zone %s does not offer (available: %s)",
+		e.Pool, noun, strings.Join(e.Flavors, ", "), e.Zone, strings.Join(e.Available, ", "))
+}
+
+// flavor is one entry of GET /v1/flavors. The SDK at v6 has no flavor
+// service, so the provider reads the list itself through the SDK's client.
+type flavor struct {
+	Slug      string `json:"slug"`
+	Name      string `json:"name"`
+	VCPUCount int    `json:"vcpu_count"`
+	MemoryGB  int    `json:"memory_gb"`
+	Zones     []struct {
+		Slug string `json:"slug"`
+	} `json:"zones"`
+}
+
+func (f flavor) offeredIn(zone string) bool {
+	// An entry without zones is taken to be offered everywhere (older
+	// answers of the API list no zones).
+	if len(f.Zones) == 0 {
+		return true
+	}
+	for _, z := range f.Zones {
+		if z.Slug == zone {
+			return true
+		}
+	}
+	return false
+}
+
+// flavorCache holds the zone's flavors by slug.
+type flavorCache struct {
+	fetched time.Time
+	bySlug  map[string]flavor
+}
+
+// Shapes resolves the pool's fixed shapes against the zone's flavors: CPU
+// and memory come from the flavor, the price from the pool when it sets one.
+func (p *Provider) Shapes(ctx context.Context, pool *v1alpha1.NodePool) ([]provider.Shape, error) {
+	if pool.Spec.Shapes.Flexible != nil {
+		return nil, provider.NewTerminal(fmt.Errorf("nodepool %s sets shapes.flexible, but cloudscale servers come in fixed flavors: list them under shapes.fixed", pool.Name))
+	}
+	flavors, err := p.zoneFlavors(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var unknown []string
+	shapes := make([]provider.Shape, 0, len(pool.Spec.Shapes.Fixed))
+	for _, s := range pool.Spec.Shapes.Fixed {
+		f, ok := flavors[s.Name]
+		if !ok {
+			unknown = append(unknown, s.Name)
+			continue
+		}
+		var price float64
+		if s.Price != "" {
+			price, err = strconv.ParseFloat(s.Price, 64)
+			if err != nil {
+				return nil, provider.NewTerminal(fmt.Errorf("nodepool %s shape %s: price %q: %w", pool.Name, s.Name, s.Price, err))
+			}
+		}
+		shapes = append(shapes, provider.Shape{
+			Name: f.Slug,
+			Capacity: corev1.ResourceList{
+				corev1.ResourceCPU:    *resource.NewQuantity(int64(f.VCPUCount), resource.DecimalSI),
+				corev1.ResourceMemory: *resource.NewQuantity(int64(f.MemoryGB)<<30, resource.BinarySI),
+			},
+			Price: price,
+		})
+	}
+	if len(unknown) > 0 {
+		return nil, provider.NewTerminal(&UnknownFlavorError{
+			Pool:      pool.Name,
+			Zone:      p.settings.zone,
+			Flavors:   unknown,
+			Available: slices.Sorted(maps.Keys(flavors)),
+		})
+	}
+	return shapes, nil
+}
+
+// zoneFlavors returns the flavors offered in the provider's zone, listing
+// them at most once per cfg.FlavorTTL however many pools and claims ask.
+func (p *Provider) zoneFlavors(ctx context.Context) (map[string]flavor, error) {
+	if cached, ok := p.cachedFlavors(); ok {
+		return cached, nil
+	}
+	shared := context.WithoutCancel(ctx)
+	ch := p.calls.DoChan("flavors", func() (any, error) {
+		// A call that finished between our look at the cache and this one
+		// starting has filled it.
+		if cached, ok := p.cachedFlavors(); ok {
+			return cached, nil
+		}
+		var all []flavor
+		err := p.retry(shared, func(ctx context.Context) error {
+			return p.do(ctx, func(ctx context.Context) error {
+				req, err := p.api.NewRequest(ctx, http.MethodGet, "v1/flavors", nil)
+				if err != nil {
+					return err
+				}
+				all = nil
+				return p.api.Do(ctx, req, &all)
+			})
+		})
+		if err != nil {
+			return nil, fmt.Errorf("listing cloudscale flavors: %w", err)
+		}
+		bySlug := map[string]flavor{}
+		for _, f := range all {
+			if f.offeredIn(p.settings.zone) {
+				bySlug[f.Slug] = f
+			}
+		}
+		p.mu.Lock()
+		p.flavors = flavorCache{fetched: p.clock.Now(), bySlug: bySlug}
+		p.mu.Unlock()
+		return bySlug, nil
+	})
+	select {
+	case r := <-ch:
+		if r.Err != nil {
+			return nil, r.Err
+		}
+		return r.Val.(map[string]flavor), nil
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+
+func (p *Provider) cachedFlavors() (map[string]flavor, bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.flavors.bySlug == nil || p.clock.Since(p.flavors.fetched) >= p.cfg.FlavorTTL {
+		return nil, false
+	}
+	return p.flavors.bySlug, true
+}
