@@ -1,6 +1,9 @@
 // Command demo runs claimscale's demo on a local control plane: a real
 // kube-apiserver, etcd, kube-controller-manager, kube-scheduler and kwok,
-// the CRDs, and the simulated provider's samples. Run it with `make demo`.
+// the claimscale controller with the simulated provider, and a Deployment
+// that needs more than the cluster has. It shows pods pending, nodes
+// appearing, pods Running, and the nodes going again after the Deployment
+// is scaled to zero. Run it with `make demo`.
 package main
 
 import (
@@ -10,9 +13,25 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"strings"
 	"syscall"
+	"time"
 
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/claimscale/claimscale/api/v1alpha1"
 	"github.com/claimscale/claimscale/internal/testenv"
+)
+
+const (
+	replicas = 20
+	// The whole demo gives up after this long, so it never hangs.
+	deadline = 5 * time.Minute
 )
 
 func main() {
@@ -25,12 +44,14 @@ func main() {
 func run() error {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	ctx, cancel := context.WithTimeout(ctx, deadline)
+	defer cancel()
 
 	root, err := testenv.RepoRoot()
 	if err != nil {
 		return err
 	}
-	step("starting a local control plane (kube-apiserver, etcd, kube-controller-manager, kube-scheduler, kwok)")
+	step("starting a local control plane: kube-apiserver, etcd, kube-controller-manager, kube-scheduler, kwok")
 	env, err := testenv.Start(testenv.Options{ControllerManager: true, Scheduler: true, Kwok: true})
 	if err != nil {
 		return err
@@ -44,33 +65,174 @@ func run() error {
 	kubectl := func(args ...string) error {
 		cmd := exec.CommandContext(ctx, filepath.Join(root, "bin", "kubectl"), append([]string{"--kubeconfig", env.KubeconfigPath}, args...)...)
 		cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr
-		fmt.Printf("$ kubectl %s\n", joinArgs(args))
+		fmt.Printf("$ kubectl %s\n", strings.Join(args, " "))
 		return cmd.Run()
 	}
+	kube := env.Client
 
-	step("applying the simulated provider and its pool")
+	step("starting claimscale (bin/claimscale, simulated provider)")
+	if err := kube.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "claimscale-system"}}); err != nil {
+		return err
+	}
+	logPath := filepath.Join(os.TempDir(), "claimscale-demo.log")
+	logFile, err := os.Create(logPath)
+	if err != nil {
+		return err
+	}
+	defer logFile.Close()
+	controller := exec.CommandContext(ctx, filepath.Join(root, "bin", "claimscale"),
+		"--kubeconfig", env.KubeconfigPath, "--cluster-name", "demo", "--namespace", "claimscale-system",
+		"--leader-elect=false", "--metrics-bind-address", "0", "--health-probe-bind-address", "0")
+	controller.Stdout, controller.Stderr = logFile, logFile
+	controller.Cancel = func() error { return controller.Process.Signal(os.Interrupt) }
+	if err := controller.Start(); err != nil {
+		return fmt.Errorf("starting bin/claimscale (run `make build`): %w", err)
+	}
+	fmt.Printf("controller logs: %s\n", logPath)
+	defer func() {
+		_ = controller.Process.Signal(os.Interrupt)
+		_ = controller.Wait()
+	}()
+
+	step("applying the simulated NodeProvider and the NodePool 'general'")
 	if err := kubectl("apply", "-f", filepath.Join(root, "config", "samples", "simulated.yaml")); err != nil {
+		return err
+	}
+	if err := waitFor(ctx, "the pool to be Ready", func() (bool, string) {
+		var pool v1alpha1.NodePool
+		if err := kube.Get(ctx, client.ObjectKey{Name: "general"}, &pool); err != nil {
+			return false, err.Error()
+		}
+		return meta.IsStatusConditionTrue(pool.Status.Conditions, v1alpha1.ConditionReady), ""
+	}); err != nil {
 		return err
 	}
 	if err := kubectl("get", "nodeproviders,nodepools"); err != nil {
 		return err
 	}
-	if err := kubectl("explain", "nodepool.spec.shapes"); err != nil {
+
+	step(fmt.Sprintf("creating a Deployment of %d pods × 1 cpu; the cluster has no nodes", replicas))
+	deployment := demoDeployment()
+	if err := kube.Create(ctx, deployment); err != nil {
 		return err
 	}
-	step("done")
+	if err := waitFor(ctx, "every pod Running", func() (bool, string) {
+		status := clusterStatus(ctx, kube)
+		return status.running == replicas, status.String()
+	}); err != nil {
+		return err
+	}
+	if err := kubectl("get", "nodeclaims"); err != nil {
+		return err
+	}
+	if err := kubectl("get", "nodes", "-L", "node.kubernetes.io/instance-type,topology.kubernetes.io/zone"); err != nil {
+		return err
+	}
+	if err := kubectl("get", "nodepools"); err != nil {
+		return err
+	}
+
+	step("scaling the Deployment to zero; empty nodes go after the pool's consolidateAfter (10s)")
+	scaleDown := client.MergeFrom(deployment.DeepCopy())
+	deployment.Spec.Replicas = ptr(int32(0))
+	if err := kube.Patch(ctx, deployment, scaleDown); err != nil {
+		return err
+	}
+	if err := waitFor(ctx, "every node removed", func() (bool, string) {
+		status := clusterStatus(ctx, kube)
+		return status.nodes == 0 && status.claims == 0, status.String()
+	}); err != nil {
+		return err
+	}
+	if err := kubectl("get", "nodeclaims,nodes"); err != nil {
+		return err
+	}
+	step("done: pods pending → nodes appeared → pods Running → nodes removed")
 	return nil
+}
+
+func demoDeployment() *appsv1.Deployment {
+	labels := map[string]string{"app": "demo"}
+	return &appsv1.Deployment{
+		ObjectMeta: metav1.ObjectMeta{Name: "demo", Namespace: "default"},
+		Spec: appsv1.DeploymentSpec{
+			Replicas: ptr(int32(replicas)),
+			Selector: &metav1.LabelSelector{MatchLabels: labels},
+			Template: corev1.PodTemplateSpec{
+				ObjectMeta: metav1.ObjectMeta{Labels: labels},
+				Spec: corev1.PodSpec{Containers: []corev1.Container{{
+					Name: "app", Image: "registry.example/demo:1",
+					Resources: corev1.ResourceRequirements{Requests: corev1.ResourceList{
+						corev1.ResourceCPU: resource.MustParse("1"), corev1.ResourceMemory: resource.MustParse("512Mi"),
+					}},
+				}}},
+			},
+		},
+	}
+}
+
+type status struct {
+	pending, running, claims, readyClaims, nodes int
+}
+
+func (s status) String() string {
+	return fmt.Sprintf("pods: %2d pending %2d running | claims: %d (%d ready) | nodes: %d",
+		s.pending, s.running, s.claims, s.readyClaims, s.nodes)
+}
+
+func clusterStatus(ctx context.Context, kube client.Client) status {
+	var s status
+	var pods corev1.PodList
+	if kube.List(ctx, &pods, client.InNamespace("default")) == nil {
+		for _, pod := range pods.Items {
+			switch {
+			case pod.Status.Phase == corev1.PodRunning:
+				s.running++
+			case pod.Status.Phase == corev1.PodPending:
+				s.pending++
+			}
+		}
+	}
+	var claims v1alpha1.NodeClaimList
+	if kube.List(ctx, &claims) == nil {
+		s.claims = len(claims.Items)
+		for _, claim := range claims.Items {
+			if meta.IsStatusConditionTrue(claim.Status.Conditions, v1alpha1.ConditionReady) {
+				s.readyClaims++
+			}
+		}
+	}
+	var nodes corev1.NodeList
+	if kube.List(ctx, &nodes) == nil {
+		s.nodes = len(nodes.Items)
+	}
+	return s
+}
+
+// waitFor polls until done, printing the state each time it changes.
+func waitFor(ctx context.Context, what string, check func() (bool, string)) error {
+	fmt.Printf("waiting for %s\n", what)
+	started := time.Now()
+	last := ""
+	ticker := time.NewTicker(500 * time.Millisecond)
+	defer ticker.Stop()
+	for {
+		done, state := check()
+		if state != "" && state != last {
+			fmt.Printf("  %5.1fs  %s\n", time.Since(started).Seconds(), state)
+			last = state
+		}
+		if done {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("waiting for %s: %w", what, ctx.Err())
+		case <-ticker.C:
+		}
+	}
 }
 
 func step(message string) { fmt.Printf("\n==> %s\n", message) }
 
-func joinArgs(args []string) string {
-	out := ""
-	for i, arg := range args {
-		if i > 0 {
-			out += " "
-		}
-		out += arg
-	}
-	return out
-}
+func ptr[T any](v T) *T { return &v }

@@ -20,12 +20,11 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
-	"github.com/claimscale/claimscale/api/v1alpha1"
+	claimscalescheme "github.com/claimscale/claimscale/internal/scheme"
 )
 
 // Options choose what runs besides the API server and etcd.
@@ -57,18 +56,6 @@ type Environment struct {
 	env       *envtest.Environment
 	workDir   string
 	processes []*exec.Cmd
-}
-
-// Scheme returns a scheme with the built-in kinds and claimscale's.
-func NewScheme() *runtime.Scheme {
-	scheme := runtime.NewScheme()
-	if err := clientgoscheme.AddToScheme(scheme); err != nil {
-		panic(err)
-	}
-	if err := v1alpha1.AddToScheme(scheme); err != nil {
-		panic(err)
-	}
-	return scheme
 }
 
 // RepoRoot finds the repository root (the directory holding go.mod) from
@@ -110,7 +97,7 @@ func Start(opts Options) (*Environment, error) {
 	if err != nil {
 		return nil, err
 	}
-	scheme := NewScheme()
+	scheme := claimscalescheme.New()
 	env := &envtest.Environment{
 		CRDDirectoryPaths:     []string{filepath.Join(root, "config", "crd", "bases")},
 		ErrorIfCRDPathMissing: true,

@@ -1,0 +1,111 @@
+// Command claimscale is the node autoscaler's controller: flags and manager
+// wiring only; internal/operator assembles the controllers.
+package main
+
+import (
+	"flag"
+	"fmt"
+	"os"
+
+	"github.com/go-logr/logr"
+	"time"
+
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/healthz"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	"github.com/claimscale/claimscale/internal/operator"
+	"github.com/claimscale/claimscale/internal/scheme"
+	"github.com/claimscale/claimscale/internal/version"
+)
+
+func main() {
+	var (
+		mode                string
+		clusterName         string
+		namespace           string
+		metricsAddress      string
+		healthAddress       string
+		leaderElect         bool
+		leaderElectionNS    string
+		batchIdle, batchMax time.Duration
+		gcInterval, gcGrace time.Duration
+		printVersion        bool
+	)
+	flag.StringVar(&mode, "mode", string(operator.ModeNative), "native: claimscale provisions and disrupts; externalgrpc: serve cluster-autoscaler's externalgrpc protocol and let it decide")
+	flag.StringVar(&clusterName, "cluster-name", "", "name of this cluster, tagged on every machine; machines without it are never touched (required)")
+	flag.StringVar(&namespace, "namespace", envOr("POD_NAMESPACE", "claimscale-system"), "namespace the controller runs in")
+	flag.StringVar(&metricsAddress, "metrics-bind-address", ":8080", "address of the metrics endpoint (0 disables it)")
+	flag.StringVar(&healthAddress, "health-probe-bind-address", ":8081", "address of the health and readiness probes")
+	flag.BoolVar(&leaderElect, "leader-elect", true, "elect a leader so only one replica acts")
+	flag.StringVar(&leaderElectionNS, "leader-election-namespace", "", "namespace of the leader election lease (default: --namespace)")
+	flag.DurationVar(&batchIdle, "batch-idle-duration", time.Second, "a provisioning batch closes after this long without a new pending pod")
+	flag.DurationVar(&batchMax, "batch-max-duration", 10*time.Second, "a provisioning batch closes after this long at the most")
+	flag.DurationVar(&gcInterval, "gc-interval", 30*time.Second, "how often garbage collection looks for orphaned machines and claims")
+	flag.DurationVar(&gcGrace, "gc-grace-period", 2*time.Minute, "how old a machine without a claim must be before it is deleted")
+	flag.BoolVar(&printVersion, "version", false, "print the version and exit")
+	zapOptions := zap.Options{}
+	zapOptions.BindFlags(flag.CommandLine)
+	flag.Parse()
+
+	if printVersion {
+		fmt.Println(version.String())
+		return
+	}
+	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&zapOptions)))
+	logger := ctrl.Log.WithName("claimscale")
+	if err := run(logger, operator.Options{
+		Mode: operator.Mode(mode), ClusterName: clusterName, Namespace: namespace,
+		BatchIdle: batchIdle, BatchMax: batchMax, GCInterval: gcInterval, GCGracePeriod: gcGrace,
+		Registry: operator.DefaultRegistry(),
+	}, metricsAddress, healthAddress, leaderElect, leaderElectionNS); err != nil {
+		logger.Error(err, "exiting")
+		os.Exit(1)
+	}
+}
+
+func run(logger logr.Logger, opts operator.Options, metricsAddress, healthAddress string, leaderElect bool, leaderElectionNS string) error {
+	if opts.ClusterName == "" {
+		return fmt.Errorf("--cluster-name is required: it marks the machines this controller may touch")
+	}
+	if opts.Mode != operator.ModeNative && opts.Mode != operator.ModeExternalGRPC {
+		return fmt.Errorf("--mode must be %s or %s, not %q", operator.ModeNative, operator.ModeExternalGRPC, opts.Mode)
+	}
+	if leaderElectionNS == "" {
+		leaderElectionNS = opts.Namespace
+	}
+	logger.Info("starting", "version", version.String(), "mode", opts.Mode, "cluster", opts.ClusterName)
+	ctx := ctrl.SetupSignalHandler()
+	mgr, err := ctrl.NewManager(ctrl.GetConfigOrDie(), ctrl.Options{
+		Scheme:                  scheme.New(),
+		Metrics:                 metricsserver.Options{BindAddress: metricsAddress},
+		HealthProbeBindAddress:  healthAddress,
+		LeaderElection:          leaderElect,
+		LeaderElectionID:        "claimscale-" + opts.ClusterName,
+		LeaderElectionNamespace: leaderElectionNS,
+		// A new leader must not act on a stale view; release on shutdown so
+		// a rolling update hands over at once.
+		LeaderElectionReleaseOnCancel: true,
+	})
+	if err != nil {
+		return fmt.Errorf("creating manager: %w", err)
+	}
+	if _, err := operator.Setup(ctx, mgr, opts); err != nil {
+		return err
+	}
+	if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {
+		return err
+	}
+	if err := mgr.AddReadyzCheck("readyz", healthz.Ping); err != nil {
+		return err
+	}
+	return mgr.Start(ctx)
+}
+
+func envOr(name, fallback string) string {
+	if value := os.Getenv(name); value != "" {
+		return value
+	}
+	return fallback
+}

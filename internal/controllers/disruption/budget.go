@@ -1,0 +1,82 @@
+package disruption
+
+import (
+	"fmt"
+	"math"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/robfig/cron/v3"
+
+	"github.com/claimscale/claimscale/api/v1alpha1"
+)
+
+// AllowedDisruptions returns how many of a pool's nodes may be disrupting at
+// once for a reason, now: the strictest budget that is active and applies
+// to the reason. A percentage is of the pool's nodes, rounded up, so a
+// budget above zero always lets at least one node go. No budget means no
+// limit.
+func AllowedDisruptions(pool *v1alpha1.NodePool, reason v1alpha1.DisruptionReason, totalNodes int, now time.Time) (int, error) {
+	allowed := math.MaxInt
+	for i, budget := range pool.Spec.Disruption.Budgets {
+		if !appliesTo(budget, reason) {
+			continue
+		}
+		active, err := activeAt(budget, now)
+		if err != nil {
+			return 0, fmt.Errorf("budget %d of pool %s: %w", i, pool.Name, err)
+		}
+		if !active {
+			continue
+		}
+		nodes, err := budgetNodes(budget.Nodes, totalNodes)
+		if err != nil {
+			return 0, fmt.Errorf("budget %d of pool %s: %w", i, pool.Name, err)
+		}
+		allowed = min(allowed, nodes)
+	}
+	return allowed, nil
+}
+
+func appliesTo(budget v1alpha1.Budget, reason v1alpha1.DisruptionReason) bool {
+	if len(budget.Reasons) == 0 {
+		return true
+	}
+	for _, r := range budget.Reasons {
+		if r == reason {
+			return true
+		}
+	}
+	return false
+}
+
+// activeAt reports whether a scheduled budget's window covers now: the
+// schedule fired within the last duration.
+func activeAt(budget v1alpha1.Budget, now time.Time) (bool, error) {
+	if budget.Schedule == nil || budget.Duration == nil {
+		return true, nil
+	}
+	schedule, err := cron.ParseStandard(*budget.Schedule)
+	if err != nil {
+		return false, fmt.Errorf("parsing schedule %q: %w", *budget.Schedule, err)
+	}
+	now = now.UTC()
+	windowStart := schedule.Next(now.Add(-budget.Duration.Duration))
+	return !windowStart.After(now), nil
+}
+
+func budgetNodes(value string, totalNodes int) (int, error) {
+	if percent, ok := strings.CutSuffix(value, "%"); ok {
+		p, err := strconv.Atoi(percent)
+		if err != nil {
+			return 0, fmt.Errorf("parsing nodes %q: %w", value, err)
+		}
+		return int(math.Ceil(float64(p) * float64(totalNodes) / 100)), nil
+	}
+	n, err := strconv.Atoi(value)
+	if err != nil {
+		return 0, fmt.Errorf("parsing nodes %q: %w", value, err)
+	}
+	return n, nil
+}

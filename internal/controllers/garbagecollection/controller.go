@@ -1,0 +1,178 @@
+// Package garbagecollection removes what a crash or a person left behind:
+// machines tagged for this cluster that no claim owns (after a grace
+// period), and claims whose machine is gone while their node is not Ready.
+// It lists each provider's machines once per pass, never per claim.
+package garbagecollection
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/client-go/tools/events"
+	"k8s.io/utils/clock"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/log"
+
+	"github.com/claimscale/claimscale/api/v1alpha1"
+	"github.com/claimscale/claimscale/internal/metrics"
+	"github.com/claimscale/claimscale/pkg/provider"
+)
+
+// Name of the controller in logs and events.
+const Name = "garbagecollection"
+
+// ProviderLister returns every NodeProvider's provider.
+type ProviderLister interface {
+	All(ctx context.Context) (map[string]provider.Provider, map[string]error, error)
+}
+
+// Controller runs garbage collection passes on an interval.
+type Controller struct {
+	// Kube is the cached client; APIReader reads claims uncached before a
+	// machine is deleted, so a claim the cache has not seen yet is safe.
+	Kube      client.Client
+	APIReader client.Reader
+	Providers ProviderLister
+	Recorder  events.EventRecorder
+	Clock     clock.WithTicker
+	// Interval between passes (default 30s).
+	Interval time.Duration
+	// GracePeriod a machine without a claim is left alone (default 2m):
+	// Create runs after the claim is written, so a young machine's claim
+	// may just not be visible yet.
+	GracePeriod time.Duration
+}
+
+// NeedLeaderElection: only the leader deletes machines.
+func (c *Controller) NeedLeaderElection() bool { return true }
+
+// Start runs passes until the context ends.
+func (c *Controller) Start(ctx context.Context) error {
+	if c.Clock == nil {
+		c.Clock = clock.RealClock{}
+	}
+	if c.Interval == 0 {
+		c.Interval = 30 * time.Second
+	}
+	if c.GracePeriod == 0 {
+		c.GracePeriod = 2 * time.Minute
+	}
+	logger := log.FromContext(ctx).WithName(Name)
+	ctx = log.IntoContext(ctx, logger)
+	ticker := c.Clock.NewTicker(c.Interval)
+	defer ticker.Stop()
+	for {
+		if err := c.Pass(ctx); err != nil {
+			logger.Error(err, "garbage collection pass failed")
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-ticker.C():
+		}
+	}
+}
+
+// Pass runs one garbage collection pass.
+func (c *Controller) Pass(ctx context.Context) error {
+	providers, failed, err := c.Providers.All(ctx)
+	if err != nil {
+		return err
+	}
+	var claims v1alpha1.NodeClaimList
+	if err := c.Kube.List(ctx, &claims); err != nil {
+		return fmt.Errorf("listing claims: %w", err)
+	}
+	claimsByName := map[string]*v1alpha1.NodeClaim{}
+	for i := range claims.Items {
+		claimsByName[claims.Items[i].Name] = &claims.Items[i]
+	}
+	machineIDs := map[string]bool{}
+	listed := map[string]bool{}
+	for providerName, machines := range providers {
+		instances, err := machines.List(ctx)
+		if err != nil {
+			log.FromContext(ctx).Error(err, "listing machines", "nodeProvider", providerName)
+			continue
+		}
+		listed[providerName] = true
+		for _, instance := range instances {
+			machineIDs[instance.ProviderID] = true
+			if err := c.collectMachine(ctx, machines, instance, claimsByName); err != nil {
+				log.FromContext(ctx).Error(err, "collecting machine", "providerID", instance.ProviderID)
+			}
+		}
+	}
+	// Claims can only be judged when every provider answered: a machine is
+	// never "gone" just because its provider could not be asked.
+	if len(failed) > 0 {
+		return nil
+	}
+	for i := range claims.Items {
+		if err := c.collectClaim(ctx, &claims.Items[i], machineIDs); err != nil {
+			log.FromContext(ctx).Error(err, "collecting claim", "nodeClaim", claims.Items[i].Name)
+		}
+	}
+	return nil
+}
+
+func (c *Controller) collectMachine(ctx context.Context, machines provider.Provider, instance *provider.Instance, claims map[string]*v1alpha1.NodeClaim) error {
+	if _, ok := claims[instance.ClaimName()]; ok {
+		return nil
+	}
+	if !instance.CreatedAt.IsZero() && c.Clock.Since(instance.CreatedAt) < c.GracePeriod {
+		return nil
+	}
+	// The cache may lag; ask the API server before deleting anything.
+	var claim v1alpha1.NodeClaim
+	err := c.APIReader.Get(ctx, client.ObjectKey{Name: instance.ClaimName()}, &claim)
+	if err == nil {
+		return nil
+	}
+	if !apierrors.IsNotFound(err) {
+		return fmt.Errorf("checking claim %s: %w", instance.ClaimName(), err)
+	}
+	log.FromContext(ctx).Info("deleting machine without a claim", "providerID", instance.ProviderID, "claim", instance.ClaimName())
+	if err := machines.Delete(ctx, instance.ProviderID); err != nil && !provider.IsNotFound(err) {
+		return fmt.Errorf("deleting machine %s without a claim: %w", instance.ProviderID, err)
+	}
+	metrics.NodeClaimsTerminated.WithLabelValues(instance.Tags[v1alpha1.TagNodePool], "garbage_collected_machine").Inc()
+	return nil
+}
+
+func (c *Controller) collectClaim(ctx context.Context, claim *v1alpha1.NodeClaim, machineIDs map[string]bool) error {
+	if !claim.DeletionTimestamp.IsZero() || claim.Status.ProviderID == "" || machineIDs[claim.Status.ProviderID] {
+		return nil
+	}
+	if !meta.IsStatusConditionTrue(claim.Status.Conditions, v1alpha1.ConditionLaunched) {
+		return nil
+	}
+	if claim.Status.NodeName != "" {
+		var node corev1.Node
+		err := c.Kube.Get(ctx, client.ObjectKey{Name: claim.Status.NodeName}, &node)
+		if err == nil && nodeReady(&node) {
+			return nil // a Ready node means the machine lives, whatever List said
+		}
+		if err != nil && !apierrors.IsNotFound(err) {
+			return err
+		}
+	}
+	message := fmt.Sprintf("machine %s no longer exists and the node is not Ready; deleting the claim", claim.Status.ProviderID)
+	log.FromContext(ctx).Info(message, "nodeClaim", claim.Name)
+	c.Recorder.Eventf(claim, nil, corev1.EventTypeWarning, "MachineGone", "GarbageCollect", message)
+	metrics.NodeClaimsTerminated.WithLabelValues(claim.Spec.NodePoolRef.Name, "machine_gone").Inc()
+	return client.IgnoreNotFound(c.Kube.Delete(ctx, claim))
+}
+
+func nodeReady(node *corev1.Node) bool {
+	for _, condition := range node.Status.Conditions {
+		if condition.Type == corev1.NodeReady {
+			return condition.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}

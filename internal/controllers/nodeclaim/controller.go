@@ -1,0 +1,259 @@
+// Package nodeclaim runs a NodeClaim's life: launch the machine, wait for its
+// Node to register and initialize, give up on machines that never register,
+// and, once the claim (or its Node) is deleted, cordon, drain and deprovision
+// the node before the finalizer comes off. Each stage is a small
+// sub-reconciler in its own file; the controller runs them in order and
+// writes status once.
+package nodeclaim
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/cenkalti/backoff/v4"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/events"
+	"k8s.io/utils/clock"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	"github.com/claimscale/claimscale/api/v1alpha1"
+	"github.com/claimscale/claimscale/internal/controllers/index"
+	"github.com/claimscale/claimscale/pkg/provider"
+)
+
+// Name of the controller in logs, metrics and events.
+const Name = "nodeclaim.lifecycle"
+
+// ProviderResolver finds the provider that makes a claim's machine.
+type ProviderResolver interface {
+	ForClaim(ctx context.Context, claim *v1alpha1.NodeClaim) (provider.Provider, error)
+}
+
+// CapacityRecorder is told when a provider has no capacity for a pool's
+// shape, so provisioning backs off from it.
+type CapacityRecorder interface {
+	Record(pool, shape string) time.Duration
+}
+
+// Controller reconciles NodeClaims.
+type Controller struct {
+	Kube      client.Client
+	Providers ProviderResolver
+	Capacity  CapacityRecorder
+	Recorder  events.EventRecorder
+	Clock     clock.Clock
+
+	// DefaultRegistrationTimeout applies when the pool is gone or says
+	// nothing.
+	DefaultRegistrationTimeout time.Duration
+
+	retries sync.Map // claim UID → *backoff.ExponentialBackOff
+}
+
+// subReconciler is one stage of a claim's life. It updates the claim's
+// status in memory; the controller writes it.
+type subReconciler interface {
+	Reconcile(ctx context.Context, claim *v1alpha1.NodeClaim) (reconcile.Result, error)
+}
+
+// SetupWithManager registers the controller; it also wakes on changes to
+// the claim's Node.
+func (c *Controller) SetupWithManager(mgr ctrl.Manager) error {
+	if c.Clock == nil {
+		c.Clock = clock.RealClock{}
+	}
+	if c.DefaultRegistrationTimeout == 0 {
+		c.DefaultRegistrationTimeout = 15 * time.Minute
+	}
+	return ctrl.NewControllerManagedBy(mgr).
+		Named(Name).
+		For(&v1alpha1.NodeClaim{}).
+		Watches(&corev1.Node{}, handler.EnqueueRequestsFromMapFunc(func(_ context.Context, o client.Object) []reconcile.Request {
+			if name := o.GetLabels()[v1alpha1.LabelNodeClaim]; name != "" {
+				return []reconcile.Request{{NamespacedName: types.NamespacedName{Name: name}}}
+			}
+			return nil
+		})).
+		WithOptions(controller.Options{MaxConcurrentReconciles: 10}).
+		Complete(c)
+}
+
+// Reconcile dispatches to the normal or the deletion path.
+func (c *Controller) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
+	claim := &v1alpha1.NodeClaim{}
+	if err := c.Kube.Get(ctx, req.NamespacedName, claim); err != nil {
+		return reconcile.Result{}, client.IgnoreNotFound(err)
+	}
+	if !claim.DeletionTimestamp.IsZero() {
+		return c.reconcileDelete(ctx, claim)
+	}
+	return c.reconcileNormal(ctx, claim)
+}
+
+func (c *Controller) reconcileNormal(ctx context.Context, claim *v1alpha1.NodeClaim) (reconcile.Result, error) {
+	// The finalizer goes on, and is persisted, before the first provider
+	// call: a machine must never exist without a claim whose deletion will
+	// remove it.
+	if !controllerutil.ContainsFinalizer(claim, v1alpha1.TerminationFinalizer) {
+		patch := client.MergeFromWithOptions(claim.DeepCopy(), client.MergeFromWithOptimisticLock{})
+		controllerutil.AddFinalizer(claim, v1alpha1.TerminationFinalizer)
+		if err := c.Kube.Patch(ctx, claim, patch); err != nil {
+			return reconcile.Result{}, client.IgnoreNotFound(err)
+		}
+	}
+	stored := claim.DeepCopy()
+	stages := []subReconciler{
+		&launch{c},
+		&registration{c},
+		&initialization{c},
+		&liveness{c},
+	}
+	var result reconcile.Result
+	var errs []error
+	for _, stage := range stages {
+		stageResult, err := stage.Reconcile(ctx, claim)
+		errs = append(errs, err)
+		result = earliest(result, stageResult)
+	}
+	c.summarizeReady(claim)
+	if err := c.writeStatus(ctx, stored, claim); err != nil {
+		errs = append(errs, err)
+	}
+	if err := errors.Join(errs...); err != nil {
+		return reconcile.Result{}, err
+	}
+	return result, nil
+}
+
+// summarizeReady sets Ready from Launched, Registered and Initialized: True
+// when all are, else the reason and message of the first that is not.
+func (c *Controller) summarizeReady(claim *v1alpha1.NodeClaim) {
+	for _, conditionType := range []string{v1alpha1.ConditionLaunched, v1alpha1.ConditionRegistered, v1alpha1.ConditionInitialized} {
+		condition := meta.FindStatusCondition(claim.Status.Conditions, conditionType)
+		if condition == nil {
+			c.setCondition(claim, v1alpha1.ConditionReady, metav1.ConditionUnknown, "AwaitingReconciliation", conditionType+" has not been evaluated yet")
+			return
+		}
+		if condition.Status != metav1.ConditionTrue {
+			c.setCondition(claim, v1alpha1.ConditionReady, metav1.ConditionFalse, condition.Reason, condition.Message)
+			return
+		}
+	}
+	c.setCondition(claim, v1alpha1.ConditionReady, metav1.ConditionTrue, "Ready", "node "+claim.Status.NodeName+" is ready")
+}
+
+// writeStatus patches the status subresource when it changed.
+func (c *Controller) writeStatus(ctx context.Context, stored, claim *v1alpha1.NodeClaim) error {
+	if equality.Semantic.DeepEqual(stored.Status, claim.Status) {
+		return nil
+	}
+	// Other controllers write other conditions of the same list; the lock
+	// makes a concurrent write fail and retry instead of erasing theirs.
+	patch := client.MergeFromWithOptions(stored, client.MergeFromWithOptimisticLock{})
+	if err := c.Kube.Status().Patch(ctx, claim, patch); err != nil {
+		return client.IgnoreNotFound(fmt.Errorf("writing status of NodeClaim %s: %w", claim.Name, err))
+	}
+	return nil
+}
+
+// setCondition sets a condition with the controller's clock, so timeouts
+// measured from transition times follow an injected clock in tests.
+func (c *Controller) setCondition(claim *v1alpha1.NodeClaim, conditionType string, status metav1.ConditionStatus, reason, message string) {
+	existing := meta.FindStatusCondition(claim.Status.Conditions, conditionType)
+	if existing != nil && existing.Status == status && existing.Reason == reason && existing.Message == message {
+		return
+	}
+	condition := metav1.Condition{
+		Type: conditionType, Status: status, Reason: reason, Message: message,
+		ObservedGeneration: claim.Generation,
+		LastTransitionTime: metav1.NewTime(c.Clock.Now()),
+	}
+	if existing != nil && existing.Status == status {
+		condition.LastTransitionTime = existing.LastTransitionTime
+	}
+	meta.SetStatusCondition(&claim.Status.Conditions, condition)
+}
+
+// nodeFor finds the claim's Node: by providerID, else by the machine's
+// name when the Node has no providerID (no cloud controller sets one).
+func (c *Controller) nodeFor(ctx context.Context, claim *v1alpha1.NodeClaim) (*corev1.Node, error) {
+	if claim.Status.ProviderID != "" {
+		var nodes corev1.NodeList
+		if err := c.Kube.List(ctx, &nodes, client.MatchingFields{index.NodeProviderID: claim.Status.ProviderID}); err != nil {
+			return nil, fmt.Errorf("listing nodes with providerID %s: %w", claim.Status.ProviderID, err)
+		}
+		if len(nodes.Items) > 0 {
+			return &nodes.Items[0], nil
+		}
+	}
+	names := []string{claim.Status.NodeName, claim.Name}
+	for _, name := range names {
+		if name == "" {
+			continue
+		}
+		node := &corev1.Node{}
+		err := c.Kube.Get(ctx, client.ObjectKey{Name: name}, node)
+		if apierrors.IsNotFound(err) {
+			continue
+		}
+		if err != nil {
+			return nil, fmt.Errorf("getting node %s: %w", name, err)
+		}
+		// A node with another machine's providerID is not ours.
+		if node.Spec.ProviderID != "" && claim.Status.ProviderID != "" && node.Spec.ProviderID != claim.Status.ProviderID {
+			continue
+		}
+		return node, nil
+	}
+	return nil, nil
+}
+
+// retryAfter returns the next wait of the claim's retry backoff, at least
+// what the provider asked for.
+func (c *Controller) retryAfter(claim *v1alpha1.NodeClaim, err error, maxInterval time.Duration) time.Duration {
+	value, _ := c.retries.LoadOrStore(claim.UID, newRetryBackoff(c.Clock))
+	retry := value.(*backoff.ExponentialBackOff)
+	retry.MaxInterval = maxInterval
+	wait := retry.NextBackOff()
+	return max(wait, provider.RetryAfter(err))
+}
+
+func (c *Controller) forgetRetries(claim *v1alpha1.NodeClaim) { c.retries.Delete(claim.UID) }
+
+func newRetryBackoff(clk clock.Clock) *backoff.ExponentialBackOff {
+	retry := backoff.NewExponentialBackOff()
+	retry.InitialInterval = time.Second
+	retry.Multiplier = 2
+	retry.RandomizationFactor = 0.1
+	retry.MaxElapsedTime = 0 // a claim keeps trying until it is deleted
+	retry.Clock = clk
+	retry.Reset()
+	return retry
+}
+
+func earliest(a, b reconcile.Result) reconcile.Result {
+	switch {
+	case a.RequeueAfter == 0:
+		return b
+	case b.RequeueAfter == 0:
+		return a
+	case b.RequeueAfter < a.RequeueAfter:
+		return b
+	}
+	return a
+}
+
+func poolName(claim *v1alpha1.NodeClaim) string { return claim.Spec.NodePoolRef.Name }

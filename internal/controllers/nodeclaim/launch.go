@@ -1,0 +1,113 @@
+package nodeclaim
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	"github.com/claimscale/claimscale/api/v1alpha1"
+	"github.com/claimscale/claimscale/internal/metrics"
+	"github.com/claimscale/claimscale/pkg/provider"
+)
+
+const (
+	// A transient provider error is retried soon; a terminal one (bad
+	// credentials, invalid settings) waits for a person, so less often.
+	maxRetryInterval         = time.Minute
+	maxTerminalRetryInterval = 5 * time.Minute
+)
+
+// launch makes (or adopts) the claim's machine.
+type launch struct{ *Controller }
+
+func (l *launch) Reconcile(ctx context.Context, claim *v1alpha1.NodeClaim) (reconcile.Result, error) {
+	if meta.IsStatusConditionTrue(claim.Status.Conditions, v1alpha1.ConditionLaunched) {
+		return reconcile.Result{}, nil
+	}
+	machines, err := l.Providers.ForClaim(ctx, claim)
+	if err != nil {
+		l.setCondition(claim, v1alpha1.ConditionLaunched, metav1.ConditionFalse, "ProviderUnavailable", err.Error())
+		return reconcile.Result{RequeueAfter: l.retryAfter(claim, err, maxTerminalRetryInterval)}, nil
+	}
+
+	started := time.Now()
+	instance, err := machines.Create(ctx, claim)
+	metrics.ObserveProviderCall(providerLabel(claim), "create", started, resultOf(err))
+	switch {
+	case err == nil:
+		l.forgetRetries(claim)
+		l.launched(ctx, claim, instance)
+		return reconcile.Result{}, nil
+
+	case provider.IsInsufficientCapacity(err):
+		// Another shape or pool may have room: back this one off and give
+		// the pods back to provisioning by removing the claim.
+		wait := l.Capacity.Record(poolName(claim), claim.Spec.Shape.Name)
+		message := fmt.Sprintf("%v; pool %s shape %s backed off for %s", err, poolName(claim), claim.Spec.Shape.Name, wait)
+		l.setCondition(claim, v1alpha1.ConditionLaunched, metav1.ConditionFalse, "InsufficientCapacity", message)
+		l.Recorder.Eventf(claim, nil, corev1.EventTypeWarning, "InsufficientCapacity", "Launch", message)
+		metrics.NodeClaimsTerminated.WithLabelValues(poolName(claim), "insufficient_capacity").Inc()
+		if err := l.Kube.Delete(ctx, claim); client.IgnoreNotFound(err) != nil {
+			return reconcile.Result{}, fmt.Errorf("deleting claim %s after insufficient capacity: %w", claim.Name, err)
+		}
+		return reconcile.Result{}, nil
+
+	case provider.IsTerminal(err):
+		l.setCondition(claim, v1alpha1.ConditionLaunched, metav1.ConditionFalse, "LaunchFailed", err.Error())
+		l.Recorder.Eventf(claim, nil, corev1.EventTypeWarning, "LaunchFailed", "Launch", "%v", err)
+		return reconcile.Result{RequeueAfter: l.retryAfter(claim, err, maxTerminalRetryInterval)}, nil
+
+	default:
+		wait := l.retryAfter(claim, err, maxRetryInterval)
+		l.setCondition(claim, v1alpha1.ConditionLaunched, metav1.ConditionFalse, "LaunchFailed", fmt.Sprintf("%v (retrying in %s)", err, wait.Round(time.Second)))
+		l.Recorder.Eventf(claim, nil, corev1.EventTypeWarning, "LaunchFailed", "Launch", "%v", err)
+		log.FromContext(ctx).Info("launch failed, retrying", "error", err.Error(), "after", wait)
+		return reconcile.Result{RequeueAfter: wait}, nil
+	}
+}
+
+func (l *launch) launched(ctx context.Context, claim *v1alpha1.NodeClaim, instance *provider.Instance) {
+	claim.Status.ProviderID = instance.ProviderID
+	claim.Status.Capacity = instance.Capacity
+	if len(claim.Status.Capacity) == 0 {
+		claim.Status.Capacity = corev1.ResourceList{
+			corev1.ResourceCPU:    claim.Spec.Shape.CPU,
+			corev1.ResourceMemory: claim.Spec.Shape.Memory,
+		}
+	}
+	message := fmt.Sprintf("machine %s launched as %s", instance.Name, instance.ProviderID)
+	l.setCondition(claim, v1alpha1.ConditionLaunched, metav1.ConditionTrue, "Launched", message)
+	l.Recorder.Eventf(claim, nil, corev1.EventTypeNormal, "Launched", "Launch", message)
+	metrics.NodeClaimsLaunched.WithLabelValues(poolName(claim)).Inc()
+	log.FromContext(ctx).Info("launched machine", "providerID", instance.ProviderID)
+}
+
+// providerLabel names the claim's provider for metrics.
+func providerLabel(claim *v1alpha1.NodeClaim) string {
+	if name := claim.Labels["claimscale.io/nodeprovider"]; name != "" {
+		return name
+	}
+	return "pool:" + poolName(claim)
+}
+
+// resultOf classifies a provider call's outcome for metrics.
+func resultOf(err error) string {
+	switch {
+	case err == nil:
+		return "success"
+	case provider.IsNotFound(err):
+		return "not_found"
+	case provider.IsInsufficientCapacity(err):
+		return "insufficient_capacity"
+	case provider.IsTerminal(err):
+		return "terminal"
+	}
+	return "retryable"
+}

@@ -1,0 +1,62 @@
+package nodeclaim
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	"github.com/claimscale/claimscale/api/v1alpha1"
+	"github.com/claimscale/claimscale/internal/metrics"
+)
+
+// liveness gives up on a claim whose node has not registered within the
+// pool's registration timeout, counted from the claim's creation: its
+// deletion removes the machine, and provisioning tries again.
+type liveness struct{ *Controller }
+
+func (l *liveness) Reconcile(ctx context.Context, claim *v1alpha1.NodeClaim) (reconcile.Result, error) {
+	if meta.IsStatusConditionTrue(claim.Status.Conditions, v1alpha1.ConditionRegistered) ||
+		meta.FindStatusCondition(claim.Status.Conditions, v1alpha1.ConditionRegistered) != nil &&
+			meta.FindStatusCondition(claim.Status.Conditions, v1alpha1.ConditionRegistered).Reason == "NodeNotFound" {
+		return reconcile.Result{}, nil
+	}
+	timeout, err := l.registrationTimeout(ctx, claim)
+	if err != nil {
+		return reconcile.Result{}, err
+	}
+	waited := l.Clock.Since(claim.CreationTimestamp.Time)
+	if waited < timeout {
+		return reconcile.Result{RequeueAfter: timeout - waited}, nil
+	}
+	message := fmt.Sprintf("no node registered within the registration timeout of %s; deleting the machine and the claim", timeout)
+	l.setCondition(claim, v1alpha1.ConditionRegistered, metav1.ConditionFalse, "RegistrationTimeout", message)
+	l.Recorder.Eventf(claim, nil, corev1.EventTypeWarning, "RegistrationTimeout", "Register", message)
+	log.FromContext(ctx).Info("registration timed out", "timeout", timeout)
+	metrics.NodeClaimsTerminated.WithLabelValues(poolName(claim), "registration_timeout").Inc()
+	if err := l.Kube.Delete(ctx, claim); client.IgnoreNotFound(err) != nil {
+		return reconcile.Result{}, fmt.Errorf("deleting claim %s after registration timeout: %w", claim.Name, err)
+	}
+	return reconcile.Result{}, nil
+}
+
+func (l *liveness) registrationTimeout(ctx context.Context, claim *v1alpha1.NodeClaim) (time.Duration, error) {
+	var pool v1alpha1.NodePool
+	err := l.Kube.Get(ctx, client.ObjectKey{Name: poolName(claim)}, &pool)
+	if err != nil {
+		if client.IgnoreNotFound(err) == nil {
+			return l.DefaultRegistrationTimeout, nil
+		}
+		return 0, fmt.Errorf("getting pool %s: %w", poolName(claim), err)
+	}
+	if pool.Spec.RegistrationTimeout != nil && pool.Spec.RegistrationTimeout.Duration > 0 {
+		return pool.Spec.RegistrationTimeout.Duration, nil
+	}
+	return l.DefaultRegistrationTimeout, nil
+}

@@ -1,0 +1,126 @@
+package nodeclaim
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	"github.com/claimscale/claimscale/api/v1alpha1"
+	"github.com/claimscale/claimscale/internal/metrics"
+)
+
+// How often a claim whose machine has not joined yet looks again, besides
+// being woken by Node events.
+const registrationPoll = 10 * time.Second
+
+// registration waits for the machine's Node and takes it over: our labels,
+// the claim's taints, the termination finalizer and an owner reference.
+type registration struct{ *Controller }
+
+func (r *registration) Reconcile(ctx context.Context, claim *v1alpha1.NodeClaim) (reconcile.Result, error) {
+	if !meta.IsStatusConditionTrue(claim.Status.Conditions, v1alpha1.ConditionLaunched) {
+		return reconcile.Result{}, nil
+	}
+	node, err := r.nodeFor(ctx, claim)
+	if err != nil {
+		return reconcile.Result{}, err
+	}
+	if node == nil {
+		if meta.IsStatusConditionTrue(claim.Status.Conditions, v1alpha1.ConditionRegistered) {
+			// The node is gone after it had joined: garbage collection
+			// decides whether the machine went with it.
+			r.setCondition(claim, v1alpha1.ConditionRegistered, metav1.ConditionFalse, "NodeNotFound",
+				fmt.Sprintf("node %s registered earlier but no longer exists", claim.Status.NodeName))
+			return reconcile.Result{RequeueAfter: registrationPoll}, nil
+		}
+		r.setCondition(claim, v1alpha1.ConditionRegistered, metav1.ConditionFalse, "WaitingForNode",
+			fmt.Sprintf("machine created, no node with providerID %s (or name %s) yet", claim.Status.ProviderID, claim.Name))
+		return reconcile.Result{RequeueAfter: registrationPoll}, nil
+	}
+	if !node.DeletionTimestamp.IsZero() {
+		// Deleting the node is a request to remove the claim: termination
+		// drains and deprovisions, then lets the node go.
+		log.FromContext(ctx).Info("node is being deleted, deleting its claim", "node", node.Name)
+		if err := r.Kube.Delete(ctx, claim); client.IgnoreNotFound(err) != nil {
+			return reconcile.Result{}, fmt.Errorf("deleting claim %s of deleted node %s: %w", claim.Name, node.Name, err)
+		}
+		return reconcile.Result{}, nil
+	}
+	if err := r.adopt(ctx, claim, node); err != nil {
+		return reconcile.Result{}, err
+	}
+	claim.Status.NodeName = node.Name
+	if len(node.Status.Allocatable) > 0 {
+		claim.Status.Allocatable = node.Status.Allocatable
+	}
+	if !meta.IsStatusConditionTrue(claim.Status.Conditions, v1alpha1.ConditionRegistered) {
+		r.Recorder.Eventf(claim, node, corev1.EventTypeNormal, "Registered", "Register", "node %s registered", node.Name)
+		metrics.NodeClaimsRegistered.WithLabelValues(poolName(claim)).Inc()
+	}
+	r.setCondition(claim, v1alpha1.ConditionRegistered, metav1.ConditionTrue, "Registered", "node "+node.Name+" registered")
+	return reconcile.Result{}, nil
+}
+
+// adopt syncs the claim's labels, taints, finalizer and owner reference
+// onto the node. Taints are added only at first registration: afterwards
+// something else (a CNI removing a startup taint) owns them.
+func (r *registration) adopt(ctx context.Context, claim *v1alpha1.NodeClaim, node *corev1.Node) error {
+	patch := client.MergeFromWithOptions(node.DeepCopy(), client.MergeFromWithOptimisticLock{})
+	if node.Labels == nil {
+		node.Labels = map[string]string{}
+	}
+	for key, value := range claim.Labels {
+		if key == "claimscale.io/nodeprovider" {
+			continue
+		}
+		node.Labels[key] = value
+	}
+	node.Labels[v1alpha1.LabelNodePool] = poolName(claim)
+	node.Labels[v1alpha1.LabelNodeClaim] = claim.Name
+	if !meta.IsStatusConditionTrue(claim.Status.Conditions, v1alpha1.ConditionRegistered) {
+		for _, taint := range append(append([]corev1.Taint{}, claim.Spec.Taints...), claim.Spec.StartupTaints...) {
+			if !hasTaint(node.Spec.Taints, taint) {
+				node.Spec.Taints = append(node.Spec.Taints, taint)
+			}
+		}
+	}
+	controllerutil.AddFinalizer(node, v1alpha1.TerminationFinalizer)
+	if !hasOwner(node, claim) {
+		node.OwnerReferences = append(node.OwnerReferences, metav1.OwnerReference{
+			APIVersion: v1alpha1.GroupVersion.String(), Kind: "NodeClaim",
+			Name: claim.Name, UID: claim.UID, BlockOwnerDeletion: ptr(true),
+		})
+	}
+	if err := r.Kube.Patch(ctx, node, patch); err != nil {
+		return fmt.Errorf("adopting node %s: %w", node.Name, err)
+	}
+	return nil
+}
+
+func hasTaint(taints []corev1.Taint, want corev1.Taint) bool {
+	for _, taint := range taints {
+		if taint.Key == want.Key && taint.Effect == want.Effect {
+			return true
+		}
+	}
+	return false
+}
+
+func hasOwner(node *corev1.Node, claim *v1alpha1.NodeClaim) bool {
+	for _, owner := range node.OwnerReferences {
+		if owner.UID == claim.UID {
+			return true
+		}
+	}
+	return false
+}
+
+func ptr[T any](v T) *T { return &v }

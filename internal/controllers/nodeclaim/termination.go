@@ -1,0 +1,222 @@
+package nodeclaim
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	"github.com/claimscale/claimscale/api/v1alpha1"
+	"github.com/claimscale/claimscale/internal/controllers/index"
+	"github.com/claimscale/claimscale/internal/metrics"
+	"github.com/claimscale/claimscale/pkg/provider"
+)
+
+const (
+	defaultTerminationGracePeriod = 5 * time.Minute
+	// How often a drain looks at the pods still on the node.
+	drainPoll = 2 * time.Second
+)
+
+// reconcileDelete takes a deleted claim's node out of service and its
+// machine away, in an order that survives a crash at any step: cordon,
+// drain through the Eviction API, delete the machine, delete the Node, and
+// only then release the claim.
+func (c *Controller) reconcileDelete(ctx context.Context, claim *v1alpha1.NodeClaim) (reconcile.Result, error) {
+	if !controllerutil.ContainsFinalizer(claim, v1alpha1.TerminationFinalizer) {
+		return reconcile.Result{}, nil
+	}
+	stored := claim.DeepCopy()
+	result, err := c.terminate(ctx, claim)
+	if statusErr := c.writeStatus(ctx, stored, claim); statusErr != nil && err == nil {
+		err = statusErr
+	}
+	return result, err
+}
+
+func (c *Controller) terminate(ctx context.Context, claim *v1alpha1.NodeClaim) (reconcile.Result, error) {
+	node, err := c.nodeFor(ctx, claim)
+	if err != nil {
+		return reconcile.Result{}, err
+	}
+	if node != nil {
+		if err := c.cordon(ctx, node); err != nil {
+			return reconcile.Result{}, err
+		}
+		remaining, blocked, err := c.drain(ctx, claim, node)
+		if err != nil {
+			return reconcile.Result{}, err
+		}
+		if remaining > 0 {
+			message := fmt.Sprintf("draining node %s: %d pods left", node.Name, remaining)
+			if blocked > 0 {
+				message += fmt.Sprintf(", %d waiting for a PodDisruptionBudget", blocked)
+			}
+			c.setCondition(claim, v1alpha1.ConditionTerminating, metav1.ConditionTrue, "Draining", message)
+			return reconcile.Result{RequeueAfter: drainPoll}, nil
+		}
+	}
+
+	c.setCondition(claim, v1alpha1.ConditionTerminating, metav1.ConditionTrue, "Deprovisioning", "deleting the machine")
+	if err := c.deleteMachine(ctx, claim); err != nil {
+		c.setCondition(claim, v1alpha1.ConditionTerminating, metav1.ConditionTrue, "DeprovisionFailed", err.Error())
+		c.Recorder.Eventf(claim, nil, corev1.EventTypeWarning, "DeprovisionFailed", "Terminate", "%v", err)
+		return reconcile.Result{RequeueAfter: c.retryAfter(claim, err, maxRetryInterval)}, nil
+	}
+	if node != nil {
+		if err := c.releaseNode(ctx, node); err != nil {
+			return reconcile.Result{}, err
+		}
+	}
+	reason := "deleted"
+	if condition := meta.FindStatusCondition(claim.Status.Conditions, v1alpha1.ConditionDisrupting); condition != nil && condition.Status == metav1.ConditionTrue {
+		reason = condition.Reason
+	}
+	metrics.NodeClaimsTerminated.WithLabelValues(poolName(claim), reason).Inc()
+	c.Recorder.Eventf(claim, nil, corev1.EventTypeNormal, "Terminated", "Terminate", "machine %s deleted", claim.Status.ProviderID)
+	c.forgetRetries(claim)
+
+	patch := client.MergeFromWithOptions(claim.DeepCopy(), client.MergeFromWithOptimisticLock{})
+	controllerutil.RemoveFinalizer(claim, v1alpha1.TerminationFinalizer)
+	if err := c.Kube.Patch(ctx, claim, patch); err != nil {
+		return reconcile.Result{}, client.IgnoreNotFound(err)
+	}
+	log.FromContext(ctx).Info("terminated", "providerID", claim.Status.ProviderID)
+	return reconcile.Result{}, nil
+}
+
+// cordon taints the node so nothing new lands on it while it drains.
+func (c *Controller) cordon(ctx context.Context, node *corev1.Node) error {
+	disrupted := corev1.Taint{Key: v1alpha1.TaintDisrupted, Effect: corev1.TaintEffectNoSchedule}
+	if hasTaint(node.Spec.Taints, disrupted) {
+		return nil
+	}
+	patch := client.MergeFromWithOptions(node.DeepCopy(), client.MergeFromWithOptimisticLock{})
+	node.Spec.Taints = append(node.Spec.Taints, disrupted)
+	if err := c.Kube.Patch(ctx, node, patch); err != nil {
+		return fmt.Errorf("cordoning node %s: %w", node.Name, err)
+	}
+	return nil
+}
+
+// drain evicts the node's pods through the Eviction API, so
+// PodDisruptionBudgets hold, and deletes them outright once the claim's
+// termination grace period is over. DaemonSet and mirror pods stay. It
+// returns how many pods are still to go and how many of those a budget
+// held back.
+func (c *Controller) drain(ctx context.Context, claim *v1alpha1.NodeClaim, node *corev1.Node) (remaining, blocked int, err error) {
+	var pods corev1.PodList
+	if err := c.Kube.List(ctx, &pods, client.MatchingFields{index.PodNodeName: node.Name}); err != nil {
+		return 0, 0, fmt.Errorf("listing pods on node %s: %w", node.Name, err)
+	}
+	graceOver := c.Clock.Since(claim.DeletionTimestamp.Time) > terminationGracePeriod(claim)
+	for i := range pods.Items {
+		pod := &pods.Items[i]
+		if !drainable(pod) {
+			continue
+		}
+		remaining++
+		if !pod.DeletionTimestamp.IsZero() && !graceOver {
+			continue // already on its way out
+		}
+		if graceOver {
+			if err := c.Kube.Delete(ctx, pod, client.GracePeriodSeconds(0)); client.IgnoreNotFound(err) != nil {
+				return 0, 0, fmt.Errorf("deleting pod %s/%s after the termination grace period: %w", pod.Namespace, pod.Name, err)
+			}
+			continue
+		}
+		eviction := &policyv1.Eviction{ObjectMeta: metav1.ObjectMeta{Name: pod.Name, Namespace: pod.Namespace}}
+		err := c.Kube.SubResource("eviction").Create(ctx, pod, eviction)
+		switch {
+		case err == nil, apierrors.IsNotFound(err):
+		case apierrors.IsTooManyRequests(err):
+			blocked++
+		default:
+			return 0, 0, fmt.Errorf("evicting pod %s/%s: %w", pod.Namespace, pod.Name, err)
+		}
+	}
+	return remaining, blocked, nil
+}
+
+// drainable says whether a pod must leave before its node goes: not a
+// mirror pod, not a DaemonSet's, not finished.
+func drainable(pod *corev1.Pod) bool {
+	if _, mirror := pod.Annotations[corev1.MirrorPodAnnotationKey]; mirror {
+		return false
+	}
+	if pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed {
+		return false
+	}
+	for _, owner := range pod.OwnerReferences {
+		if owner.Kind == "DaemonSet" {
+			return false
+		}
+	}
+	return true
+}
+
+func terminationGracePeriod(claim *v1alpha1.NodeClaim) time.Duration {
+	if claim.Spec.TerminationGracePeriod != nil {
+		return claim.Spec.TerminationGracePeriod.Duration
+	}
+	return defaultTerminationGracePeriod
+}
+
+// deleteMachine removes the claim's machine. A claim that lost its
+// providerID to a crash between Create and the status write still names its
+// machine by tag, so that is looked up too.
+func (c *Controller) deleteMachine(ctx context.Context, claim *v1alpha1.NodeClaim) error {
+	machines, err := c.Providers.ForClaim(ctx, claim)
+	if err != nil {
+		return fmt.Errorf("finding the provider of claim %s: %w", claim.Name, err)
+	}
+	providerIDs := []string{}
+	if claim.Status.ProviderID != "" {
+		providerIDs = append(providerIDs, claim.Status.ProviderID)
+	} else {
+		started := time.Now()
+		instances, err := machines.List(ctx)
+		metrics.ObserveProviderCall(providerLabel(claim), "list", started, resultOf(err))
+		if err != nil {
+			return fmt.Errorf("listing machines for claim %s: %w", claim.Name, err)
+		}
+		for _, instance := range instances {
+			if instance.ClaimName() == claim.Name {
+				providerIDs = append(providerIDs, instance.ProviderID)
+			}
+		}
+	}
+	for _, providerID := range providerIDs {
+		started := time.Now()
+		err := machines.Delete(ctx, providerID)
+		metrics.ObserveProviderCall(providerLabel(claim), "delete", started, resultOf(err))
+		if err != nil && !provider.IsNotFound(err) {
+			return fmt.Errorf("deleting machine %s: %w", providerID, err)
+		}
+	}
+	return nil
+}
+
+// releaseNode removes our finalizer from the node and deletes it.
+func (c *Controller) releaseNode(ctx context.Context, node *corev1.Node) error {
+	if controllerutil.ContainsFinalizer(node, v1alpha1.TerminationFinalizer) {
+		patch := client.MergeFromWithOptions(node.DeepCopy(), client.MergeFromWithOptimisticLock{})
+		controllerutil.RemoveFinalizer(node, v1alpha1.TerminationFinalizer)
+		if err := c.Kube.Patch(ctx, node, patch); client.IgnoreNotFound(err) != nil {
+			return fmt.Errorf("releasing node %s: %w", node.Name, err)
+		}
+	}
+	if err := c.Kube.Delete(ctx, node); client.IgnoreNotFound(err) != nil {
+		return fmt.Errorf("deleting node %s: %w", node.Name, err)
+	}
+	return nil
+}

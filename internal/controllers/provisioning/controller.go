@@ -1,0 +1,70 @@
+package provisioning
+
+import (
+	"context"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	"github.com/claimscale/claimscale/api/v1alpha1"
+)
+
+// Controller wires the batcher to pod and pool events and runs the
+// provisioner whenever a batch closes.
+type Controller struct {
+	Provisioner *Provisioner
+	Batcher     *Batcher
+	// Periodic opens a batch on its own this often (default 30s).
+	Periodic time.Duration
+}
+
+// SetupWithManager registers the pod watch and the provisioning loop.
+func (c *Controller) SetupWithManager(mgr ctrl.Manager) error {
+	if c.Periodic == 0 {
+		c.Periodic = 30 * time.Second
+	}
+	trigger := reconcile.Func(func(context.Context, reconcile.Request) (reconcile.Result, error) {
+		c.Batcher.Trigger()
+		return reconcile.Result{}, nil
+	})
+	provisionable := predicate.NewPredicateFuncs(func(o client.Object) bool {
+		pod, ok := o.(*corev1.Pod)
+		return ok && Provisionable(pod)
+	})
+	if err := ctrl.NewControllerManagedBy(mgr).
+		Named(Name+".pods").
+		For(&corev1.Pod{}, builder.WithPredicates(provisionable)).
+		Complete(trigger); err != nil {
+		return err
+	}
+	if err := ctrl.NewControllerManagedBy(mgr).
+		Named(Name+".nodepools").
+		For(&v1alpha1.NodePool{}, builder.WithPredicates(predicate.GenerationChangedPredicate{})).
+		Complete(trigger); err != nil {
+		return err
+	}
+	return mgr.Add(c)
+}
+
+// NeedLeaderElection: only the leader writes claims.
+func (c *Controller) NeedLeaderElection() bool { return true }
+
+// Start runs provisioning rounds until the context ends.
+func (c *Controller) Start(ctx context.Context) error {
+	logger := log.FromContext(ctx).WithName(Name)
+	ctx = log.IntoContext(ctx, logger)
+	for c.Batcher.Wait(ctx, c.Periodic) {
+		if err := c.Provisioner.Provision(ctx); err != nil {
+			logger.Error(err, "provisioning round failed")
+			// Try again soon rather than at the next periodic round.
+			c.Batcher.Trigger()
+		}
+	}
+	return nil
+}

@@ -1,0 +1,371 @@
+// Package provisioning turns pending pods into NodeClaims. A batcher decides
+// when, the provisioner gathers the cluster as it is (nodes, their pods,
+// claims still booting, pools and their shapes), the scheduling package
+// decides in memory which new nodes would hold the pods, and the provisioner
+// writes one claim per new node and tells each pod where it is going, or
+// why it can go nowhere.
+package provisioning
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"strconv"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/events"
+	"k8s.io/utils/clock"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/log"
+
+	"github.com/claimscale/claimscale/api/v1alpha1"
+	"github.com/claimscale/claimscale/internal/controllers/nodepool"
+	"github.com/claimscale/claimscale/internal/metrics"
+	"github.com/claimscale/claimscale/internal/providers"
+	"github.com/claimscale/claimscale/internal/scheduling"
+	"github.com/claimscale/claimscale/pkg/provider"
+)
+
+// Name of the controller in logs, metrics and events.
+const Name = "provisioning"
+
+// Events per batch at the most: a Deployment of thousands of replicas must
+// not become thousands of events every ten seconds.
+const maxPodEvents = 100
+
+// ProviderResolver finds a NodeProvider's provider.
+type ProviderResolver interface {
+	ForProviderName(ctx context.Context, name string) (provider.Provider, error)
+}
+
+// CapacityChecker says which pool shapes are backed off after capacity
+// errors.
+type CapacityChecker interface {
+	Unavailable(pool, shape string) bool
+}
+
+// Provisioner runs one provisioning round at a time.
+type Provisioner struct {
+	Kube      client.Client
+	Providers ProviderResolver
+	Capacity  CapacityChecker
+	Recorder  events.EventRecorder
+	Clock     clock.Clock
+}
+
+// Provision runs one round: it writes claims for pending pods and for
+// pools below their minNodes.
+func (p *Provisioner) Provision(ctx context.Context) error {
+	logger := log.FromContext(ctx)
+	input, pools, err := p.gather(ctx)
+	if err != nil {
+		return err
+	}
+	if len(input.Pending) > 0 {
+		started := time.Now()
+		result, err := solve(ctx, input)
+		metrics.SchedulingSeconds.Observe(time.Since(started).Seconds())
+		if err != nil {
+			return fmt.Errorf("scheduling %d pending pods: %w", len(input.Pending), err)
+		}
+		logger.Info("scheduled pending pods", "pending", len(input.Pending), "newNodes", len(result.NewNodes),
+			"placedOnExisting", len(result.Placements), "unschedulable", len(result.Unschedulable), "duration", time.Since(started))
+		if err := p.createClaims(ctx, pools, result); err != nil {
+			return err
+		}
+		p.reportUnschedulable(result.Unschedulable)
+	} else {
+		metrics.PodsUnschedulable.Set(0)
+	}
+	return p.keepWarmCapacity(ctx, pools, input.Pools)
+}
+
+func solve(ctx context.Context, input scheduling.Input) (scheduling.Result, error) {
+	simulator, err := scheduling.New(ctx, input.Cluster)
+	if err != nil {
+		return scheduling.Result{}, err
+	}
+	return simulator.Solve(ctx, input.Pending)
+}
+
+// gather builds the scheduling input from the informer caches.
+func (p *Provisioner) gather(ctx context.Context) (scheduling.Input, map[string]*v1alpha1.NodePool, error) {
+	var input scheduling.Input
+	var podList corev1.PodList
+	if err := p.Kube.List(ctx, &podList); err != nil {
+		return input, nil, fmt.Errorf("listing pods: %w", err)
+	}
+	var nodeList corev1.NodeList
+	if err := p.Kube.List(ctx, &nodeList); err != nil {
+		return input, nil, fmt.Errorf("listing nodes: %w", err)
+	}
+	var claimList v1alpha1.NodeClaimList
+	if err := p.Kube.List(ctx, &claimList); err != nil {
+		return input, nil, fmt.Errorf("listing claims: %w", err)
+	}
+	var poolList v1alpha1.NodePoolList
+	if err := p.Kube.List(ctx, &poolList); err != nil {
+		return input, nil, fmt.Errorf("listing pools: %w", err)
+	}
+	var daemonSets appsv1.DaemonSetList
+	if err := p.Kube.List(ctx, &daemonSets); err != nil {
+		return input, nil, fmt.Errorf("listing DaemonSets: %w", err)
+	}
+
+	// Nodes whose claim is going away, and nodes being drained, hold
+	// nothing new.
+	leaving := map[string]bool{}
+	for i := range claimList.Items {
+		claim := &claimList.Items[i]
+		if !claim.DeletionTimestamp.IsZero() && claim.Status.NodeName != "" {
+			leaving[claim.Status.NodeName] = true
+		}
+	}
+	for i := range nodeList.Items {
+		node := &nodeList.Items[i]
+		if leaving[node.Name] || !node.DeletionTimestamp.IsZero() || hasDisruptedTaint(node) {
+			continue
+		}
+		input.Nodes = append(input.Nodes, node)
+	}
+	for i := range podList.Items {
+		pod := &podList.Items[i]
+		switch {
+		case pod.Spec.NodeName != "":
+			input.Pods = append(input.Pods, pod)
+		case Provisionable(pod):
+			input.Pending = append(input.Pending, pod)
+		}
+	}
+	for i := range daemonSets.Items {
+		input.DaemonSets = append(input.DaemonSets, &daemonSets.Items[i])
+	}
+
+	pools := map[string]*v1alpha1.NodePool{}
+	claimsByPool := map[string][]v1alpha1.NodeClaim{}
+	for i := range claimList.Items {
+		claim := claimList.Items[i]
+		claimsByPool[claim.Spec.NodePoolRef.Name] = append(claimsByPool[claim.Spec.NodePoolRef.Name], claim)
+		if claim.DeletionTimestamp.IsZero() && !meta.IsStatusConditionTrue(claim.Status.Conditions, v1alpha1.ConditionRegistered) {
+			input.InFlight = append(input.InFlight, scheduling.InFlight{
+				Name: claim.Name,
+				Pool: claim.Spec.NodePoolRef.Name,
+				Shape: scheduling.Shape{
+					Name: claim.Spec.Shape.Name, CPU: claim.Spec.Shape.CPU, Memory: claim.Spec.Shape.Memory,
+				},
+				Zone: zoneOf(claim.Spec.Requirements.NodeSelector),
+			})
+		}
+	}
+	for i := range poolList.Items {
+		pool := &poolList.Items[i]
+		if !pool.DeletionTimestamp.IsZero() {
+			continue
+		}
+		schedulingPool, err := p.schedulingPool(ctx, pool, claimsByPool[pool.Name])
+		if err != nil {
+			log.FromContext(ctx).Info("pool cannot provision", "nodePool", pool.Name, "reason", err.Error())
+			continue
+		}
+		pools[pool.Name] = pool
+		input.Pools = append(input.Pools, schedulingPool)
+	}
+	return input, pools, nil
+}
+
+func (p *Provisioner) schedulingPool(ctx context.Context, pool *v1alpha1.NodePool, claims []v1alpha1.NodeClaim) (scheduling.Pool, error) {
+	machines, err := p.Providers.ForProviderName(ctx, pool.Spec.ProviderRef.Name)
+	if err != nil {
+		return scheduling.Pool{}, err
+	}
+	offered, err := machines.Shapes(ctx, pool)
+	if err != nil {
+		return scheduling.Pool{}, fmt.Errorf("resolving shapes: %w", err)
+	}
+	shapes, err := scheduling.PoolShapes(pool, offered)
+	if err != nil {
+		return scheduling.Pool{}, err
+	}
+	var nodeProvider v1alpha1.NodeProvider
+	if err := p.Kube.Get(ctx, client.ObjectKey{Name: pool.Spec.ProviderRef.Name}, &nodeProvider); err != nil {
+		return scheduling.Pool{}, err
+	}
+	nodes, resources := nodepool.InUse(claims)
+	schedulingPool := scheduling.Pool{
+		NodePool: pool,
+		Shapes:   shapes,
+		Zones:    zonesOf(&nodeProvider),
+		InUse: scheduling.Usage{
+			Nodes: int64(nodes), CPU: resources[corev1.ResourceCPU], Memory: resources[corev1.ResourceMemory],
+		},
+	}
+	for _, shape := range offered {
+		if p.Capacity.Unavailable(pool.Name, shape.Name) {
+			schedulingPool.Unavailable = append(schedulingPool.Unavailable, shape.Name)
+		}
+	}
+	return schedulingPool, nil
+}
+
+// createClaims writes one claim per new node and tells its pods.
+func (p *Provisioner) createClaims(ctx context.Context, pools map[string]*v1alpha1.NodePool, result scheduling.Result) error {
+	events := 0
+	for _, newNode := range result.NewNodes {
+		pool := pools[newNode.Pool]
+		requests := newNode.Requests.DeepCopy()
+		for name, quantity := range newNode.DaemonSetRequests {
+			sum := requests[name]
+			sum.Add(quantity)
+			requests[name] = sum
+		}
+		claim, err := p.createClaim(ctx, pool, newNode.Shape, requests, newNode.Requirements, "provisioning")
+		if err != nil {
+			return err
+		}
+		log.FromContext(ctx).Info("created claim", "nodeClaim", claim.Name, "nodePool", pool.Name, "shape", newNode.Shape.Name, "zone", newNode.Zone, "pods", len(newNode.Pods))
+		for _, pod := range newNode.Pods {
+			if events++; events > maxPodEvents {
+				break
+			}
+			p.Recorder.Eventf(pod, claim, corev1.EventTypeNormal, "Nominated", "Provision",
+				"pod should schedule on a new node of claim %s (pool %s, shape %s)", claim.Name, pool.Name, newNode.Shape.Name)
+		}
+	}
+	return nil
+}
+
+func (p *Provisioner) createClaim(ctx context.Context, pool *v1alpha1.NodePool, shape scheduling.Shape, requests corev1.ResourceList, requirements []corev1.NodeSelectorRequirement, reason string) (*v1alpha1.NodeClaim, error) {
+	claimShape := v1alpha1.ClaimShape{Name: shape.Name, CPU: shape.CPU, Memory: shape.Memory}
+	if shape.Price > 0 {
+		claimShape.Price = strconv.FormatFloat(shape.Price, 'f', -1, 64)
+	}
+	labels := map[string]string{}
+	for key, value := range pool.Spec.Template.Labels {
+		labels[key] = value
+	}
+	labels[v1alpha1.LabelNodePool] = pool.Name
+	labels[providers.LabelNodeProvider] = pool.Spec.ProviderRef.Name
+	claim := &v1alpha1.NodeClaim{
+		ObjectMeta: metav1.ObjectMeta{
+			GenerateName: pool.Name + "-",
+			Labels:       labels,
+			Annotations:  map[string]string{v1alpha1.AnnotationTemplateHash: pool.TemplateHash(claimShape)},
+		},
+		Spec: v1alpha1.NodeClaimSpec{
+			NodePoolRef:   v1alpha1.NodePoolReference{Name: pool.Name},
+			Shape:         claimShape,
+			Requirements:  v1alpha1.NodeClaimRequirements{Resources: requests, NodeSelector: requirements},
+			Taints:        pool.Spec.Template.Taints,
+			StartupTaints: pool.Spec.Template.StartupTaints,
+		},
+	}
+	if err := p.Kube.Create(ctx, claim); err != nil {
+		return nil, fmt.Errorf("creating claim for pool %s shape %s: %w", pool.Name, shape.Name, err)
+	}
+	metrics.NodeClaimsCreated.WithLabelValues(pool.Name, reason).Inc()
+	return claim, nil
+}
+
+func (p *Provisioner) reportUnschedulable(unschedulable []scheduling.Unschedulable) {
+	metrics.PodsUnschedulable.Set(float64(len(unschedulable)))
+	for i, u := range unschedulable {
+		if i >= maxPodEvents {
+			break
+		}
+		p.Recorder.Eventf(u.Pod, nil, corev1.EventTypeWarning, "FailedProvisioning", "Provision", "no pool can hold the pod: %s", u.Reason)
+	}
+}
+
+// keepWarmCapacity tops every pool up to its minNodes with its cheapest
+// shape, within its limits.
+func (p *Provisioner) keepWarmCapacity(ctx context.Context, pools map[string]*v1alpha1.NodePool, schedulingPools []scheduling.Pool) error {
+	for _, schedulingPool := range schedulingPools {
+		pool := pools[schedulingPool.NodePool.Name]
+		missing := int64(pool.Spec.MinNodes) - schedulingPool.InUse.Nodes
+		if missing <= 0 {
+			continue
+		}
+		shape, ok := cheapest(schedulingPool)
+		if !ok {
+			continue
+		}
+		for range missing {
+			claim, err := p.createClaim(ctx, pool, shape, nil, nil, "minNodes")
+			if err != nil {
+				return err
+			}
+			log.FromContext(ctx).Info("created claim for warm capacity", "nodeClaim", claim.Name, "nodePool", pool.Name, "minNodes", pool.Spec.MinNodes)
+		}
+	}
+	return nil
+}
+
+func cheapest(pool scheduling.Pool) (scheduling.Shape, bool) {
+	shapes := pool.Shapes.Fixed
+	if pool.Shapes.Flexible != nil {
+		shapes = pool.Shapes.Flexible.Expand()
+	}
+	if len(shapes) == 0 {
+		return scheduling.Shape{}, false
+	}
+	sorted := append([]scheduling.Shape{}, shapes...)
+	sort.SliceStable(sorted, func(i, j int) bool { return sorted[i].Price < sorted[j].Price })
+	return sorted[0], true
+}
+
+// Provisionable says whether a pod is one provisioning should find room
+// for: the scheduler found no node for it, it is not a DaemonSet's (those
+// follow nodes), and nothing is already arranged for it.
+func Provisionable(pod *corev1.Pod) bool {
+	if pod.Spec.NodeName != "" || pod.Status.NominatedNodeName != "" || !pod.DeletionTimestamp.IsZero() {
+		return false
+	}
+	if pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed {
+		return false
+	}
+	for _, owner := range pod.OwnerReferences {
+		if owner.Kind == "DaemonSet" {
+			return false
+		}
+	}
+	for _, condition := range pod.Status.Conditions {
+		if condition.Type == corev1.PodScheduled {
+			return condition.Status == corev1.ConditionFalse && condition.Reason == corev1.PodReasonUnschedulable
+		}
+	}
+	return false
+}
+
+func hasDisruptedTaint(node *corev1.Node) bool {
+	for _, taint := range node.Spec.Taints {
+		if taint.Key == v1alpha1.TaintDisrupted {
+			return true
+		}
+	}
+	return false
+}
+
+func zoneOf(requirements []corev1.NodeSelectorRequirement) string {
+	for _, requirement := range requirements {
+		if requirement.Key == corev1.LabelTopologyZone && requirement.Operator == corev1.NodeSelectorOpIn && len(requirement.Values) == 1 {
+			return requirement.Values[0]
+		}
+	}
+	return ""
+}
+
+// zonesOf lists the zones a NodeProvider can put machines in, for template
+// nodes' zone labels.
+func zonesOf(nodeProvider *v1alpha1.NodeProvider) []string {
+	switch {
+	case nodeProvider.Spec.Simulated != nil:
+		return nodeProvider.Spec.Simulated.Zones
+	case nodeProvider.Spec.Cloudscale != nil:
+		return []string{nodeProvider.Spec.Cloudscale.Zone}
+	}
+	return nil
+}

@@ -1,0 +1,128 @@
+// Package operator assembles claimscale: the provider registry, the shared
+// caches and indexes, and the controllers a mode runs, on one
+// controller-runtime manager.
+package operator
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"k8s.io/utils/clock"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
+
+	"github.com/claimscale/claimscale/internal/capacity"
+	"github.com/claimscale/claimscale/internal/controllers/disruption"
+	"github.com/claimscale/claimscale/internal/controllers/garbagecollection"
+	"github.com/claimscale/claimscale/internal/controllers/index"
+	"github.com/claimscale/claimscale/internal/controllers/nodeclaim"
+	"github.com/claimscale/claimscale/internal/controllers/nodepool"
+	"github.com/claimscale/claimscale/internal/controllers/nodeprovider"
+	"github.com/claimscale/claimscale/internal/controllers/provisioning"
+	"github.com/claimscale/claimscale/internal/providers"
+	"github.com/claimscale/claimscale/pkg/provider"
+	"github.com/claimscale/claimscale/pkg/provider/simulated"
+)
+
+// Mode chooses who decides when nodes come and go.
+type Mode string
+
+const (
+	// ModeNative: claimscale provisions and disrupts by itself.
+	ModeNative Mode = "native"
+	// ModeExternalGRPC: a cluster-autoscaler decides through the
+	// externalgrpc shim; provisioning and disruption are off.
+	ModeExternalGRPC Mode = "externalgrpc"
+)
+
+// Options configure the controllers.
+type Options struct {
+	Mode        Mode
+	ClusterName string
+	// Namespace the controller runs in; the simulated provider keeps its
+	// machines there.
+	Namespace string
+	// BatchIdle and BatchMax are provisioning's batch windows.
+	BatchIdle time.Duration
+	BatchMax  time.Duration
+	// GCInterval and GCGracePeriod tune garbage collection.
+	GCInterval    time.Duration
+	GCGracePeriod time.Duration
+	// Registry maps provider types to implementations.
+	Registry *provider.Registry
+	// Simulated configures the simulated provider's registrar.
+	Simulated simulated.Config
+	// Clock for every timeout and window; nil is the real clock.
+	Clock clock.WithTicker
+}
+
+// Operator is the assembled controllers, for callers that need a piece
+// (the externalgrpc shim uses the resolver).
+type Operator struct {
+	Providers *providers.Resolver
+	Capacity  *capacity.Backoff
+}
+
+// Setup registers the indexes and the controllers of the mode on mgr.
+func Setup(ctx context.Context, mgr manager.Manager, opts Options) (*Operator, error) {
+	if opts.Clock == nil {
+		opts.Clock = clock.RealClock{}
+	}
+	if opts.Registry == nil {
+		return nil, fmt.Errorf("no provider registry")
+	}
+	if err := index.Setup(ctx, mgr.GetFieldIndexer()); err != nil {
+		return nil, err
+	}
+	resolver := &providers.Resolver{
+		Kube:           mgr.GetClient(),
+		SecretReader:   mgr.GetAPIReader(),
+		ProviderClient: mgr.GetClient(),
+		Registry:       opts.Registry,
+		ClusterName:    opts.ClusterName,
+		Namespace:      opts.Namespace,
+	}
+	capacityBackoff := capacity.NewBackoff(opts.Clock)
+	op := &Operator{Providers: resolver, Capacity: capacityBackoff}
+
+	setups := []interface{ SetupWithManager(ctrl.Manager) error }{
+		&nodeclaim.Controller{
+			Kube: mgr.GetClient(), Providers: resolver, Capacity: capacityBackoff,
+			Recorder: mgr.GetEventRecorder(nodeclaim.Name), Clock: opts.Clock,
+		},
+		&nodepool.Controller{Kube: mgr.GetClient(), Providers: resolver},
+		&nodeprovider.Controller{Kube: mgr.GetClient(), Providers: resolver},
+	}
+	if opts.Mode != ModeExternalGRPC {
+		setups = append(setups,
+			&provisioning.Controller{
+				Provisioner: &provisioning.Provisioner{
+					Kube: mgr.GetClient(), Providers: resolver, Capacity: capacityBackoff,
+					Recorder: mgr.GetEventRecorder(provisioning.Name), Clock: opts.Clock,
+				},
+				Batcher: provisioning.NewBatcher(opts.BatchIdle, opts.BatchMax, opts.Clock),
+			},
+			&disruption.Emptiness{Kube: mgr.GetClient(), Recorder: mgr.GetEventRecorder(disruption.EmptinessName), Clock: opts.Clock},
+		)
+	}
+	for _, s := range setups {
+		if err := s.SetupWithManager(mgr); err != nil {
+			return nil, fmt.Errorf("setting up %T: %w", s, err)
+		}
+	}
+	gc := &garbagecollection.Controller{
+		Kube: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Providers: resolver,
+		Recorder: mgr.GetEventRecorder(garbagecollection.Name), Clock: opts.Clock,
+		Interval: opts.GCInterval, GracePeriod: opts.GCGracePeriod,
+	}
+	if err := mgr.Add(gc); err != nil {
+		return nil, err
+	}
+	// Simulated machines "boot" by this registrar registering their Nodes;
+	// it stands in for the machines themselves, so it runs on every replica.
+	if err := mgr.Add(simulated.NewRegistrar(mgr.GetClient(), opts.Namespace, opts.ClusterName, opts.Simulated)); err != nil {
+		return nil, err
+	}
+	return op, nil
+}

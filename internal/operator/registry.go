@@ -1,0 +1,20 @@
+package operator
+
+import (
+	"github.com/claimscale/claimscale/api/v1alpha1"
+	"github.com/claimscale/claimscale/pkg/provider"
+	"github.com/claimscale/claimscale/pkg/provider/cloudscale"
+	"github.com/claimscale/claimscale/pkg/provider/proxmox"
+	"github.com/claimscale/claimscale/pkg/provider/simulated"
+)
+
+// DefaultRegistry returns a registry with every provider claimscale ships.
+// The simulated provider's registrar runs as a manager runnable (see Setup),
+// not per provider built.
+func DefaultRegistry() *provider.Registry {
+	registry := provider.NewRegistry()
+	registry.Register(v1alpha1.ProviderTypeSimulated, simulated.NewFactory(simulated.Config{ExternalRegistrar: true}))
+	registry.Register(v1alpha1.ProviderTypeProxmox, proxmox.New)
+	registry.Register(v1alpha1.ProviderTypeCloudscale, cloudscale.New)
+	return registry
+}
