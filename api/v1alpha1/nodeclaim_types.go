@@ -40,6 +40,7 @@ type NodeClaimSpec struct {
 
 // NodePoolReference names a NodePool.
 type NodePoolReference struct {
+	// Name of the NodePool.
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=253
 	Name string `json:"name"`

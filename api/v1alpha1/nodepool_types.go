@@ -170,7 +170,9 @@ type Shape struct {
 // +kubebuilder:validation:XValidation:rule="!has(self.cpuStep) || quantity(string(self.cpuStep)).isGreaterThan(quantity('0'))",message="flexible cpuStep must be greater than zero"
 // +kubebuilder:validation:XValidation:rule="!has(self.memoryStep) || quantity(string(self.memoryStep)).isGreaterThan(quantity('0'))",message="flexible memoryStep must be greater than zero"
 type FlexibleShape struct {
+	// MinCPU is the smallest CPU size.
 	MinCPU resource.Quantity `json:"minCPU"`
+	// MaxCPU is the largest CPU size.
 	MaxCPU resource.Quantity `json:"maxCPU"`
 	// CPUStep is the grid CPU sizes are rounded up to.
 	// +optional

@@ -129,9 +129,11 @@ type ProxmoxSettings struct {
 // VMIDRange is an inclusive range of Proxmox VM IDs.
 // +kubebuilder:validation:XValidation:rule="self.lower < self.upper",message="vmIDRange.lower must be less than vmIDRange.upper"
 type VMIDRange struct {
+	// Lower is the first VM ID claimscale may use.
 	// +kubebuilder:validation:Minimum=100
 	// +kubebuilder:validation:Maximum=999999999
 	Lower int32 `json:"lower"`
+	// Upper is the last VM ID claimscale may use.
 	// +kubebuilder:validation:Minimum=100
 	// +kubebuilder:validation:Maximum=999999999
 	Upper int32 `json:"upper"`
@@ -184,8 +186,10 @@ type ProxmoxNetworkInterface struct {
 
 // NameValue is a name/value pair.
 type NameValue struct {
+	// Name of the option.
 	// +kubebuilder:validation:MinLength=1
-	Name  string `json:"name"`
+	Name string `json:"name"`
+	// Value of the option.
 	Value string `json:"value"`
 }
 

@@ -27,7 +27,7 @@ func TestEmptyNodesGoOneAtATimeUnderABudgetOfOne(t *testing.T) {
 	})
 	deployment := s.createDeployment("spread", 4, "3", nil)
 	s.g.Eventually(func() int { return s.runningPods("spread") }).Should(Equal(4))
-	s.g.Expect(s.claims()).To(HaveLen(4), "one 3-cpu pod per 4-cpu node")
+	s.g.Eventually(s.claims).Should(HaveLen(4), "one 3-cpu pod per 4-cpu node")
 
 	watcher, err := client.NewWithWatch(env.Config, client.Options{Scheme: scheme.New()})
 	s.g.Expect(err).NotTo(HaveOccurred())

@@ -72,7 +72,7 @@ func (p *Provisioner) Provision(ctx context.Context) error {
 		if err != nil {
 			return fmt.Errorf("scheduling %d pending pods: %w", len(input.Pending), err)
 		}
-		logger.Info("scheduled pending pods", "pending", len(input.Pending), "newNodes", len(result.NewNodes),
+		logger.Info("scheduled pending pods", "pending", len(input.Pending), "inFlight", len(input.InFlight), "nodes", len(input.Nodes), "newNodes", len(result.NewNodes),
 			"placedOnExisting", len(result.Placements), "unschedulable", len(result.Unschedulable), "duration", time.Since(started))
 		if err := p.createClaims(ctx, pools, result); err != nil {
 			return err
@@ -119,9 +119,10 @@ func (p *Provisioner) gather(ctx context.Context) (scheduling.Input, map[string]
 	// Nodes whose claim is going away, and nodes being drained, hold
 	// nothing new.
 	leaving := map[string]bool{}
+	claimOfNode := newClaimIndex(claimList.Items)
 	for i := range claimList.Items {
 		claim := &claimList.Items[i]
-		if !claim.DeletionTimestamp.IsZero() && claim.Status.NodeName != "" {
+		if claim.Status.NodeName != "" && !claim.DeletionTimestamp.IsZero() {
 			leaving[claim.Status.NodeName] = true
 		}
 	}
@@ -129,6 +130,9 @@ func (p *Provisioner) gather(ctx context.Context) (scheduling.Input, map[string]
 		node := &nodeList.Items[i]
 		if leaving[node.Name] || !node.DeletionTimestamp.IsZero() || hasDisruptedTaint(node) {
 			continue
+		}
+		if claim := claimOfNode.find(node); claim != nil {
+			node = withClaimLabels(node, claim)
 		}
 		input.Nodes = append(input.Nodes, node)
 	}
@@ -338,6 +342,62 @@ func Provisionable(pod *corev1.Pod) bool {
 		}
 	}
 	return false
+}
+
+// claimIndex finds the live claim a node belongs to, the way registration
+// will match them: by providerID, else by name.
+type claimIndex struct {
+	byProviderID map[string]*v1alpha1.NodeClaim
+	byName       map[string]*v1alpha1.NodeClaim
+}
+
+func newClaimIndex(claims []v1alpha1.NodeClaim) claimIndex {
+	index := claimIndex{byProviderID: map[string]*v1alpha1.NodeClaim{}, byName: map[string]*v1alpha1.NodeClaim{}}
+	for i := range claims {
+		claim := &claims[i]
+		if !claim.DeletionTimestamp.IsZero() {
+			continue
+		}
+		if claim.Status.ProviderID != "" {
+			index.byProviderID[claim.Status.ProviderID] = claim
+		}
+		index.byName[claim.Name] = claim
+		if claim.Status.NodeName != "" {
+			index.byName[claim.Status.NodeName] = claim
+		}
+	}
+	return index
+}
+
+func (c claimIndex) find(node *corev1.Node) *v1alpha1.NodeClaim {
+	if claim, ok := c.byProviderID[node.Spec.ProviderID]; ok && node.Spec.ProviderID != "" {
+		return claim
+	}
+	return c.byName[node.Name]
+}
+
+// withClaimLabels returns the node as it is once its claim has adopted it.
+// A node that just registered may not carry the pool's labels yet (its
+// kubelet does not set them; the lifecycle controller adds them), while its
+// claim already counts as registered: simulated without them, the node
+// would look unfit for the pods it was made for, and a second node would be
+// bought.
+func withClaimLabels(node *corev1.Node, claim *v1alpha1.NodeClaim) *corev1.Node {
+	if node.Labels[v1alpha1.LabelNodeClaim] == claim.Name {
+		return node
+	}
+	adopted := node.DeepCopy()
+	if adopted.Labels == nil {
+		adopted.Labels = map[string]string{}
+	}
+	for key, value := range claim.Labels {
+		if key != providers.LabelNodeProvider {
+			adopted.Labels[key] = value
+		}
+	}
+	adopted.Labels[v1alpha1.LabelNodePool] = claim.Spec.NodePoolRef.Name
+	adopted.Labels[v1alpha1.LabelNodeClaim] = claim.Name
+	return adopted
 }
 
 func hasDisruptedTaint(node *corev1.Node) bool {
