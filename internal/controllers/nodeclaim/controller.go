@@ -115,6 +115,7 @@ func (c *Controller) reconcileNormal(ctx context.Context, claim *v1alpha1.NodeCl
 		}
 	}
 	stored := claim.DeepCopy()
+	ctx, after := withAfterStatus(ctx)
 	stages := []subReconciler{
 		&launch{c},
 		&registration{c},
@@ -130,6 +131,8 @@ func (c *Controller) reconcileNormal(ctx context.Context, claim *v1alpha1.NodeCl
 	}
 	c.summarizeReady(claim)
 	if err := c.writeStatus(ctx, stored, claim); err != nil {
+		errs = append(errs, err)
+	} else if err := after.run(ctx, c.Kube, c.Recorder, claim); err != nil {
 		errs = append(errs, err)
 	}
 	if err := errors.Join(errs...); err != nil {

@@ -54,7 +54,7 @@ func (i *initialization) Reconcile(ctx context.Context, claim *v1alpha1.NodeClai
 	claim.Status.Allocatable = node.Status.Allocatable
 	if !meta.IsStatusConditionTrue(claim.Status.Conditions, v1alpha1.ConditionInitialized) {
 		metrics.LaunchToReadySeconds.WithLabelValues(poolName(claim)).Observe(i.Clock.Since(claim.CreationTimestamp.Time).Seconds())
-		i.Recorder.Eventf(claim, node, corev1.EventTypeNormal, "Initialized", "Initialize", "node %s is ready for pods", node.Name)
+		i.eventf(ctx, claim, node, corev1.EventTypeNormal, "Initialized", "Initialize", "node %s is ready for pods", node.Name)
 	}
 	i.setCondition(claim, v1alpha1.ConditionInitialized, metav1.ConditionTrue, "Initialized", "node "+node.Name+" is Ready and has no startup taints")
 	return reconcile.Result{}, nil

@@ -8,7 +8,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
@@ -52,22 +51,20 @@ func (l *launch) Reconcile(ctx context.Context, claim *v1alpha1.NodeClaim) (reco
 		wait := l.Capacity.Record(poolName(claim), claim.Spec.Shape.Name)
 		message := fmt.Sprintf("%v; pool %s shape %s backed off for %s", err, poolName(claim), claim.Spec.Shape.Name, wait)
 		l.setCondition(claim, v1alpha1.ConditionLaunched, metav1.ConditionFalse, "InsufficientCapacity", message)
-		l.Recorder.Eventf(claim, nil, corev1.EventTypeWarning, "InsufficientCapacity", "Launch", message)
+		l.eventf(ctx, claim, nil, corev1.EventTypeWarning, "InsufficientCapacity", "Launch", "%s", message)
 		metrics.NodeClaimsTerminated.WithLabelValues(poolName(claim), "insufficient_capacity").Inc()
-		if err := l.Kube.Delete(ctx, claim); client.IgnoreNotFound(err) != nil {
-			return reconcile.Result{}, fmt.Errorf("deleting claim %s after insufficient capacity: %w", claim.Name, err)
-		}
+		deleteAfterStatus(ctx)
 		return reconcile.Result{}, nil
 
 	case provider.IsTerminal(err):
 		l.setCondition(claim, v1alpha1.ConditionLaunched, metav1.ConditionFalse, "LaunchFailed", err.Error())
-		l.Recorder.Eventf(claim, nil, corev1.EventTypeWarning, "LaunchFailed", "Launch", "%v", err)
+		l.eventf(ctx, claim, nil, corev1.EventTypeWarning, "LaunchFailed", "Launch", "%v", err)
 		return reconcile.Result{RequeueAfter: l.retryAfter(claim, err, maxTerminalRetryInterval)}, nil
 
 	default:
 		wait := l.retryAfter(claim, err, maxRetryInterval)
 		l.setCondition(claim, v1alpha1.ConditionLaunched, metav1.ConditionFalse, "LaunchFailed", fmt.Sprintf("%v (retrying in %s)", err, wait.Round(time.Second)))
-		l.Recorder.Eventf(claim, nil, corev1.EventTypeWarning, "LaunchFailed", "Launch", "%v", err)
+		l.eventf(ctx, claim, nil, corev1.EventTypeWarning, "LaunchFailed", "Launch", "%v", err)
 		log.FromContext(ctx).Info("launch failed, retrying", "error", err.Error(), "after", wait)
 		return reconcile.Result{RequeueAfter: wait}, nil
 	}
@@ -84,7 +81,7 @@ func (l *launch) launched(ctx context.Context, claim *v1alpha1.NodeClaim, instan
 	}
 	message := fmt.Sprintf("machine %s launched as %s", instance.Name, instance.ProviderID)
 	l.setCondition(claim, v1alpha1.ConditionLaunched, metav1.ConditionTrue, "Launched", message)
-	l.Recorder.Eventf(claim, nil, corev1.EventTypeNormal, "Launched", "Launch", message)
+	l.eventf(ctx, claim, nil, corev1.EventTypeNormal, "Launched", "Launch", "%s", message)
 	metrics.NodeClaimsLaunched.WithLabelValues(poolName(claim)).Inc()
 	log.FromContext(ctx).Info("launched machine", "providerID", instance.ProviderID)
 }

@@ -37,12 +37,10 @@ func (l *liveness) Reconcile(ctx context.Context, claim *v1alpha1.NodeClaim) (re
 	}
 	message := fmt.Sprintf("no node registered within the registration timeout of %s; deleting the machine and the claim", timeout)
 	l.setCondition(claim, v1alpha1.ConditionRegistered, metav1.ConditionFalse, "RegistrationTimeout", message)
-	l.Recorder.Eventf(claim, nil, corev1.EventTypeWarning, "RegistrationTimeout", "Register", message)
+	l.eventf(ctx, claim, nil, corev1.EventTypeWarning, "RegistrationTimeout", "Register", "%s", message)
 	log.FromContext(ctx).Info("registration timed out", "timeout", timeout)
 	metrics.NodeClaimsTerminated.WithLabelValues(poolName(claim), "registration_timeout").Inc()
-	if err := l.Kube.Delete(ctx, claim); client.IgnoreNotFound(err) != nil {
-		return reconcile.Result{}, fmt.Errorf("deleting claim %s after registration timeout: %w", claim.Name, err)
-	}
+	deleteAfterStatus(ctx)
 	return reconcile.Result{}, nil
 }
 

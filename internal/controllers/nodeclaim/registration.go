@@ -62,7 +62,7 @@ func (r *registration) Reconcile(ctx context.Context, claim *v1alpha1.NodeClaim)
 		claim.Status.Allocatable = node.Status.Allocatable
 	}
 	if !meta.IsStatusConditionTrue(claim.Status.Conditions, v1alpha1.ConditionRegistered) {
-		r.Recorder.Eventf(claim, node, corev1.EventTypeNormal, "Registered", "Register", "node %s registered", node.Name)
+		r.eventf(ctx, claim, node, corev1.EventTypeNormal, "Registered", "Register", "node %s registered", node.Name)
 		metrics.NodeClaimsRegistered.WithLabelValues(poolName(claim)).Inc()
 	}
 	r.setCondition(claim, v1alpha1.ConditionRegistered, metav1.ConditionTrue, "Registered", "node "+node.Name+" registered")

@@ -36,8 +36,15 @@ func (c *Controller) reconcileDelete(ctx context.Context, claim *v1alpha1.NodeCl
 		return reconcile.Result{}, nil
 	}
 	stored := claim.DeepCopy()
+	ctx, after := withAfterStatus(ctx)
 	result, err := c.terminate(ctx, claim)
-	if statusErr := c.writeStatus(ctx, stored, claim); statusErr != nil && err == nil {
+	statusErr := c.writeStatus(ctx, stored, claim)
+	if statusErr == nil || !controllerutil.ContainsFinalizer(claim, v1alpha1.TerminationFinalizer) {
+		// Once the finalizer is off, the claim may be gone and its status
+		// unwritable; the events still happened.
+		_ = after.run(ctx, c.Kube, c.Recorder, claim)
+	}
+	if statusErr != nil && err == nil {
 		err = statusErr
 	}
 	return result, err
@@ -69,7 +76,7 @@ func (c *Controller) terminate(ctx context.Context, claim *v1alpha1.NodeClaim) (
 	c.setCondition(claim, v1alpha1.ConditionTerminating, metav1.ConditionTrue, "Deprovisioning", "deleting the machine")
 	if err := c.deleteMachine(ctx, claim); err != nil {
 		c.setCondition(claim, v1alpha1.ConditionTerminating, metav1.ConditionTrue, "DeprovisionFailed", err.Error())
-		c.Recorder.Eventf(claim, nil, corev1.EventTypeWarning, "DeprovisionFailed", "Terminate", "%v", err)
+		c.eventf(ctx, claim, nil, corev1.EventTypeWarning, "DeprovisionFailed", "Terminate", "%v", err)
 		return reconcile.Result{RequeueAfter: c.retryAfter(claim, err, maxRetryInterval)}, nil
 	}
 	if node != nil {
@@ -82,7 +89,7 @@ func (c *Controller) terminate(ctx context.Context, claim *v1alpha1.NodeClaim) (
 		reason = condition.Reason
 	}
 	metrics.NodeClaimsTerminated.WithLabelValues(poolName(claim), reason).Inc()
-	c.Recorder.Eventf(claim, nil, corev1.EventTypeNormal, "Terminated", "Terminate", "machine %s deleted", claim.Status.ProviderID)
+	c.eventf(ctx, claim, nil, corev1.EventTypeNormal, "Terminated", "Terminate", "machine %s deleted", claim.Status.ProviderID)
 	c.forgetRetries(claim)
 
 	patch := client.MergeFromWithOptions(claim.DeepCopy(), client.MergeFromWithOptimisticLock{})

@@ -92,6 +92,16 @@ func solve(ctx context.Context, input scheduling.Input) (scheduling.Result, erro
 	return simulator.Solve(ctx, input.Pending)
 }
 
+// ClusterFromCache builds the scheduling input from the informer caches the
+// way a provisioning round sees the cluster (nodes leaving are left out,
+// claims still booting are in flight, pods waiting for a node are
+// Pending), with the pools that can provision by name. Disruption decides
+// on the same picture, so scale-down never disagrees with scale-up.
+func ClusterFromCache(ctx context.Context, kube client.Client, resolver ProviderResolver, capacity CapacityChecker) (scheduling.Input, map[string]*v1alpha1.NodePool, error) {
+	p := &Provisioner{Kube: kube, Providers: resolver, Capacity: capacity}
+	return p.gather(ctx)
+}
+
 // gather builds the scheduling input from the informer caches.
 func (p *Provisioner) gather(ctx context.Context) (scheduling.Input, map[string]*v1alpha1.NodePool, error) {
 	var input scheduling.Input
@@ -243,6 +253,21 @@ func (p *Provisioner) createClaims(ctx context.Context, pools map[string]*v1alph
 }
 
 func (p *Provisioner) createClaim(ctx context.Context, pool *v1alpha1.NodePool, shape scheduling.Shape, requests corev1.ResourceList, requirements []corev1.NodeSelectorRequirement, reason string) (*v1alpha1.NodeClaim, error) {
+	claim := NewClaim(pool, shape, requests, requirements)
+	if err := p.Kube.Create(ctx, claim); err != nil {
+		return nil, fmt.Errorf("creating claim for pool %s shape %s: %w", pool.Name, shape.Name, err)
+	}
+	metrics.NodeClaimsCreated.WithLabelValues(pool.Name, reason).Inc()
+	return claim, nil
+}
+
+// NewClaim builds, without writing it, the claim for one new node of pool
+// in shape, sized for requests and bound by requirements (both may be
+// nil): named <pool>-<random>, carrying the pool's labels, the nodepool
+// and nodeprovider labels, the template-hash annotation and the pool's
+// taints. Provisioning and the externalgrpc shim write claims from it, so
+// a claim looks the same whoever decided it.
+func NewClaim(pool *v1alpha1.NodePool, shape scheduling.Shape, requests corev1.ResourceList, requirements []corev1.NodeSelectorRequirement) *v1alpha1.NodeClaim {
 	claimShape := v1alpha1.ClaimShape{Name: shape.Name, CPU: shape.CPU, Memory: shape.Memory}
 	if shape.Price > 0 {
 		claimShape.Price = strconv.FormatFloat(shape.Price, 'f', -1, 64)
@@ -253,7 +278,7 @@ func (p *Provisioner) createClaim(ctx context.Context, pool *v1alpha1.NodePool, 
 	}
 	labels[v1alpha1.LabelNodePool] = pool.Name
 	labels[providers.LabelNodeProvider] = pool.Spec.ProviderRef.Name
-	claim := &v1alpha1.NodeClaim{
+	return &v1alpha1.NodeClaim{
 		ObjectMeta: metav1.ObjectMeta{
 			GenerateName: pool.Name + "-",
 			Labels:       labels,
@@ -267,11 +292,6 @@ func (p *Provisioner) createClaim(ctx context.Context, pool *v1alpha1.NodePool, 
 			StartupTaints: pool.Spec.Template.StartupTaints,
 		},
 	}
-	if err := p.Kube.Create(ctx, claim); err != nil {
-		return nil, fmt.Errorf("creating claim for pool %s shape %s: %w", pool.Name, shape.Name, err)
-	}
-	metrics.NodeClaimsCreated.WithLabelValues(pool.Name, reason).Inc()
-	return claim, nil
 }
 
 func (p *Provisioner) reportUnschedulable(unschedulable []scheduling.Unschedulable) {
