@@ -19,7 +19,6 @@ LDFLAGS := -X github.com/claimscale/claimscale/internal/version.Version=$(VERSIO
 
 GO_TEST_FLAGS ?= -count=1
 # Packages that need no control plane.
-UNIT_PKGS = $(shell go list ./... | grep -v -e /test/e2e -e /hack/)
 
 .PHONY: help
 help: ## Show the targets.
@@ -37,15 +36,19 @@ generate: bin/controller-gen ## Generate deepcopy code.
 	$(BIN)/controller-gen object:headerFile=hack/boilerplate.go.txt paths=./api/...
 
 .PHONY: manifests
-manifests: bin/controller-gen ## Generate CRDs and RBAC.
+manifests: bin/controller-gen ## Generate CRDs and RBAC, and copy them into the Helm chart.
 	$(BIN)/controller-gen crd paths=./api/... output:crd:artifacts:config=config/crd/bases
 	go run ./hack/crdbounds config/crd/bases/*.yaml
+	$(BIN)/controller-gen rbac:roleName=claimscale paths=./internal/operator/... output:rbac:artifacts:config=config/rbac
+	mkdir -p charts/claimscale/crds charts/claimscale/files
+	cp config/crd/bases/*.yaml charts/claimscale/crds/
+	cp config/rbac/role.yaml charts/claimscale/files/role.yaml
 
 .PHONY: verify
 verify: generate manifests ## Fail when generated files are stale or gofmt/go vet complain.
-	@if [ -n "$$(git status --porcelain -- api config)" ]; then \
+	@if [ -n "$$(git status --porcelain -- api config charts)" ]; then \
 		echo "generated files are out of date; run 'make generate manifests' and commit:"; \
-		git status --porcelain -- api config; git --no-pager diff -- api config | head -50; exit 1; fi
+		git status --porcelain -- api config charts; git --no-pager diff -- api config charts | head -50; exit 1; fi
 	@bad=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$bad" ]; then echo "gofmt needed: $$bad"; exit 1; fi
 	go vet ./...
 
@@ -53,8 +56,13 @@ verify: generate manifests ## Fail when generated files are stale or gofmt/go ve
 build: ## Build bin/claimscale.
 	@if [ -d cmd/claimscale ]; then go build -ldflags "$(LDFLAGS)" -o $(BIN)/claimscale ./cmd/claimscale; fi
 
+.PHONY: lint-chart
+lint-chart: tools ## helm lint the chart with its default and externalgrpc values.
+	$(BIN)/helm lint --strict charts/claimscale --set clusterName=ci
+	$(BIN)/helm lint --strict charts/claimscale -f charts/claimscale/values-externalgrpc.yaml
+
 .PHONY: test
-test: verify tools ## Run every test: unit, envtest and end-to-end.
+test: verify tools lint-chart ## Run every test: generated code, chart lint, unit, envtest and end-to-end.
 	go test $(GO_TEST_FLAGS) -timeout 30m ./...
 
 .PHONY: bench

@@ -79,6 +79,7 @@ func run(logger logr.Logger, opts operator.Options, metricsAddress, healthAddres
 	ctx := ctrl.SetupSignalHandler()
 	mgr, err := ctrl.NewManager(ctrl.GetConfigOrDie(), ctrl.Options{
 		Scheme:                  scheme.New(),
+		Cache:                   operator.CacheOptions(opts.Namespace),
 		Metrics:                 metricsserver.Options{BindAddress: metricsAddress},
 		HealthProbeBindAddress:  healthAddress,
 		LeaderElection:          leaderElect,

@@ -122,7 +122,10 @@ func run() error {
 	}); err != nil {
 		return err
 	}
-	if err := kubectl("get", "nodeclaims"); err != nil {
+	if err := kubectl("get", "nodeclaims", "-o", "wide"); err != nil {
+		return err
+	}
+	if err := describeFirstClaim(ctx, kube, kubectl); err != nil {
 		return err
 	}
 	if err := kubectl("get", "nodes", "-L", "node.kubernetes.io/instance-type,topology.kubernetes.io/zone"); err != nil {
@@ -149,6 +152,16 @@ func run() error {
 	}
 	step("done: pods pending → nodes appeared → pods Running → nodes removed")
 	return nil
+}
+
+// describeFirstClaim shows one claim's conditions and events, which is
+// where a person looks when a node does not come.
+func describeFirstClaim(ctx context.Context, kube client.Client, kubectl func(...string) error) error {
+	var claims v1alpha1.NodeClaimList
+	if err := kube.List(ctx, &claims); err != nil || len(claims.Items) == 0 {
+		return err
+	}
+	return kubectl("describe", "nodeclaim", claims.Items[0].Name)
 }
 
 func demoDeployment() *appsv1.Deployment {

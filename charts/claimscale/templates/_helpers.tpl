@@ -1,0 +1,53 @@
+{{- define "claimscale.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{- define "claimscale.fullname" -}}
+{{- if .Values.fullnameOverride -}}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" -}}
+{{- else if contains (include "claimscale.name" .) .Release.Name -}}
+{{- .Release.Name | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- printf "%s-%s" .Release.Name (include "claimscale.name" .) | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "claimscale.labels" -}}
+app.kubernetes.io/name: {{ include "claimscale.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
+{{- end -}}
+
+{{- define "claimscale.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "claimscale.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end -}}
+
+{{- define "claimscale.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create -}}
+{{- default (include "claimscale.fullname" .) .Values.serviceAccount.name -}}
+{{- else -}}
+{{- default "default" .Values.serviceAccount.name -}}
+{{- end -}}
+{{- end -}}
+
+{{/* The generated RBAC (config/rbac/role.yaml, copied by `make manifests`): the rules of its ClusterRole, or of its namespaced Role. */}}
+{{- define "claimscale.generatedRules" -}}
+{{- $kind := .kind -}}
+{{- range $document := splitList "\n---\n" (.root.Files.Get "files/role.yaml") -}}
+{{- $object := fromYaml $document -}}
+{{- if eq (get $object "kind") $kind -}}
+{{- toYaml (get $object "rules") -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "claimscale.grpcSecret" -}}
+{{- if .Values.externalgrpc.existingServerSecret -}}
+{{- .Values.externalgrpc.existingServerSecret -}}
+{{- else -}}
+{{- printf "%s-grpc-server" (include "claimscale.fullname" .) -}}
+{{- end -}}
+{{- end -}}

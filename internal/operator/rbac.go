@@ -1,0 +1,25 @@
+package operator
+
+// The permissions the controllers use, and no others. `make manifests`
+// generates config/rbac/role.yaml from these markers; the Helm chart reads
+// the same file.
+//
+// Cluster-wide:
+// +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch;delete
+// +kubebuilder:rbac:groups="",resources=pods/eviction,verbs=create
+// +kubebuilder:rbac:groups="",resources=nodes,verbs=get;list;watch;create;patch;update;delete
+// +kubebuilder:rbac:groups="",resources=events,verbs=create;patch;update
+// +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch;update
+// +kubebuilder:rbac:groups=apps,resources=daemonsets,verbs=list;watch
+// +kubebuilder:rbac:groups=policy,resources=poddisruptionbudgets,verbs=get;list;watch
+// +kubebuilder:rbac:groups=claimscale.io,resources=nodeproviders;nodepools,verbs=get;list;watch
+// +kubebuilder:rbac:groups=claimscale.io,resources=nodeclaims,verbs=get;list;watch;create;update;patch;delete
+// +kubebuilder:rbac:groups=claimscale.io,resources=nodeproviders/status;nodepools/status;nodeclaims/status,verbs=get;update;patch
+// +kubebuilder:rbac:groups=claimscale.io,resources=nodeclaims/finalizers,verbs=update
+//
+// In the controller's namespace: leader election, the simulated provider's
+// machine records, and the credentials Secrets of NodeProviders (the chart
+// adds a Role for each other namespace that holds such a Secret).
+// +kubebuilder:rbac:groups=coordination.k8s.io,namespace=claimscale-system,resources=leases,verbs=get;list;watch;create;update;patch;delete
+// +kubebuilder:rbac:groups="",namespace=claimscale-system,resources=configmaps,verbs=get;list;watch;create;update;patch;delete
+// +kubebuilder:rbac:groups="",namespace=claimscale-system,resources=secrets,verbs=get
