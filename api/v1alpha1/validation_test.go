@@ -1,18 +1,14 @@
 package v1alpha1_test
 
 import (
-	"bytes"
 	"context"
-	"errors"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/yaml"
 
@@ -35,25 +31,6 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-// decodeAll splits a multi-document YAML stream into objects.
-func decodeAll(t *testing.T, data []byte) []*unstructured.Unstructured {
-	t.Helper()
-	decoder := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(data), 4096)
-	var objects []*unstructured.Unstructured
-	for {
-		object := &unstructured.Unstructured{}
-		if err := decoder.Decode(&object.Object); err != nil {
-			if errors.Is(err, io.EOF) {
-				return objects
-			}
-			t.Fatalf("decoding YAML: %v", err)
-		}
-		if len(object.Object) > 0 {
-			objects = append(objects, object)
-		}
-	}
-}
-
 func TestSamplesAreAccepted(t *testing.T) {
 	root, err := testenv.RepoRoot()
 	if err != nil {
@@ -69,7 +46,11 @@ func TestSamplesAreAccepted(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		for _, object := range decodeAll(t, data) {
+		objects, err := testenv.DecodeManifests(data)
+		if err != nil {
+			t.Fatalf("%s: %v", file, err)
+		}
+		for _, object := range objects {
 			t.Run(filepath.Base(file)+"/"+object.GetKind()+"/"+object.GetName(), func(t *testing.T) {
 				if err := env.Client.Create(ctx, object); err != nil {
 					t.Fatalf("sample rejected: %v", err)
