@@ -172,22 +172,9 @@ func (c *Controller) writeStatus(ctx context.Context, stored, claim *v1alpha1.No
 	return nil
 }
 
-// setCondition sets a condition with the controller's clock, so timeouts
-// measured from transition times follow an injected clock in tests.
+// setCondition sets a claim condition on the controller's clock.
 func (c *Controller) setCondition(claim *v1alpha1.NodeClaim, conditionType string, status metav1.ConditionStatus, reason, message string) {
-	existing := meta.FindStatusCondition(claim.Status.Conditions, conditionType)
-	if existing != nil && existing.Status == status && existing.Reason == reason && existing.Message == message {
-		return
-	}
-	condition := metav1.Condition{
-		Type: conditionType, Status: status, Reason: reason, Message: message,
-		ObservedGeneration: claim.Generation,
-		LastTransitionTime: metav1.NewTime(c.Clock.Now()),
-	}
-	if existing != nil && existing.Status == status {
-		condition.LastTransitionTime = existing.LastTransitionTime
-	}
-	meta.SetStatusCondition(&claim.Status.Conditions, condition)
+	claim.SetCondition(conditionType, status, reason, message, c.Clock.Now())
 }
 
 // nodeFor finds the claim's Node: by providerID, else by the machine's
