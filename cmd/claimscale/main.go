@@ -15,6 +15,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
+	"github.com/claimscale/claimscale/internal/externalgrpc"
 	"github.com/claimscale/claimscale/internal/operator"
 	"github.com/claimscale/claimscale/internal/scheme"
 	"github.com/claimscale/claimscale/internal/version"
@@ -32,6 +33,7 @@ func main() {
 		batchIdle, batchMax time.Duration
 		gcInterval, gcGrace time.Duration
 		printVersion        bool
+		grpcOptions         externalgrpc.Options
 	)
 	flag.StringVar(&mode, "mode", string(operator.ModeNative), "native: claimscale provisions and disrupts; externalgrpc: serve cluster-autoscaler's externalgrpc protocol and let it decide")
 	flag.StringVar(&clusterName, "cluster-name", "", "name of this cluster, tagged on every machine; machines without it are never touched (required)")
@@ -44,6 +46,12 @@ func main() {
 	flag.DurationVar(&batchMax, "batch-max-duration", 10*time.Second, "a provisioning batch closes after this long at the most")
 	flag.DurationVar(&gcInterval, "gc-interval", 30*time.Second, "how often garbage collection looks for orphaned machines and claims")
 	flag.DurationVar(&gcGrace, "gc-grace-period", 2*time.Minute, "how old a machine without a claim must be before it is deleted")
+	flag.StringVar(&grpcOptions.BindAddress, "grpc-bind-address", externalgrpc.DefaultBindAddress, "externalgrpc mode: address of the gRPC server cluster-autoscaler calls")
+	flag.StringVar(&grpcOptions.CertFile, "grpc-cert", "", "externalgrpc mode: the server's TLS certificate (PEM), reloaded when it changes")
+	flag.StringVar(&grpcOptions.KeyFile, "grpc-key", "", "externalgrpc mode: the server certificate's key (PEM)")
+	flag.StringVar(&grpcOptions.ClientCAFile, "grpc-client-ca", "", "externalgrpc mode: the CA that client certificates must be signed by (PEM), reloaded when it changes")
+	flag.BoolVar(&grpcOptions.Insecure, "grpc-insecure", false, "externalgrpc mode: serve plaintext without client certificates (only on a network nobody else reaches)")
+	flag.StringVar(&grpcOptions.GPULabel, "gpu-label", "", "externalgrpc mode: the label GPU nodes carry, told to cluster-autoscaler")
 	flag.BoolVar(&printVersion, "version", false, "print the version and exit")
 	zapOptions := zap.Options{}
 	zapOptions.BindFlags(flag.CommandLine)
@@ -58,7 +66,7 @@ func main() {
 	if err := run(logger, operator.Options{
 		Mode: operator.Mode(mode), ClusterName: clusterName, Namespace: namespace,
 		BatchIdle: batchIdle, BatchMax: batchMax, GCInterval: gcInterval, GCGracePeriod: gcGrace,
-		Registry: operator.DefaultRegistry(),
+		Registry: operator.DefaultRegistry(), ExternalGRPC: grpcOptions,
 	}, metricsAddress, healthAddress, leaderElect, leaderElectionNS); err != nil {
 		logger.Error(err, "exiting")
 		os.Exit(1)

@@ -6,6 +6,7 @@ package metrics
 import (
 	"time"
 
+	grpcprom "github.com/grpc-ecosystem/go-grpc-middleware/providers/prometheus"
 	"github.com/prometheus/client_golang/prometheus"
 	crmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 )
@@ -90,4 +91,48 @@ func init() {
 func ObserveProviderCall(providerName, operation string, started time.Time, result string) {
 	ProviderCalls.WithLabelValues(providerName, operation, result).Inc()
 	ProviderCallSeconds.WithLabelValues(providerName, operation).Observe(time.Since(started).Seconds())
+}
+
+// The externalgrpc shim's metrics.
+var (
+	// GRPCServer counts and times the externalgrpc server's calls by
+	// method and status code (grpc_server_started_total,
+	// grpc_server_handled_total, grpc_server_handling_seconds, …), the
+	// names gRPC dashboards expect.
+	GRPCServer = grpcprom.NewServerMetrics(grpcprom.WithServerHandlingTimeHistogram(
+		grpcprom.WithHistogramBuckets([]float64{0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5}),
+	))
+	// ExternalGRPCScaleRequests counts cluster-autoscaler's requests to
+	// change a node group, by pool, operation (increase, delete_nodes,
+	// decrease_target) and result (accepted, refused).
+	ExternalGRPCScaleRequests = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: namespace, Subsystem: "externalgrpc", Name: "scale_requests_total",
+		Help: "Node group changes cluster-autoscaler asked for, by pool, operation and result.",
+	}, []string{"nodepool", "operation", "result"})
+)
+
+func init() {
+	crmetrics.Registry.MustRegister(GRPCServer, ExternalGRPCScaleRequests)
+}
+
+// Disruption gauges, set by every disruption round.
+var (
+	// DisruptionEligibleNodes counts, per pool and reason (Empty,
+	// Underutilized, Drifted, Expired), the nodes that qualify for
+	// disruption before safety rules, budgets and simulation.
+	DisruptionEligibleNodes = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Namespace: namespace, Subsystem: "disruption", Name: "eligible_nodes",
+		Help: "Nodes that qualify for disruption, by pool and reason, as of the last disruption round.",
+	}, []string{"nodepool", "reason"})
+	// DisruptionAllowedDisruptions is how many of each pool's nodes its
+	// budgets let be disrupting at once now, per budget reason (Empty,
+	// Underutilized, Drifted), at most the pool's node count.
+	DisruptionAllowedDisruptions = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Namespace: namespace, Subsystem: "disruption", Name: "allowed_disruptions",
+		Help: "Nodes each pool's disruption budgets allow to be disrupting at once now, by reason.",
+	}, []string{"nodepool", "reason"})
+)
+
+func init() {
+	crmetrics.Registry.MustRegister(DisruptionEligibleNodes, DisruptionAllowedDisruptions)
 }

@@ -20,6 +20,7 @@ import (
 	"github.com/claimscale/claimscale/internal/controllers/nodepool"
 	"github.com/claimscale/claimscale/internal/controllers/nodeprovider"
 	"github.com/claimscale/claimscale/internal/controllers/provisioning"
+	"github.com/claimscale/claimscale/internal/externalgrpc"
 	"github.com/claimscale/claimscale/internal/providers"
 	"github.com/claimscale/claimscale/pkg/provider"
 	"github.com/claimscale/claimscale/pkg/provider/simulated"
@@ -55,6 +56,8 @@ type Options struct {
 	Simulated simulated.Config
 	// Clock for every timeout and window; nil is the real clock.
 	Clock clock.WithTicker
+	// ExternalGRPC configures the externalgrpc server of ModeExternalGRPC.
+	ExternalGRPC externalgrpc.Options
 }
 
 // Operator is the assembled controllers, for callers that need a piece
@@ -62,6 +65,8 @@ type Options struct {
 type Operator struct {
 	Providers *providers.Resolver
 	Capacity  *capacity.Backoff
+	// ExternalGRPC is the externalgrpc server in ModeExternalGRPC, else nil.
+	ExternalGRPC *externalgrpc.Server
 }
 
 // Setup registers the indexes and the controllers of the mode on mgr.
@@ -118,6 +123,19 @@ func Setup(ctx context.Context, mgr manager.Manager, opts Options) (*Operator, e
 	}
 	if err := mgr.Add(gc); err != nil {
 		return nil, err
+	}
+	if opts.Mode == ModeExternalGRPC {
+		server, err := externalgrpc.New(opts.ExternalGRPC, externalgrpc.Dependencies{
+			Kube: mgr.GetClient(), Informers: mgr.GetCache(), Providers: resolver,
+			Logger: mgr.GetLogger(), Clock: opts.Clock,
+		})
+		if err != nil {
+			return nil, err
+		}
+		if err := mgr.Add(server); err != nil {
+			return nil, err
+		}
+		op.ExternalGRPC = server
 	}
 	// Simulated machines "boot" by this registrar registering their Nodes;
 	// it stands in for the machines themselves, so it runs on every replica.

@@ -14,6 +14,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/rest"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/config"
@@ -22,6 +23,7 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"github.com/claimscale/claimscale/api/v1alpha1"
+	"github.com/claimscale/claimscale/internal/externalgrpc"
 	"github.com/claimscale/claimscale/internal/operator"
 	"github.com/claimscale/claimscale/internal/scheme"
 	"github.com/claimscale/claimscale/pkg/provider"
@@ -41,6 +43,14 @@ func init() {
 type operatorOptions struct {
 	registry      *provider.Registry
 	gcGracePeriod time.Duration
+	// config reaches the API server; nil is the administrator's.
+	config *rest.Config
+	// leaderElection on, with its lease in the controller's namespace.
+	leaderElection bool
+	// mode is native unless set; externalGRPC configures the server of
+	// the externalgrpc mode.
+	mode         operator.Mode
+	externalGRPC externalgrpc.Options
 }
 
 // startOperator runs claimscale's controllers against the test control
@@ -53,10 +63,20 @@ func startOperator(t *testing.T, opts operatorOptions) (stop func()) {
 	if opts.gcGracePeriod == 0 {
 		opts.gcGracePeriod = time.Minute
 	}
-	mgr, err := ctrl.NewManager(env.Config, ctrl.Options{
-		Scheme:                 scheme.New(),
-		Metrics:                metricsserver.Options{BindAddress: "0"},
-		HealthProbeBindAddress: "0",
+	if opts.config == nil {
+		opts.config = env.Config
+	}
+	if opts.mode == "" {
+		opts.mode = operator.ModeNative
+	}
+	mgr, err := ctrl.NewManager(opts.config, ctrl.Options{
+		Scheme:                  scheme.New(),
+		Cache:                   operator.CacheOptions(controllerNamespace),
+		LeaderElection:          opts.leaderElection,
+		LeaderElectionID:        "claimscale-" + clusterName,
+		LeaderElectionNamespace: controllerNamespace,
+		Metrics:                 metricsserver.Options{BindAddress: "0"},
+		HealthProbeBindAddress:  "0",
 		// Each test starts its own manager in this process.
 		Controller: config.Controller{SkipNameValidation: ptr(true)},
 	})
@@ -65,10 +85,10 @@ func startOperator(t *testing.T, opts operatorOptions) (stop func()) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	if _, err := operator.Setup(ctx, mgr, operator.Options{
-		Mode: operator.ModeNative, ClusterName: clusterName, Namespace: controllerNamespace,
+		Mode: opts.mode, ClusterName: clusterName, Namespace: controllerNamespace,
 		BatchIdle: 500 * time.Millisecond, BatchMax: 3 * time.Second,
 		GCInterval: time.Second, GCGracePeriod: opts.gcGracePeriod,
-		Registry: opts.registry,
+		Registry: opts.registry, ExternalGRPC: opts.externalGRPC,
 	}); err != nil {
 		cancel()
 		t.Fatal(err)

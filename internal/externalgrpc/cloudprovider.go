@@ -1,0 +1,499 @@
+package externalgrpc
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/log"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/claimscale/claimscale/api/v1alpha1"
+	"github.com/claimscale/claimscale/internal/controllers/provisioning"
+	"github.com/claimscale/claimscale/internal/externalgrpc/protos"
+	"github.com/claimscale/claimscale/internal/metrics"
+	"github.com/claimscale/claimscale/internal/scheduling"
+)
+
+// cacheWaitLimit bounds how long a scaling call waits for the cache to see
+// its own writes, well inside cluster-autoscaler's 5 s deadline.
+const cacheWaitLimit = 2 * time.Second
+
+// cloudProvider answers cluster-autoscaler's CloudProvider calls from the
+// cache. Calls that change a group hold that group's lock and return only
+// once the cache has seen their writes, so the next call (a concurrent
+// increase, the next loop's target size) counts them.
+type cloudProvider struct {
+	protos.UnimplementedCloudProviderServer
+
+	// kube reads through the manager's cache and writes to the API server.
+	kube     client.Client
+	shapes   *shapeCache
+	failures *failures
+	gpuLabel string
+
+	locks sync.Map // pool name → *sync.Mutex
+}
+
+func (c *cloudProvider) lock(pool string) func() {
+	value, _ := c.locks.LoadOrStore(pool, &sync.Mutex{})
+	mu := value.(*sync.Mutex)
+	mu.Lock()
+	return mu.Unlock
+}
+
+// NodeGroups lists one group per pool that has limits.nodes.
+func (c *cloudProvider) NodeGroups(ctx context.Context, _ *protos.NodeGroupsRequest) (*protos.NodeGroupsResponse, error) {
+	var pools v1alpha1.NodePoolList
+	if err := c.kube.List(ctx, &pools); err != nil {
+		return nil, internal(fmt.Errorf("listing NodePools: %w", err))
+	}
+	response := &protos.NodeGroupsResponse{NodeGroups: make([]*protos.NodeGroup, 0, len(pools.Items))}
+	for i := range pools.Items {
+		if isGroup(&pools.Items[i]) {
+			response.NodeGroups = append(response.NodeGroups, nodeGroup(&pools.Items[i]))
+		}
+	}
+	sort.Slice(response.NodeGroups, func(i, j int) bool { return response.NodeGroups[i].Id < response.NodeGroups[j].Id })
+	return response, nil
+}
+
+// NodeGroupForNode names the group of a node from its pool label, else
+// from its claim (by providerID or placeholder id), else from a remembered
+// launch failure. A node that is not ours, or whose pool is not a group,
+// gets the empty group: that is an answer, not an error.
+func (c *cloudProvider) NodeGroupForNode(ctx context.Context, request *protos.NodeGroupForNodeRequest) (*protos.NodeGroupForNodeResponse, error) {
+	none := &protos.NodeGroupForNodeResponse{NodeGroup: &protos.NodeGroup{}}
+	node := request.GetNode()
+	if node == nil {
+		return none, nil
+	}
+	poolName := node.GetLabels()[v1alpha1.LabelNodePool]
+	if poolName == "" {
+		found, err := c.ownerOf(ctx, node)
+		if err != nil {
+			return nil, internal(err)
+		}
+		if found.foreign || found.pool == "" {
+			return none, nil
+		}
+		poolName = found.pool
+	}
+	pool, err := c.groupPool(ctx, poolName)
+	if err != nil {
+		return nil, internal(err)
+	}
+	if pool == nil {
+		return none, nil
+	}
+	return &protos.NodeGroupForNodeResponse{NodeGroup: nodeGroup(pool)}, nil
+}
+
+// NodeGroupTargetSize counts the group's claims not being deleted.
+func (c *cloudProvider) NodeGroupTargetSize(ctx context.Context, request *protos.NodeGroupTargetSizeRequest) (*protos.NodeGroupTargetSizeResponse, error) {
+	if _, err := c.mustGroup(ctx, request.GetId()); err != nil {
+		return nil, err
+	}
+	claims, err := c.claimsOf(ctx, request.GetId())
+	if err != nil {
+		return nil, internal(err)
+	}
+	return &protos.NodeGroupTargetSizeResponse{TargetSize: targetSize(claims)}, nil
+}
+
+// NodeGroupIncreaseSize writes delta claims of the pool's default shape and
+// returns: the lifecycle controller launches them.
+func (c *cloudProvider) NodeGroupIncreaseSize(ctx context.Context, request *protos.NodeGroupIncreaseSizeRequest) (*protos.NodeGroupIncreaseSizeResponse, error) {
+	const operation = "increase"
+	id, delta := request.GetId(), request.GetDelta()
+	pool, err := c.mustGroup(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	if delta <= 0 {
+		return nil, c.refuse(id, operation, codes.InvalidArgument, "size increase must be positive, got %d", delta)
+	}
+	defer c.lock(id)()
+	claims, err := c.claimsOf(ctx, id)
+	if err != nil {
+		return nil, internal(err)
+	}
+	size := targetSize(claims)
+	if maxSize := *pool.Spec.Limits.Nodes; size+delta > maxSize {
+		return nil, c.refuse(id, operation, codes.InvalidArgument, "size increase too large: target size %d + %d exceeds the maximum %d of NodePool %s", size, delta, maxSize, id)
+	}
+	shapes, err := c.shapes.get(ctx, pool)
+	if err != nil {
+		return nil, status.Errorf(codes.Unavailable, "resolving the shapes of NodePool %s: %v", id, err)
+	}
+	shape := shapes.defaultShape
+	if err := withinResourceLimits(pool, claims, shape, delta); err != nil {
+		return nil, c.refuse(id, operation, codes.InvalidArgument, "%v", err)
+	}
+	created := make([]string, 0, delta)
+	for range delta {
+		claim := provisioning.NewClaim(pool, shape, nil, nil)
+		if err := c.kube.Create(ctx, claim); err != nil {
+			// The claims written so far stay: the target size says so.
+			return nil, status.Errorf(codes.Unavailable, "creating claim %d of %d for NodePool %s: %v", len(created)+1, delta, id, err)
+		}
+		metrics.NodeClaimsCreated.WithLabelValues(id, "externalgrpc").Inc()
+		created = append(created, claim.Name)
+	}
+	metrics.ExternalGRPCScaleRequests.WithLabelValues(id, operation, "accepted").Inc()
+	log.FromContext(ctx).Info("created claims for cluster-autoscaler", "nodePool", id, "shape", shape.Name, "nodeClaims", created)
+	c.awaitCache(ctx, id, func(claims []v1alpha1.NodeClaim) bool {
+		seen := map[string]bool{}
+		for i := range claims {
+			seen[claims[i].Name] = true
+		}
+		for _, name := range created {
+			if !seen[name] {
+				return false
+			}
+		}
+		return true
+	})
+	return &protos.NodeGroupIncreaseSizeResponse{}, nil
+}
+
+// withinResourceLimits refuses an increase that would take the pool past
+// its cpu or memory limit.
+func withinResourceLimits(pool *v1alpha1.NodePool, claims []v1alpha1.NodeClaim, shape scheduling.Shape, delta int32) error {
+	limits := pool.Spec.Limits
+	if limits.CPU == nil && limits.Memory == nil {
+		return nil
+	}
+	cpu, memory := resource.Quantity{}, resource.Quantity{}
+	for i := range claims {
+		if claims[i].DeletionTimestamp.IsZero() {
+			cpu.Add(claims[i].Spec.Shape.CPU)
+			memory.Add(claims[i].Spec.Shape.Memory)
+		}
+	}
+	for range delta {
+		cpu.Add(shape.CPU)
+		memory.Add(shape.Memory)
+	}
+	if limits.CPU != nil && cpu.Cmp(*limits.CPU) > 0 {
+		return fmt.Errorf("%d more nodes of shape %s would take NodePool %s to %s cpu, past its limit of %s", delta, shape.Name, pool.Name, cpu.String(), limits.CPU.String())
+	}
+	if limits.Memory != nil && memory.Cmp(*limits.Memory) > 0 {
+		return fmt.Errorf("%d more nodes of shape %s would take NodePool %s to %s memory, past its limit of %s", delta, shape.Name, pool.Name, memory.String(), limits.Memory.String())
+	}
+	return nil
+}
+
+// NodeGroupDeleteNodes deletes the claims of the nodes, after checking that
+// every one belongs to the group: a mapping bug must not delete a machine
+// of another pool, so one stranger refuses the whole request.
+func (c *cloudProvider) NodeGroupDeleteNodes(ctx context.Context, request *protos.NodeGroupDeleteNodesRequest) (*protos.NodeGroupDeleteNodesResponse, error) {
+	const operation = "delete_nodes"
+	id := request.GetId()
+	if _, err := c.mustGroup(ctx, id); err != nil {
+		return nil, err
+	}
+	defer c.lock(id)()
+	var doomed []*v1alpha1.NodeClaim
+	var dismissed []string
+	for _, node := range request.GetNodes() {
+		found, err := c.ownerOf(ctx, node)
+		if err != nil {
+			return nil, internal(err)
+		}
+		if !found.belongsTo(id) {
+			return nil, c.refuse(id, operation, codes.InvalidArgument, "node %s (providerID %q) does not belong to node group %s; nothing was deleted", node.GetName(), node.GetProviderID(), id)
+		}
+		if name, ok := strings.CutPrefix(node.GetProviderID(), PlaceholderPrefix); ok {
+			dismissed = append(dismissed, name)
+		}
+		if found.claim != nil && found.claim.DeletionTimestamp.IsZero() {
+			doomed = append(doomed, found.claim)
+		}
+	}
+	for _, name := range dismissed {
+		c.failures.dismiss(name, id)
+	}
+	if err := c.deleteClaims(ctx, id, doomed); err != nil {
+		return nil, err
+	}
+	metrics.ExternalGRPCScaleRequests.WithLabelValues(id, operation, "accepted").Inc()
+	return &protos.NodeGroupDeleteNodesResponse{}, nil
+}
+
+// NodeGroupDecreaseTargetSize withdraws claims whose node has not
+// registered, newest and least advanced first; it never touches a
+// registered node and refuses to withdraw more claims than are waiting.
+func (c *cloudProvider) NodeGroupDecreaseTargetSize(ctx context.Context, request *protos.NodeGroupDecreaseTargetSizeRequest) (*protos.NodeGroupDecreaseTargetSizeResponse, error) {
+	const operation = "decrease_target"
+	id, delta := request.GetId(), request.GetDelta()
+	if _, err := c.mustGroup(ctx, id); err != nil {
+		return nil, err
+	}
+	if delta >= 0 {
+		return nil, c.refuse(id, operation, codes.InvalidArgument, "size decrease must be negative, got %d", delta)
+	}
+	defer c.lock(id)()
+	claims, err := c.claimsOf(ctx, id)
+	if err != nil {
+		return nil, internal(err)
+	}
+	var waiting []*v1alpha1.NodeClaim
+	for i := range claims {
+		if claims[i].DeletionTimestamp.IsZero() && !registered(&claims[i]) {
+			waiting = append(waiting, &claims[i])
+		}
+	}
+	if int(-delta) > len(waiting) {
+		return nil, c.refuse(id, operation, codes.FailedPrecondition,
+			"attempt to delete existing nodes: target size %d, %d registered, decrease by %d would go below the registered count", targetSize(claims), int(targetSize(claims))-len(waiting), -delta)
+	}
+	// Claims not launched yet cost nothing to withdraw; among equals the
+	// newest goes first.
+	sort.SliceStable(waiting, func(i, j int) bool {
+		a, b := waiting[i], waiting[j]
+		if (a.Status.ProviderID == "") != (b.Status.ProviderID == "") {
+			return a.Status.ProviderID == ""
+		}
+		return b.CreationTimestamp.Before(&a.CreationTimestamp)
+	})
+	if err := c.deleteClaims(ctx, id, waiting[:-delta]); err != nil {
+		return nil, err
+	}
+	metrics.ExternalGRPCScaleRequests.WithLabelValues(id, operation, "accepted").Inc()
+	return &protos.NodeGroupDecreaseTargetSizeResponse{}, nil
+}
+
+// deleteClaims deletes claims (their termination drains and deprovisions
+// the nodes) and waits until the cache sees it.
+func (c *cloudProvider) deleteClaims(ctx context.Context, id string, claims []*v1alpha1.NodeClaim) error {
+	if len(claims) == 0 {
+		return nil
+	}
+	names := make([]string, 0, len(claims))
+	for _, claim := range claims {
+		// The UID precondition: a claim recreated under the same name since
+		// the check is not the one that was checked.
+		if err := c.kube.Delete(ctx, claim, client.Preconditions{UID: &claim.UID}); err != nil && !apierrors.IsNotFound(err) {
+			return status.Errorf(codes.Unavailable, "deleting claim %s of NodePool %s: %v", claim.Name, id, err)
+		}
+		names = append(names, claim.Name)
+	}
+	log.FromContext(ctx).Info("deleted claims for cluster-autoscaler", "nodePool", id, "nodeClaims", names)
+	c.awaitCache(ctx, id, func(claims []v1alpha1.NodeClaim) bool {
+		live := map[string]bool{}
+		for i := range claims {
+			live[claims[i].Name] = claims[i].DeletionTimestamp.IsZero()
+		}
+		for _, name := range names {
+			if live[name] {
+				return false
+			}
+		}
+		return true
+	})
+	return nil
+}
+
+// awaitCache waits, within cacheWaitLimit, until the pool's claims in the
+// cache satisfy done. Timing out is no error: the write happened, the
+// cache is only late.
+func (c *cloudProvider) awaitCache(ctx context.Context, pool string, done func([]v1alpha1.NodeClaim) bool) {
+	err := wait.PollUntilContextTimeout(ctx, 5*time.Millisecond, cacheWaitLimit, true, func(ctx context.Context) (bool, error) {
+		claims, err := c.claimsOf(ctx, pool)
+		if err != nil {
+			return false, nil //nolint:nilerr // keep waiting; the write happened
+		}
+		return done(claims), nil
+	})
+	if err != nil {
+		log.FromContext(ctx).V(1).Info("cache did not show the writes in time", "nodePool", pool, "error", err.Error())
+	}
+}
+
+// NodeGroupNodes lists one instance per claim, and the claims that failed
+// to launch and are already gone.
+func (c *cloudProvider) NodeGroupNodes(ctx context.Context, request *protos.NodeGroupNodesRequest) (*protos.NodeGroupNodesResponse, error) {
+	id := request.GetId()
+	if _, err := c.mustGroup(ctx, id); err != nil {
+		return nil, err
+	}
+	claims, err := c.claimsOf(ctx, id)
+	if err != nil {
+		return nil, internal(err)
+	}
+	response := &protos.NodeGroupNodesResponse{Instances: make([]*protos.Instance, 0, len(claims))}
+	for i := range claims {
+		response.Instances = append(response.Instances, instanceOf(&claims[i]))
+	}
+	response.Instances = append(response.Instances, c.failures.instances(id)...)
+	return response, nil
+}
+
+// instanceOf is a claim as cluster-autoscaler sees an instance. A launch
+// error makes it a failed creation, even while the claim is being
+// deleted: that is how cluster-autoscaler learns to back the group off.
+func instanceOf(claim *v1alpha1.NodeClaim) *protos.Instance {
+	instance := &protos.Instance{Id: instanceID(claim), Status: &protos.InstanceStatus{}}
+	switch failed := launchError(claim); {
+	case failed != nil:
+		instance.Status.InstanceState = protos.InstanceStatus_instanceCreating
+		instance.Status.ErrorInfo = failed
+	case !claim.DeletionTimestamp.IsZero():
+		instance.Status.InstanceState = protos.InstanceStatus_instanceDeleting
+	case registered(claim):
+		instance.Status.InstanceState = protos.InstanceStatus_instanceRunning
+	default:
+		instance.Status.InstanceState = protos.InstanceStatus_instanceCreating
+	}
+	return instance
+}
+
+// NodeGroupTemplateNodeInfo is the scheduling core's template node for
+// the pool's default shape. It is never empty (cluster-autoscaler would
+// crash on it): a template that cannot be built is Unimplemented.
+func (c *cloudProvider) NodeGroupTemplateNodeInfo(ctx context.Context, request *protos.NodeGroupTemplateNodeInfoRequest) (*protos.NodeGroupTemplateNodeInfoResponse, error) {
+	id := request.GetId()
+	pool, err := c.mustGroup(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	node, err := c.templateNode(ctx, pool)
+	if err != nil {
+		return nil, status.Errorf(codes.Unimplemented, "no template node for NodePool %s: %v", id, err)
+	}
+	nodeBytes, err := node.Marshal()
+	if err != nil || len(nodeBytes) == 0 {
+		return nil, status.Errorf(codes.Unimplemented, "no template node for NodePool %s: encoding: %v", id, err)
+	}
+	return &protos.NodeGroupTemplateNodeInfoResponse{NodeBytes: nodeBytes}, nil
+}
+
+// templateNode builds the Node a new instance of the pool would register
+// as, in the provider's zone when it has exactly one.
+func (c *cloudProvider) templateNode(ctx context.Context, pool *v1alpha1.NodePool) (*corev1.Node, error) {
+	shapes, err := c.shapes.get(ctx, pool)
+	if err != nil {
+		return nil, err
+	}
+	var nodeProvider v1alpha1.NodeProvider
+	if err := c.kube.Get(ctx, client.ObjectKey{Name: pool.Spec.ProviderRef.Name}, &nodeProvider); err != nil {
+		return nil, fmt.Errorf("reading NodeProvider %s: %w", pool.Spec.ProviderRef.Name, err)
+	}
+	return scheduling.TemplateNode(pool, shapes.defaultShape, soleZone(&nodeProvider), pool.Name+"-template")
+}
+
+// soleZone is the zone every machine of the provider is in, "" when it
+// has none or several (a template cannot say which one a node will get).
+func soleZone(nodeProvider *v1alpha1.NodeProvider) string {
+	switch {
+	case nodeProvider.Spec.Cloudscale != nil:
+		return nodeProvider.Spec.Cloudscale.Zone
+	case nodeProvider.Spec.Simulated != nil && len(nodeProvider.Spec.Simulated.Zones) == 1:
+		return nodeProvider.Spec.Simulated.Zones[0]
+	}
+	return ""
+}
+
+// PricingNodePrice prices a node from its shape's hourly price, found
+// through its claim or, for template nodes, its pool and instance-type
+// labels. Pools whose prices are derived from size, not named, have no
+// price to give.
+func (c *cloudProvider) PricingNodePrice(ctx context.Context, request *protos.PricingNodePriceRequest) (*protos.PricingNodePriceResponse, error) {
+	node := request.GetNode()
+	found, err := c.ownerOf(ctx, node)
+	if err != nil {
+		return nil, internal(err)
+	}
+	poolName, shapeName := found.pool, node.GetLabels()[corev1.LabelInstanceTypeStable]
+	var cpu, memory resource.Quantity
+	if found.claim != nil {
+		shapeName, cpu, memory = found.claim.Spec.Shape.Name, found.claim.Spec.Shape.CPU, found.claim.Spec.Shape.Memory
+	} else if poolName == "" {
+		poolName = node.GetLabels()[v1alpha1.LabelNodePool]
+	}
+	pool, err := c.groupPool(ctx, poolName)
+	if err != nil {
+		return nil, internal(err)
+	}
+	if pool == nil {
+		return nil, status.Errorf(codes.Unimplemented, "node %s is in no node group, so has no price", node.GetName())
+	}
+	shapes, err := c.shapes.get(ctx, pool)
+	if err != nil {
+		return nil, status.Errorf(codes.Unavailable, "resolving the shapes of NodePool %s: %v", pool.Name, err)
+	}
+	if found.claim == nil && shapeName == shapes.defaultShape.Name {
+		cpu, memory = shapes.defaultShape.CPU, shapes.defaultShape.Memory
+	}
+	hourly, ok := shapes.price(shapeName, cpu, memory)
+	if !ok || (shapes.flexiblePriced && cpu.IsZero()) {
+		return nil, status.Errorf(codes.Unimplemented, "NodePool %s names no price for shape %q", pool.Name, shapeName)
+	}
+	hours := request.GetEndTimestamp().AsTime().Sub(request.GetStartTimestamp().AsTime()).Hours()
+	return &protos.PricingNodePriceResponse{Price: hourly * max(hours, 0)}, nil
+}
+
+// PricingPodPrice is not offered: shapes have prices, pods do not.
+func (c *cloudProvider) PricingPodPrice(context.Context, *protos.PricingPodPriceRequest) (*protos.PricingPodPriceResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "claimscale prices nodes, not pods")
+}
+
+// GPULabel is the configured label of GPU nodes.
+func (c *cloudProvider) GPULabel(context.Context, *protos.GPULabelRequest) (*protos.GPULabelResponse, error) {
+	return &protos.GPULabelResponse{Label: c.gpuLabel}, nil
+}
+
+// GetAvailableGPUTypes is empty: no shape declares a GPU type.
+func (c *cloudProvider) GetAvailableGPUTypes(context.Context, *protos.GetAvailableGPUTypesRequest) (*protos.GetAvailableGPUTypesResponse, error) {
+	return &protos.GetAvailableGPUTypesResponse{}, nil
+}
+
+// Cleanup acknowledges cluster-autoscaler's shutdown; nothing is held for it.
+func (c *cloudProvider) Cleanup(context.Context, *protos.CleanupRequest) (*protos.CleanupResponse, error) {
+	return &protos.CleanupResponse{}, nil
+}
+
+// Refresh has nothing to do: every answer comes from the live cache.
+func (c *cloudProvider) Refresh(context.Context, *protos.RefreshRequest) (*protos.RefreshResponse, error) {
+	return &protos.RefreshResponse{}, nil
+}
+
+// NodeGroupGetOptions is Unimplemented, which tells cluster-autoscaler to
+// use its own defaults: no pool sets autoscaling options.
+func (c *cloudProvider) NodeGroupGetOptions(context.Context, *protos.NodeGroupAutoscalingOptionsRequest) (*protos.NodeGroupAutoscalingOptionsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "NodePools set no autoscaling options; use cluster-autoscaler's defaults")
+}
+
+// mustGroup returns the pool of group id, or NotFound.
+func (c *cloudProvider) mustGroup(ctx context.Context, id string) (*v1alpha1.NodePool, error) {
+	pool, err := c.groupPool(ctx, id)
+	if err != nil {
+		return nil, internal(err)
+	}
+	if pool == nil {
+		return nil, status.Errorf(codes.NotFound, "no node group %q: no NodePool of that name with limits.nodes", id)
+	}
+	return pool, nil
+}
+
+// refuse counts and returns a refused scaling request of an existing
+// group (so clients cannot make up metric labels).
+func (c *cloudProvider) refuse(pool, operation string, code codes.Code, format string, args ...any) error {
+	metrics.ExternalGRPCScaleRequests.WithLabelValues(pool, operation, "refused").Inc()
+	return status.Errorf(code, format, args...)
+}
+
+func internal(err error) error {
+	return status.Error(codes.Internal, err.Error())
+}

@@ -1,0 +1,432 @@
+package externalgrpc
+
+import (
+	"testing"
+	"time"
+
+	. "github.com/onsi/gomega"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/timestamppb"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/claimscale/claimscale/api/v1alpha1"
+	"github.com/claimscale/claimscale/internal/externalgrpc/protos"
+	"github.com/claimscale/claimscale/internal/scheduling"
+)
+
+// Every test below calls the shared server over TCP with mutual TLS, as
+// cluster-autoscaler does.
+
+func TestNodeGroupsArePoolsWithANodeLimit(t *testing.T) {
+	w := newWorld(t, "groups")
+	w.pool("groups-limited", nil)
+	w.pool("groups-unlimited", func(pool *v1alpha1.NodePool) {
+		pool.Spec.Limits = nil
+		pool.Spec.MinNodes = 0
+	})
+	response, err := newClient(t).NodeGroups(w.ctx, &protos.NodeGroupsRequest{})
+	w.g.Expect(err).NotTo(HaveOccurred())
+
+	var ours []*protos.NodeGroup
+	for _, group := range response.GetNodeGroups() {
+		if group.GetId() == "groups-limited" || group.GetId() == "groups-unlimited" {
+			ours = append(ours, group)
+		}
+	}
+	w.g.Expect(ours).To(HaveLen(1), "a pool without limits.nodes is no group")
+	w.g.Expect(ours[0].GetMinSize()).To(BeEquivalentTo(1), "minSize is minNodes")
+	w.g.Expect(ours[0].GetMaxSize()).To(BeEquivalentTo(5), "maxSize is limits.nodes")
+	w.g.Expect(ours[0].GetDebug()).To(And(ContainSubstring("provider groups-limited"), ContainSubstring("shapes c4,c2")))
+}
+
+func TestNodeGroupForNode(t *testing.T) {
+	w := newWorld(t, "owner")
+	pool := w.pool("owner-a", nil)
+	w.pool("owner-unlimited", func(pool *v1alpha1.NodePool) {
+		pool.Spec.Limits = nil
+		pool.Spec.MinNodes = 0
+	})
+	booting := w.claim(pool, launchedStatus)
+	waiting := w.claim(pool, nil)
+	ca := newClient(t)
+
+	for _, tc := range []struct {
+		name  string
+		node  *protos.ExternalGrpcNode
+		group string
+	}{
+		{"a node with the pool label is in the pool's group",
+			&protos.ExternalGrpcNode{Name: "n1", ProviderID: "simulated://n1", Labels: map[string]string{v1alpha1.LabelNodePool: "owner-a"}}, "owner-a"},
+		{"an unlabelled node is found by its claim's providerID",
+			&protos.ExternalGrpcNode{Name: booting.Name, ProviderID: booting.Status.ProviderID}, "owner-a"},
+		{"a stand-in node with a placeholder id is found by its claim",
+			&protos.ExternalGrpcNode{Name: PlaceholderPrefix + waiting.Name, ProviderID: PlaceholderPrefix + waiting.Name}, "owner-a"},
+		{"a node that is not ours is in no group",
+			&protos.ExternalGrpcNode{Name: "control-plane-1", ProviderID: "other://control-plane-1", Labels: map[string]string{"node-role.kubernetes.io/control-plane": ""}}, ""},
+		{"a node of a pool without limits.nodes is in no group",
+			&protos.ExternalGrpcNode{Name: "n2", Labels: map[string]string{v1alpha1.LabelNodePool: "owner-unlimited"}}, ""},
+		{"a node of a deleted pool is in no group",
+			&protos.ExternalGrpcNode{Name: "n3", Labels: map[string]string{v1alpha1.LabelNodePool: "owner-gone"}}, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			g := NewWithT(t)
+			response, err := ca.NodeGroupForNode(w.ctx, &protos.NodeGroupForNodeRequest{Node: tc.node})
+			g.Expect(err).NotTo(HaveOccurred(), "never an error, also for nodes that are not ours")
+			g.Expect(response.GetNodeGroup()).NotTo(BeNil())
+			g.Expect(response.GetNodeGroup().GetId()).To(Equal(tc.group))
+			if tc.group != "" {
+				g.Expect(response.GetNodeGroup().GetMaxSize()).To(BeEquivalentTo(5))
+			}
+		})
+	}
+}
+
+func TestTargetSizeFollowsClaims(t *testing.T) {
+	w := newWorld(t, "target")
+	pool := w.pool("target-a", nil)
+	ca := newClient(t)
+	targetSize := func() int32 {
+		response, err := ca.NodeGroupTargetSize(w.ctx, &protos.NodeGroupTargetSizeRequest{Id: pool.Name})
+		w.g.Expect(err).NotTo(HaveOccurred())
+		return response.GetTargetSize()
+	}
+	w.g.Expect(targetSize()).To(BeZero())
+
+	first := w.claim(pool, registeredStatus)
+	w.claim(pool, nil)
+	w.g.Expect(targetSize()).To(BeEquivalentTo(2), "a registered and a waiting claim")
+
+	w.deleting(first)
+	w.g.Expect(targetSize()).To(BeEquivalentTo(1), "a claim being deleted no longer counts")
+
+	_, err := ca.NodeGroupTargetSize(w.ctx, &protos.NodeGroupTargetSizeRequest{Id: "target-none"})
+	w.g.Expect(status.Code(err)).To(Equal(codes.NotFound))
+}
+
+func TestIncreaseSize(t *testing.T) {
+	w := newWorld(t, "increase")
+	pool := w.pool("increase-a", nil)
+	ca := newClient(t)
+	w.claim(pool, registeredStatus)
+
+	_, err := ca.NodeGroupIncreaseSize(w.ctx, &protos.NodeGroupIncreaseSizeRequest{Id: pool.Name, Delta: 5})
+	w.g.Expect(status.Code(err)).To(Equal(codes.InvalidArgument), "1 + 5 is beyond the maximum of 5: %v", err)
+	w.g.Expect(w.claims(pool.Name)).To(HaveLen(1), "a refused increase writes nothing")
+
+	_, err = ca.NodeGroupIncreaseSize(w.ctx, &protos.NodeGroupIncreaseSizeRequest{Id: pool.Name, Delta: 0})
+	w.g.Expect(status.Code(err)).To(Equal(codes.InvalidArgument), "a zero increase is refused")
+
+	_, err = ca.NodeGroupIncreaseSize(w.ctx, &protos.NodeGroupIncreaseSizeRequest{Id: "increase-none", Delta: 1})
+	w.g.Expect(status.Code(err)).To(Equal(codes.NotFound))
+
+	_, err = ca.NodeGroupIncreaseSize(w.ctx, &protos.NodeGroupIncreaseSizeRequest{Id: pool.Name, Delta: 4})
+	w.g.Expect(err).NotTo(HaveOccurred(), "1 + 4 reaches the maximum")
+	claims := w.claims(pool.Name)
+	w.g.Expect(claims).To(HaveLen(5))
+	for _, claim := range claims[1:] {
+		w.g.Expect(claim.Spec.Shape.Name).To(Equal("c2"), "the pool's cheapest shape")
+		w.g.Expect(claim.Labels).To(HaveKeyWithValue(v1alpha1.LabelNodePool, pool.Name))
+		w.g.Expect(claim.Labels).To(HaveKeyWithValue("team", "a"))
+		w.g.Expect(claim.Annotations).To(HaveKeyWithValue(v1alpha1.AnnotationTemplateHash, pool.TemplateHash(claim.Spec.Shape)))
+	}
+	response, err := ca.NodeGroupTargetSize(w.ctx, &protos.NodeGroupTargetSizeRequest{Id: pool.Name})
+	w.g.Expect(err).NotTo(HaveOccurred())
+	w.g.Expect(response.GetTargetSize()).To(BeEquivalentTo(5), "the next call counts the new claims at once")
+
+	_, err = ca.NodeGroupIncreaseSize(w.ctx, &protos.NodeGroupIncreaseSizeRequest{Id: pool.Name, Delta: 1})
+	w.g.Expect(status.Code(err)).To(Equal(codes.InvalidArgument), "the group is full")
+}
+
+func TestIncreaseSizeHonoursTheCPULimit(t *testing.T) {
+	w := newWorld(t, "cpulimit")
+	pool := w.pool("cpulimit-a", func(pool *v1alpha1.NodePool) {
+		pool.Spec.Limits.CPU = qty("5")
+	})
+	ca := newClient(t)
+	_, err := ca.NodeGroupIncreaseSize(w.ctx, &protos.NodeGroupIncreaseSizeRequest{Id: pool.Name, Delta: 3})
+	w.g.Expect(status.Code(err)).To(Equal(codes.InvalidArgument), "three 2-cpu nodes exceed 5 cpu: %v", err)
+	w.g.Expect(w.claims(pool.Name)).To(BeEmpty())
+	_, err = ca.NodeGroupIncreaseSize(w.ctx, &protos.NodeGroupIncreaseSizeRequest{Id: pool.Name, Delta: 2})
+	w.g.Expect(err).NotTo(HaveOccurred())
+}
+
+func TestDeleteNodes(t *testing.T) {
+	w := newWorld(t, "delete")
+	pool := w.pool("delete-a", nil)
+	other := w.pool("delete-b", nil)
+	ca := newClient(t)
+	running := w.claim(pool, registeredStatus)
+	runningNode := w.node(running)
+	strangerClaim := w.claim(other, registeredStatus)
+	strangerNode := w.node(strangerClaim)
+	foreign := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "delete-foreign"}, Spec: corev1.NodeSpec{ProviderID: "other://delete-foreign"}}
+	w.g.Expect(env.Client.Create(w.ctx, foreign)).To(Succeed())
+	w.synced(foreign)
+	t.Cleanup(func() { _ = env.Client.Delete(w.ctx, foreign) })
+	asCASends := func(node *corev1.Node) *protos.ExternalGrpcNode {
+		return &protos.ExternalGrpcNode{Name: node.Name, ProviderID: node.Spec.ProviderID, Labels: node.Labels}
+	}
+
+	t.Run("a node of another pool refuses the whole request and nothing is deleted", func(t *testing.T) {
+		g := NewWithT(t)
+		_, err := ca.NodeGroupDeleteNodes(w.ctx, &protos.NodeGroupDeleteNodesRequest{Id: pool.Name, Nodes: []*protos.ExternalGrpcNode{
+			asCASends(runningNode), asCASends(strangerNode),
+		}})
+		g.Expect(status.Code(err)).To(Equal(codes.InvalidArgument), "%v", err)
+		g.Expect(w.liveClaims(pool.Name)).To(ConsistOf(running.Name))
+		g.Expect(w.liveClaims(other.Name)).To(ConsistOf(strangerClaim.Name))
+	})
+	t.Run("a node labelled for another pool is refused even when its providerID is ours", func(t *testing.T) {
+		g := NewWithT(t)
+		mislabelled := asCASends(runningNode)
+		mislabelled.Labels = map[string]string{v1alpha1.LabelNodePool: other.Name}
+		_, err := ca.NodeGroupDeleteNodes(w.ctx, &protos.NodeGroupDeleteNodesRequest{Id: pool.Name, Nodes: []*protos.ExternalGrpcNode{mislabelled}})
+		g.Expect(status.Code(err)).To(Equal(codes.InvalidArgument), "%v", err)
+		g.Expect(w.liveClaims(pool.Name)).To(ConsistOf(running.Name))
+	})
+	t.Run("a node claimscale did not make is refused", func(t *testing.T) {
+		g := NewWithT(t)
+		_, err := ca.NodeGroupDeleteNodes(w.ctx, &protos.NodeGroupDeleteNodesRequest{Id: pool.Name, Nodes: []*protos.ExternalGrpcNode{asCASends(foreign)}})
+		g.Expect(status.Code(err)).To(Equal(codes.InvalidArgument), "%v", err)
+	})
+	t.Run("a stand-in for a machine that never registered is deleted by providerID", func(t *testing.T) {
+		g := NewWithT(t)
+		booting := w.claim(pool, launchedStatus)
+		standIn := &protos.ExternalGrpcNode{Name: booting.Status.ProviderID, ProviderID: booting.Status.ProviderID,
+			Annotations: map[string]string{"k8s.io/cluster-autoscaler/fake-node-reason": "unregistered"}}
+		_, err := ca.NodeGroupDeleteNodes(w.ctx, &protos.NodeGroupDeleteNodesRequest{Id: pool.Name, Nodes: []*protos.ExternalGrpcNode{standIn}})
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(w.liveClaims(pool.Name)).NotTo(ContainElement(booting.Name))
+	})
+	t.Run("a stand-in for a claim without a machine is deleted by its placeholder id", func(t *testing.T) {
+		g := NewWithT(t)
+		failed := w.claim(pool, failedStatus("LaunchFailed"))
+		id := PlaceholderPrefix + failed.Name
+		_, err := ca.NodeGroupDeleteNodes(w.ctx, &protos.NodeGroupDeleteNodesRequest{Id: pool.Name, Nodes: []*protos.ExternalGrpcNode{
+			{Name: id, ProviderID: id, Annotations: map[string]string{"k8s.io/cluster-autoscaler/fake-node-reason": "create-error"}},
+		}})
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(w.liveClaims(pool.Name)).NotTo(ContainElement(failed.Name))
+	})
+	t.Run("a stand-in whose claim is already gone deletes nothing and succeeds", func(t *testing.T) {
+		g := NewWithT(t)
+		id := PlaceholderPrefix + "delete-a-vanished"
+		_, err := ca.NodeGroupDeleteNodes(w.ctx, &protos.NodeGroupDeleteNodesRequest{Id: pool.Name, Nodes: []*protos.ExternalGrpcNode{{Name: id, ProviderID: id}}})
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(w.liveClaims(pool.Name)).To(ConsistOf(running.Name))
+	})
+	t.Run("a registered node of the pool is deleted through its claim", func(t *testing.T) {
+		g := NewWithT(t)
+		_, err := ca.NodeGroupDeleteNodes(w.ctx, &protos.NodeGroupDeleteNodesRequest{Id: pool.Name, Nodes: []*protos.ExternalGrpcNode{asCASends(runningNode)}})
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(w.liveClaims(pool.Name)).To(BeEmpty())
+		g.Expect(w.liveClaims(other.Name)).To(ConsistOf(strangerClaim.Name))
+		response, err := ca.NodeGroupTargetSize(w.ctx, &protos.NodeGroupTargetSizeRequest{Id: pool.Name})
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(response.GetTargetSize()).To(BeZero(), "the next call sees the deletion")
+	})
+}
+
+func TestDecreaseTargetSizeWithdrawsOnlyClaimsThatHaveNotRegistered(t *testing.T) {
+	w := newWorld(t, "decrease")
+	pool := w.pool("decrease-a", nil)
+	ca := newClient(t)
+	running := w.claim(pool, registeredStatus)
+	booting := w.claim(pool, launchedStatus)
+	waiting := w.claim(pool, nil)
+
+	_, err := ca.NodeGroupDecreaseTargetSize(w.ctx, &protos.NodeGroupDecreaseTargetSizeRequest{Id: pool.Name, Delta: -3})
+	w.g.Expect(status.Code(err)).To(Equal(codes.FailedPrecondition), "3 would take a registered node: %v", err)
+	w.g.Expect(w.liveClaims(pool.Name)).To(HaveLen(3), "a refused decrease deletes nothing")
+
+	_, err = ca.NodeGroupDecreaseTargetSize(w.ctx, &protos.NodeGroupDecreaseTargetSizeRequest{Id: pool.Name, Delta: 1})
+	w.g.Expect(status.Code(err)).To(Equal(codes.InvalidArgument), "delta must be negative")
+
+	_, err = ca.NodeGroupDecreaseTargetSize(w.ctx, &protos.NodeGroupDecreaseTargetSizeRequest{Id: pool.Name, Delta: -1})
+	w.g.Expect(err).NotTo(HaveOccurred())
+	w.g.Expect(w.liveClaims(pool.Name)).To(ConsistOf(running.Name, booting.Name), "the claim not launched yet, %s, goes first", waiting.Name)
+
+	_, err = ca.NodeGroupDecreaseTargetSize(w.ctx, &protos.NodeGroupDecreaseTargetSizeRequest{Id: pool.Name, Delta: -1})
+	w.g.Expect(err).NotTo(HaveOccurred())
+	w.g.Expect(w.liveClaims(pool.Name)).To(ConsistOf(running.Name))
+}
+
+func TestNodeGroupNodesReportEachClaimsState(t *testing.T) {
+	w := newWorld(t, "instances")
+	pool := w.pool("instances-a", nil)
+	ca := newClient(t)
+	running := w.claim(pool, registeredStatus)
+	booting := w.claim(pool, launchedStatus)
+	waiting := w.claim(pool, nil)
+	noCapacity := w.claim(pool, failedStatus("InsufficientCapacity"))
+	failed := w.claim(pool, failedStatus("LaunchFailed"))
+	leaving := w.claim(pool, registeredStatus)
+	w.deleting(leaving)
+
+	response, err := ca.NodeGroupNodes(w.ctx, &protos.NodeGroupNodesRequest{Id: pool.Name})
+	w.g.Expect(err).NotTo(HaveOccurred())
+	type seen struct {
+		state protos.InstanceStatus_InstanceState
+		code  string
+		class int32
+	}
+	got := map[string]seen{}
+	for _, instance := range response.GetInstances() {
+		got[instance.GetId()] = seen{instance.GetStatus().GetInstanceState(), instance.GetStatus().GetErrorInfo().GetErrorCode(), instance.GetStatus().GetErrorInfo().GetInstanceErrorClass()}
+	}
+	w.g.Expect(got).To(Equal(map[string]seen{
+		running.Status.ProviderID:           {protos.InstanceStatus_instanceRunning, "", 0},
+		booting.Status.ProviderID:           {protos.InstanceStatus_instanceCreating, "", 0},
+		PlaceholderPrefix + waiting.Name:    {protos.InstanceStatus_instanceCreating, "", 0},
+		PlaceholderPrefix + noCapacity.Name: {protos.InstanceStatus_instanceCreating, "InsufficientCapacity", 1},
+		PlaceholderPrefix + failed.Name:     {protos.InstanceStatus_instanceCreating, "LaunchFailed", 99},
+		leaving.Status.ProviderID:           {protos.InstanceStatus_instanceDeleting, "", 0},
+	}))
+}
+
+// The lifecycle controller deletes a claim as soon as its provider has no
+// capacity; cluster-autoscaler still learns of the failure, once.
+func TestACapacityFailureOutlivesItsClaimUntilDeleted(t *testing.T) {
+	w := newWorld(t, "ghost")
+	pool := w.pool("ghost-a", nil)
+	ca := newClient(t)
+	noCapacity := w.claim(pool, failedStatus("InsufficientCapacity"))
+	w.g.Expect(env.Client.Delete(w.ctx, noCapacity)).To(Succeed())
+	id := PlaceholderPrefix + noCapacity.Name
+	instances := func() []*protos.Instance {
+		response, err := ca.NodeGroupNodes(w.ctx, &protos.NodeGroupNodesRequest{Id: pool.Name})
+		w.g.Expect(err).NotTo(HaveOccurred())
+		return response.GetInstances()
+	}
+	w.g.Eventually(func() error { return cached.Get(w.ctx, client.ObjectKeyFromObject(noCapacity), noCapacity) }).
+		Should(MatchError(ContainSubstring("not found")))
+	w.g.Expect(instances()).To(ConsistOf(HaveField("Id", id)), "reported after the claim is gone")
+	w.g.Expect(instances()[0].GetStatus().GetErrorInfo().GetInstanceErrorClass()).To(BeEquivalentTo(1))
+
+	response, err := ca.NodeGroupForNode(w.ctx, &protos.NodeGroupForNodeRequest{Node: &protos.ExternalGrpcNode{Name: id, ProviderID: id}})
+	w.g.Expect(err).NotTo(HaveOccurred())
+	w.g.Expect(response.GetNodeGroup().GetId()).To(Equal(pool.Name), "the remembered failure names its group")
+	_, err = ca.NodeGroupDeleteNodes(w.ctx, &protos.NodeGroupDeleteNodesRequest{Id: pool.Name, Nodes: []*protos.ExternalGrpcNode{{Name: id, ProviderID: id}}})
+	w.g.Expect(err).NotTo(HaveOccurred())
+	w.g.Expect(instances()).To(BeEmpty(), "deleted instances are not reported again")
+}
+
+func TestTemplateNodeIsTheSchedulingCoresTemplate(t *testing.T) {
+	w := newWorld(t, "template")
+	pool := w.pool("template-a", nil)
+	broken := w.pool("template-broken", func(pool *v1alpha1.NodePool) {
+		pool.Spec.Shapes.Fixed = []v1alpha1.Shape{{Name: "unsized"}}
+	})
+	ca := newClient(t)
+
+	response, err := ca.NodeGroupTemplateNodeInfo(w.ctx, &protos.NodeGroupTemplateNodeInfoRequest{Id: pool.Name})
+	w.g.Expect(err).NotTo(HaveOccurred())
+	w.g.Expect(response.GetNodeBytes()).NotTo(BeEmpty())
+	node := &corev1.Node{}
+	w.g.Expect(node.Unmarshal(response.GetNodeBytes())).To(Succeed())
+
+	cheapest := scheduling.Shape{Name: "c2", CPU: resource.MustParse("2"), Memory: resource.MustParse("4Gi"), Price: 0.1}
+	want, err := scheduling.TemplateNode(pool, cheapest, "zone-a", "any")
+	w.g.Expect(err).NotTo(HaveOccurred())
+	w.g.Expect(node.Status.Allocatable).To(HaveLen(len(want.Status.Allocatable)))
+	for name, quantity := range want.Status.Allocatable {
+		got := node.Status.Allocatable[name]
+		w.g.Expect(got.Equal(quantity)).To(BeTrue(), "allocatable %s: %s, want %s", name, got.String(), quantity.String())
+	}
+	w.g.Expect(node.Status.Allocatable.Cpu().MilliValue()).To(BeEquivalentTo(1900), "2 cpu less 100m kubeReserved")
+	w.g.Expect(node.Labels).To(And(
+		HaveKeyWithValue(v1alpha1.LabelNodePool, pool.Name),
+		HaveKeyWithValue(corev1.LabelInstanceTypeStable, "c2"),
+		HaveKeyWithValue(corev1.LabelTopologyZone, "zone-a"),
+		HaveKeyWithValue("team", "a"),
+	))
+	w.g.Expect(node.Spec.Taints).To(ConsistOf(HaveField("Key", "dedicated")))
+
+	_, err = ca.NodeGroupTemplateNodeInfo(w.ctx, &protos.NodeGroupTemplateNodeInfoRequest{Id: broken.Name})
+	w.g.Expect(status.Code(err)).To(Equal(codes.Unimplemented), "a template that cannot be built is Unimplemented, never empty: %v", err)
+	_, err = ca.NodeGroupTemplateNodeInfo(w.ctx, &protos.NodeGroupTemplateNodeInfoRequest{Id: "template-none"})
+	w.g.Expect(status.Code(err)).To(Equal(codes.NotFound))
+}
+
+func TestPricing(t *testing.T) {
+	w := newWorld(t, "pricing")
+	priced := w.pool("pricing-named", nil)
+	unpriced := w.pool("pricing-derived", func(pool *v1alpha1.NodePool) {
+		pool.Spec.Shapes = v1alpha1.Shapes{Flexible: &v1alpha1.FlexibleShape{
+			MinCPU: resource.MustParse("1"), MaxCPU: resource.MustParse("8"),
+			MinMemory: resource.MustParse("2Gi"), MaxMemory: resource.MustParse("16Gi"),
+		}}
+	})
+	flexible := w.pool("pricing-flexible", func(pool *v1alpha1.NodePool) {
+		pool.Spec.Shapes = v1alpha1.Shapes{Flexible: &v1alpha1.FlexibleShape{
+			MinCPU: resource.MustParse("1"), MaxCPU: resource.MustParse("8"),
+			MinMemory: resource.MustParse("2Gi"), MaxMemory: resource.MustParse("16Gi"),
+			PricePerCPU: "0.02", PricePerGiB: "0.005",
+		}}
+	})
+	ca := newClient(t)
+	running := w.claim(priced, registeredStatus)
+	start := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	period := func(hours time.Duration) (*timestamppb.Timestamp, *timestamppb.Timestamp) {
+		return timestamppb.New(start), timestamppb.New(start.Add(hours * time.Hour))
+	}
+
+	from, to := period(3)
+	response, err := ca.PricingNodePrice(w.ctx, &protos.PricingNodePriceRequest{
+		Node: &protos.ExternalGrpcNode{Name: running.Name, ProviderID: running.Status.ProviderID}, StartTimestamp: from, EndTimestamp: to,
+	})
+	w.g.Expect(err).NotTo(HaveOccurred())
+	w.g.Expect(response.GetPrice()).To(BeNumerically("~", 0.3, 1e-9), "c2 at 0.1 an hour for 3 hours")
+
+	from, to = period(2)
+	response, err = ca.PricingNodePrice(w.ctx, &protos.PricingNodePriceRequest{
+		Node: &protos.ExternalGrpcNode{Name: "template-node", Labels: map[string]string{
+			v1alpha1.LabelNodePool: priced.Name, corev1.LabelInstanceTypeStable: "c4",
+		}}, StartTimestamp: from, EndTimestamp: to,
+	})
+	w.g.Expect(err).NotTo(HaveOccurred())
+	w.g.Expect(response.GetPrice()).To(BeNumerically("~", 0.4, 1e-9), "a template node is priced by its labels")
+
+	template := func(pool *v1alpha1.NodePool) *protos.ExternalGrpcNode {
+		response, err := ca.NodeGroupTemplateNodeInfo(w.ctx, &protos.NodeGroupTemplateNodeInfoRequest{Id: pool.Name})
+		w.g.Expect(err).NotTo(HaveOccurred())
+		node := &corev1.Node{}
+		w.g.Expect(node.Unmarshal(response.GetNodeBytes())).To(Succeed())
+		return &protos.ExternalGrpcNode{Name: node.Name, Labels: node.Labels}
+	}
+	response, err = ca.PricingNodePrice(w.ctx, &protos.PricingNodePriceRequest{Node: template(flexible), StartTimestamp: from, EndTimestamp: to})
+	w.g.Expect(err).NotTo(HaveOccurred())
+	w.g.Expect(response.GetPrice()).To(BeNumerically("~", 2*(0.02+2*0.005), 1e-9), "1 cpu and 2 GiB at the pool's rates for 2 hours")
+
+	_, err = ca.PricingNodePrice(w.ctx, &protos.PricingNodePriceRequest{Node: template(unpriced), StartTimestamp: from, EndTimestamp: to})
+	w.g.Expect(status.Code(err)).To(Equal(codes.Unimplemented), "a price derived from size is no price")
+
+	_, err = ca.PricingPodPrice(w.ctx, &protos.PricingPodPriceRequest{StartTimestamp: from, EndTimestamp: to})
+	w.g.Expect(status.Code(err)).To(Equal(codes.Unimplemented))
+}
+
+func TestTheRemainingCallsAnswerAsTheContractSays(t *testing.T) {
+	w := newWorld(t, "plain")
+	ca := newClient(t)
+
+	label, err := ca.GPULabel(w.ctx, &protos.GPULabelRequest{})
+	w.g.Expect(err).NotTo(HaveOccurred())
+	w.g.Expect(label.GetLabel()).To(Equal("example.com/gpu"), "the configured label")
+
+	types, err := ca.GetAvailableGPUTypes(w.ctx, &protos.GetAvailableGPUTypesRequest{})
+	w.g.Expect(err).NotTo(HaveOccurred())
+	w.g.Expect(types.GetGpuTypes()).To(BeEmpty())
+
+	_, err = ca.Refresh(w.ctx, &protos.RefreshRequest{})
+	w.g.Expect(err).NotTo(HaveOccurred())
+
+	_, err = ca.Cleanup(w.ctx, &protos.CleanupRequest{})
+	w.g.Expect(err).NotTo(HaveOccurred())
+
+	_, err = ca.NodeGroupGetOptions(w.ctx, &protos.NodeGroupAutoscalingOptionsRequest{Id: "any", Defaults: &protos.NodeGroupAutoscalingOptions{ScaleDownUtilizationThreshold: 0.5}})
+	w.g.Expect(status.Code(err)).To(Equal(codes.Unimplemented), "no pool sets options: cluster-autoscaler keeps its defaults")
+}

@@ -1,0 +1,178 @@
+package externalgrpc
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"time"
+
+	"github.com/go-logr/logr"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/keepalive"
+	"k8s.io/utils/clock"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/claimscale/claimscale/internal/externalgrpc/protos"
+	"github.com/claimscale/claimscale/internal/metrics"
+)
+
+// DefaultBindAddress is where cluster-autoscaler's cloud-config points by
+// default.
+const DefaultBindAddress = ":8086"
+
+// How long a shutdown waits for calls in flight before cutting them off.
+const shutdownGrace = 5 * time.Second
+
+// Options configure the server; the flags of --mode=externalgrpc.
+type Options struct {
+	// BindAddress is host:port to listen on (DefaultBindAddress if empty).
+	BindAddress string
+	// Listener, when set, is served instead of listening on BindAddress.
+	Listener net.Listener
+	// CertFile and KeyFile are the server's certificate and key (PEM);
+	// ClientCAFile holds the CA client certificates must chain to. All
+	// three are re-read when they change.
+	CertFile, KeyFile, ClientCAFile string
+	// Insecure serves plaintext without client authentication. Only for a
+	// network nobody else can reach.
+	Insecure bool
+	// GPULabel is the label of GPU nodes, answered to GPULabel.
+	GPULabel string
+}
+
+// Dependencies are what the server reads and writes through.
+type Dependencies struct {
+	// Kube reads through the manager's cache, with the indexes of the
+	// index package, and writes to the API server.
+	Kube client.Client
+	// Informers, when set, are watched for claims that fail to launch
+	// (the manager's cache).
+	Informers Informers
+	// Providers resolve pools' shapes.
+	Providers ProviderResolver
+	Logger    logr.Logger
+	// Clock for cache lifetimes; nil is the real clock.
+	Clock clock.PassiveClock
+}
+
+// Server serves the CloudProvider service and gRPC health checks. It is a
+// manager Runnable that runs on every replica: it only reads the cache and
+// writes claims, which the leader's controllers act on.
+type Server struct {
+	grpc      *grpc.Server
+	health    *health.Server
+	listener  net.Listener
+	tls       *serverTLS
+	failures  *failures
+	informers Informers
+	logger    logr.Logger
+}
+
+// New builds the server and opens its listener, so a taken port or a
+// missing certificate fails at startup.
+func New(opts Options, deps Dependencies) (*Server, error) {
+	if deps.Clock == nil {
+		deps.Clock = clock.RealClock{}
+	}
+	logger := deps.Logger.WithName("externalgrpc")
+	s := &Server{health: health.NewServer(), informers: deps.Informers, logger: logger, failures: newFailures(deps.Clock)}
+
+	serverOptions := []grpc.ServerOption{
+		interceptors(logger),
+		// cluster-autoscaler keeps one connection open; let its keepalive
+		// pings through instead of answering them with GOAWAY.
+		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}),
+	}
+	if opts.Insecure {
+		logger.Info("WARNING: serving the externalgrpc protocol in plaintext without client authentication (--grpc-insecure); anyone who reaches the port can add and delete nodes")
+		serverOptions = append(serverOptions, grpc.Creds(insecure.NewCredentials()))
+	} else {
+		serverTLS, err := newServerTLS(opts.CertFile, opts.KeyFile, opts.ClientCAFile, logger)
+		if err != nil {
+			return nil, err
+		}
+		s.tls = serverTLS
+		serverOptions = append(serverOptions, grpc.Creds(credentials.NewTLS(serverTLS.config())))
+	}
+	s.grpc = grpc.NewServer(serverOptions...)
+	protos.RegisterCloudProviderServer(s.grpc, &cloudProvider{
+		kube:     deps.Kube,
+		shapes:   newShapeCache(deps.Providers, deps.Clock),
+		failures: s.failures,
+		gpuLabel: opts.GPULabel,
+	})
+	healthpb.RegisterHealthServer(s.grpc, s.health)
+	metrics.GRPCServer.InitializeMetrics(s.grpc)
+	// Not serving until Start: the cache may not be synced before.
+	s.health.SetServingStatus("", healthpb.HealthCheckResponse_NOT_SERVING)
+	s.health.SetServingStatus(protos.CloudProvider_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_NOT_SERVING)
+
+	s.listener = opts.Listener
+	if s.listener == nil {
+		address := opts.BindAddress
+		if address == "" {
+			address = DefaultBindAddress
+		}
+		listener, err := net.Listen("tcp", address)
+		if err != nil {
+			return nil, fmt.Errorf("listening for externalgrpc on %s: %w", address, err)
+		}
+		s.listener = listener
+	}
+	return s, nil
+}
+
+// Addr is the address the server listens on.
+func (s *Server) Addr() net.Addr { return s.listener.Addr() }
+
+// NeedLeaderElection is false: every replica serves, so the Service
+// reaches whichever is up.
+func (s *Server) NeedLeaderElection() bool { return false }
+
+// Start serves until ctx ends, then stops gracefully. The manager starts
+// it once the caches are synced.
+func (s *Server) Start(ctx context.Context) error {
+	if s.tls != nil {
+		go func() {
+			if err := s.tls.certs.Start(ctx); err != nil {
+				s.logger.Error(err, "watching the server certificate; serving the one loaded")
+			}
+		}()
+	}
+	if s.informers != nil {
+		if err := s.failures.watch(ctx, s.informers); err != nil {
+			return err
+		}
+	}
+	served := make(chan error, 1)
+	go func() { served <- s.grpc.Serve(s.listener) }()
+	s.health.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
+	s.health.SetServingStatus(protos.CloudProvider_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_SERVING)
+	s.logger.Info("serving cluster-autoscaler's externalgrpc protocol", "address", s.listener.Addr().String(), "mutualTLS", s.tls != nil)
+
+	select {
+	case err := <-served:
+		if err != nil && !errors.Is(err, grpc.ErrServerStopped) {
+			return fmt.Errorf("serving externalgrpc: %w", err)
+		}
+		return nil
+	case <-ctx.Done():
+	}
+	s.health.Shutdown()
+	stopped := make(chan struct{})
+	go func() {
+		s.grpc.GracefulStop()
+		close(stopped)
+	}()
+	select {
+	case <-stopped:
+	case <-time.After(shutdownGrace):
+		s.grpc.Stop()
+	}
+	return nil
+}

@@ -1,0 +1,164 @@
+package externalgrpc
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"sync"
+	"time"
+
+	"golang.org/x/sync/singleflight"
+	"k8s.io/apimachinery/pkg/api/resource"
+	"k8s.io/utils/clock"
+
+	"github.com/claimscale/claimscale/api/v1alpha1"
+	"github.com/claimscale/claimscale/internal/scheduling"
+	"github.com/claimscale/claimscale/pkg/provider"
+)
+
+// ProviderResolver finds the provider that makes a pool's machines.
+type ProviderResolver interface {
+	ForProviderName(ctx context.Context, name string) (provider.Provider, error)
+}
+
+// shapesTTL bounds how stale a pool's resolved shapes may be: resolving
+// reads the provider's credentials and may ask its API for a catalog, too
+// much for every template or scale-up request, while prices and catalogs
+// change rarely. A change to the pool itself is seen at once.
+const shapesTTL = time.Minute
+
+// poolShapes is what a pool makes, as the shim needs it.
+type poolShapes struct {
+	// defaultShape is the shape cluster-autoscaler's scale-ups get and its
+	// template node shows: the pool's cheapest.
+	defaultShape scheduling.Shape
+	// prices are the hourly prices of fixed shapes, by name, where the pool
+	// or the provider's catalog names one (not a price derived from size).
+	prices map[string]float64
+	// flexible prices are the pool's own, when it names them.
+	pricePerCPU, pricePerGiB float64
+	flexiblePriced           bool
+}
+
+// price is a shape's hourly price, when one is known.
+func (p *poolShapes) price(name string, cpu, memory resource.Quantity) (float64, bool) {
+	if p.flexiblePriced {
+		return float64(cpu.MilliValue())/1000*p.pricePerCPU + float64(memory.Value())/(1<<30)*p.pricePerGiB, true
+	}
+	price, ok := p.prices[name]
+	return price, ok
+}
+
+type cachedShapes struct {
+	generation int64
+	until      time.Time
+	shapes     *poolShapes
+}
+
+// shapeCache resolves pools' shapes through their providers and keeps them
+// for shapesTTL, resolving each pool once however many requests wait.
+type shapeCache struct {
+	providers ProviderResolver
+	clock     clock.PassiveClock
+
+	group singleflight.Group
+	mu    sync.Mutex
+	pools map[string]cachedShapes
+}
+
+func newShapeCache(providers ProviderResolver, clk clock.PassiveClock) *shapeCache {
+	return &shapeCache{providers: providers, clock: clk, pools: map[string]cachedShapes{}}
+}
+
+func (s *shapeCache) get(ctx context.Context, pool *v1alpha1.NodePool) (*poolShapes, error) {
+	s.mu.Lock()
+	cached, ok := s.pools[pool.Name]
+	s.mu.Unlock()
+	if ok && cached.generation == pool.Generation && s.clock.Now().Before(cached.until) {
+		return cached.shapes, nil
+	}
+	key := pool.Name + "/" + strconv.FormatInt(pool.Generation, 10)
+	resolved, err, _ := s.group.Do(key, func() (any, error) {
+		shapes, err := s.resolve(ctx, pool)
+		if err != nil {
+			return nil, err
+		}
+		s.mu.Lock()
+		s.pools[pool.Name] = cachedShapes{generation: pool.Generation, until: s.clock.Now().Add(shapesTTL), shapes: shapes}
+		s.mu.Unlock()
+		return shapes, nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return resolved.(*poolShapes), nil
+}
+
+func (s *shapeCache) resolve(ctx context.Context, pool *v1alpha1.NodePool) (*poolShapes, error) {
+	machines, err := s.providers.ForProviderName(ctx, pool.Spec.ProviderRef.Name)
+	if err != nil {
+		return nil, err
+	}
+	offered, err := machines.Shapes(ctx, pool)
+	if err != nil {
+		return nil, fmt.Errorf("resolving shapes of NodePool %s: %w", pool.Name, err)
+	}
+	shapes, err := scheduling.PoolShapes(pool, offered)
+	if err != nil {
+		return nil, err
+	}
+	resolved := &poolShapes{prices: map[string]float64{}}
+	if f := shapes.Flexible; f != nil {
+		// The smallest size is the cheapest: prices grow with size.
+		smallest, ok := f.Smallest(f.MinCPU, f.MinMemory)
+		if !ok {
+			return nil, fmt.Errorf("flexible shapes of NodePool %s hold no size", pool.Name)
+		}
+		resolved.defaultShape = smallest
+		spec := pool.Spec.Shapes.Flexible
+		resolved.flexiblePriced = spec.PricePerCPU != "" || spec.PricePerGiB != ""
+		resolved.pricePerCPU, resolved.pricePerGiB = f.PricePerCPU, f.PricePerGiB
+		return resolved, nil
+	}
+	resolved.defaultShape = cheapest(shapes.Fixed)
+	named := map[string]bool{}
+	for _, shape := range pool.Spec.Shapes.Fixed {
+		named[shape.Name] = shape.Price != ""
+	}
+	for _, shape := range offered {
+		if shape.Price > 0 {
+			named[shape.Name] = true
+		}
+	}
+	for _, shape := range shapes.Fixed {
+		if named[shape.Name] {
+			resolved.prices[shape.Name] = shape.Price
+		}
+	}
+	return resolved, nil
+}
+
+// cheapest picks the cheapest shape, then the smallest, then by name, the
+// order provisioning ranks shapes in, so the choice is deterministic.
+func cheapest(shapes []scheduling.Shape) scheduling.Shape {
+	best := shapes[0]
+	for _, shape := range shapes[1:] {
+		if less(shape, best) {
+			best = shape
+		}
+	}
+	return best
+}
+
+func less(a, b scheduling.Shape) bool {
+	if a.Price != b.Price {
+		return a.Price < b.Price
+	}
+	if c := a.CPU.Cmp(b.CPU); c != 0 {
+		return c < 0
+	}
+	if c := a.Memory.Cmp(b.Memory); c != 0 {
+		return c < 0
+	}
+	return a.Name < b.Name
+}

@@ -1,0 +1,125 @@
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"os/exec"
+	"path/filepath"
+	"testing"
+
+	. "github.com/onsi/gomega"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/client-go/rest"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/claimscale/claimscale/api/v1alpha1"
+	"github.com/claimscale/claimscale/internal/testenv"
+)
+
+// helmTemplate renders the chart with the pinned helm binary.
+func helmTemplate(t *testing.T, args ...string) []*unstructured.Unstructured {
+	t.Helper()
+	root, err := testenv.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	command := append([]string{"template", "claimscale", filepath.Join(root, "charts", "claimscale"), "--namespace", controllerNamespace}, args...)
+	var stderr bytes.Buffer
+	cmd := exec.Command(filepath.Join(root, "bin", "helm"), command...)
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("helm %v: %v\n%s", command, err, stderr.String())
+	}
+	objects, err := testenv.DecodeManifests(out)
+	if err != nil {
+		t.Fatalf("helm output: %v", err)
+	}
+	return objects
+}
+
+// The chart's manifests apply to a real API server, and the controller,
+// running with the chart's ServiceAccount and nothing else, scales a pool up
+// and down: a permission the chart lacks fails this test.
+func TestChartInstallsAndItsRBACIsEnough(t *testing.T) {
+	g := NewWithT(t)
+	objects := helmTemplate(t, "--set", "clusterName="+clusterName)
+	kinds := map[string]int{}
+	for _, object := range objects {
+		kinds[object.GetKind()]++
+		g.Expect(env.Client.Create(context.Background(), object)).To(Succeed(), "applying %s %s", object.GetKind(), object.GetName())
+		t.Cleanup(func() { _ = env.Client.Delete(context.Background(), object) })
+	}
+	g.Expect(kinds).To(HaveKeyWithValue("Deployment", 1))
+	g.Expect(kinds).To(HaveKeyWithValue("ClusterRole", 1))
+
+	serviceAccount := rest.CopyConfig(env.Config)
+	serviceAccount.Impersonate = rest.ImpersonationConfig{
+		UserName: "system:serviceaccount:" + controllerNamespace + ":claimscale",
+		Groups:   []string{"system:serviceaccounts", "system:serviceaccounts:" + controllerNamespace, "system:authenticated"},
+	}
+	startOperator(t, operatorOptions{config: serviceAccount, leaderElection: true})
+
+	s := newScenario(t, "chart")
+	defer s.cleanup()
+	s.createProvider(v1alpha1.SimulatedSettings{})
+	s.createPool(nil)
+	deployment := s.createDeployment("rbac", 3, "1", nil)
+	s.g.Eventually(func() int { return s.runningPods("rbac") }).Should(Equal(3))
+	s.g.Eventually(s.readyClaims).Should(BeNumerically(">=", 1))
+	s.scale(deployment, 0)
+	s.g.Eventually(func() int { return len(s.claims()) + len(s.nodes()) + len(s.machines()) }).Should(BeZero())
+}
+
+// The chart renders for cluster-autoscaler mode: a gRPC Service, the
+// certificates and the CA's cloud-config.
+func TestChartRendersExternalGRPCMode(t *testing.T) {
+	g := NewWithT(t)
+	root, err := testenv.RepoRoot()
+	g.Expect(err).NotTo(HaveOccurred())
+	objects := helmTemplate(t, "-f", filepath.Join(root, "charts", "claimscale", "values-externalgrpc.yaml"))
+	names := map[string]bool{}
+	for _, object := range objects {
+		names[object.GetKind()+"/"+object.GetName()] = true
+	}
+	for _, want := range []string{
+		"Service/claimscale-grpc", "Certificate/claimscale-grpc-server", "Certificate/claimscale-grpc-client",
+		"Issuer/claimscale-grpc-ca", "ConfigMap/claimscale-cloud-config",
+	} {
+		g.Expect(names).To(HaveKey(want))
+	}
+	for _, object := range objects {
+		if object.GetKind() != "Deployment" {
+			continue
+		}
+		args, _, _ := unstructured.NestedSlice(object.Object, "spec", "template", "spec", "containers")
+		g.Expect(args).NotTo(BeEmpty())
+		container := args[0].(map[string]any)
+		g.Expect(container["args"]).To(ContainElements("--mode=externalgrpc", "--grpc-client-ca=/etc/claimscale/grpc/ca.crt"))
+	}
+}
+
+// config/default installs the same thing without Helm: every object it
+// renders is accepted by the API server (server-side dry run).
+func TestKustomizeInstallIsAccepted(t *testing.T) {
+	g := NewWithT(t)
+	root, err := testenv.RepoRoot()
+	g.Expect(err).NotTo(HaveOccurred())
+	var stderr bytes.Buffer
+	cmd := exec.Command(filepath.Join(root, "bin", "kubectl"), "kustomize", filepath.Join(root, "config", "default"))
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	g.Expect(err).NotTo(HaveOccurred(), stderr.String())
+	objects, err := testenv.DecodeManifests(out)
+	g.Expect(err).NotTo(HaveOccurred())
+	kinds := map[string]int{}
+	for _, object := range objects {
+		kinds[object.GetKind()]++
+		g.Expect(env.Client.Patch(context.Background(), object, client.Apply, client.DryRunAll,
+			client.FieldOwner("kustomize-test"), client.ForceOwnership)).To(Succeed(), "%s %s", object.GetKind(), object.GetName())
+	}
+	g.Expect(kinds).To(Equal(map[string]int{
+		"CustomResourceDefinition": 3, "Namespace": 1, "ServiceAccount": 1, "ClusterRole": 1, "ClusterRoleBinding": 1,
+		"Role": 1, "RoleBinding": 1, "Deployment": 1, "Service": 1,
+	}))
+}
