@@ -44,11 +44,17 @@ manifests: bin/controller-gen ## Generate CRDs and RBAC, and copy them into the 
 	cp config/crd/bases/*.yaml charts/claimscale/crds/
 	cp config/rbac/role.yaml charts/claimscale/files/role.yaml
 
+.PHONY: proto
+proto: ## Generate the externalgrpc protocol's Go code (needs Debian's protobuf-compiler).
+	hack/proto.sh
+
+GENERATED := api config charts internal/externalgrpc/protos
+
 .PHONY: verify
-verify: generate manifests ## Fail when generated files are stale or gofmt/go vet complain.
-	@if [ -n "$$(git status --porcelain -- api config charts)" ]; then \
-		echo "generated files are out of date; run 'make generate manifests' and commit:"; \
-		git status --porcelain -- api config charts; git --no-pager diff -- api config charts | head -50; exit 1; fi
+verify: generate manifests proto ## Fail when generated files are stale or gofmt/go vet complain.
+	@if [ -n "$$(git status --porcelain -- $(GENERATED))" ]; then \
+		echo "generated files are out of date; run 'make generate manifests proto' and commit:"; \
+		git status --porcelain -- $(GENERATED); git --no-pager diff -- $(GENERATED) | head -50; exit 1; fi
 	@bad=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$bad" ]; then echo "gofmt needed: $$bad"; exit 1; fi
 	go vet ./...
 
