@@ -177,9 +177,11 @@ type FlexibleShape struct {
 	// CPUStep is the grid CPU sizes are rounded up to.
 	// +optional
 	// +kubebuilder:default="1"
-	CPUStep   *resource.Quantity `json:"cpuStep,omitempty"`
-	MinMemory resource.Quantity  `json:"minMemory"`
-	MaxMemory resource.Quantity  `json:"maxMemory"`
+	CPUStep *resource.Quantity `json:"cpuStep,omitempty"`
+	// MinMemory is the smallest memory size.
+	MinMemory resource.Quantity `json:"minMemory"`
+	// MaxMemory is the largest memory size.
+	MaxMemory resource.Quantity `json:"maxMemory"`
 	// MemoryStep is the grid memory sizes are rounded up to.
 	// +optional
 	// +kubebuilder:default="1Gi"
