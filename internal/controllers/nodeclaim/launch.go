@@ -13,6 +13,7 @@ import (
 
 	"github.com/claimscale/claimscale/api/v1alpha1"
 	"github.com/claimscale/claimscale/internal/metrics"
+	"github.com/claimscale/claimscale/internal/providers"
 	"github.com/claimscale/claimscale/pkg/provider"
 )
 
@@ -88,7 +89,7 @@ func (l *launch) launched(ctx context.Context, claim *v1alpha1.NodeClaim, instan
 
 // providerLabel names the claim's provider for metrics.
 func providerLabel(claim *v1alpha1.NodeClaim) string {
-	if name := claim.Labels["claimscale.io/nodeprovider"]; name != "" {
+	if name := claim.Labels[providers.LabelNodeProvider]; name != "" {
 		return name
 	}
 	return "pool:" + poolName(claim)

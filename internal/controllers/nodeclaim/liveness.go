@@ -22,9 +22,10 @@ import (
 type liveness struct{ *Controller }
 
 func (l *liveness) Reconcile(ctx context.Context, claim *v1alpha1.NodeClaim) (reconcile.Result, error) {
-	if meta.IsStatusConditionTrue(claim.Status.Conditions, v1alpha1.ConditionRegistered) ||
-		meta.FindStatusCondition(claim.Status.Conditions, v1alpha1.ConditionRegistered) != nil &&
-			meta.FindStatusCondition(claim.Status.Conditions, v1alpha1.ConditionRegistered).Reason == "NodeNotFound" {
+	// Only a node that never joined times out; one that joined and went
+	// away is garbage collection's to judge.
+	if registered := meta.FindStatusCondition(claim.Status.Conditions, v1alpha1.ConditionRegistered); registered != nil &&
+		(registered.Status == metav1.ConditionTrue || registered.Reason == "NodeNotFound") {
 		return reconcile.Result{}, nil
 	}
 	timeout, err := l.registrationTimeout(ctx, claim)

@@ -15,6 +15,7 @@ import (
 
 	"github.com/claimscale/claimscale/api/v1alpha1"
 	"github.com/claimscale/claimscale/internal/metrics"
+	"github.com/claimscale/claimscale/internal/providers"
 )
 
 // How often a claim whose machine has not joined yet looks again, besides
@@ -78,7 +79,7 @@ func (r *registration) adopt(ctx context.Context, claim *v1alpha1.NodeClaim, nod
 		node.Labels = map[string]string{}
 	}
 	for key, value := range claim.Labels {
-		if key == "claimscale.io/nodeprovider" {
+		if key == providers.LabelNodeProvider {
 			continue
 		}
 		node.Labels[key] = value
