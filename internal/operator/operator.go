@@ -108,7 +108,10 @@ func Setup(ctx context.Context, mgr manager.Manager, opts Options) (*Operator, e
 				},
 				Batcher: provisioning.NewBatcher(opts.BatchIdle, opts.BatchMax, opts.Clock),
 			},
-			&disruption.Emptiness{Kube: mgr.GetClient(), Recorder: mgr.GetEventRecorder(disruption.EmptinessName), Clock: opts.Clock},
+			&disruption.Controller{
+				Kube: mgr.GetClient(), Providers: resolver, Capacity: capacityBackoff,
+				Recorder: mgr.GetEventRecorder(disruption.Name), Clock: opts.Clock,
+			},
 		)
 	}
 	for _, s := range setups {

@@ -137,3 +137,17 @@ type RemovalResult struct {
 
 // Fits reports whether every displaced pod found a place.
 func (r RemovalResult) Fits() bool { return len(r.Unschedulable) == 0 }
+
+// TotalRequests is what the node was sized for: its pods' requests and its
+// DaemonSet pods' together.
+func (n NewNode) TotalRequests() corev1.ResourceList {
+	total := corev1.ResourceList{}
+	for _, list := range []corev1.ResourceList{n.Requests, n.DaemonSetRequests} {
+		for name, quantity := range list {
+			sum := total[name]
+			sum.Add(quantity)
+			total[name] = sum
+		}
+	}
+	return total
+}

@@ -80,3 +80,66 @@ func budgetNodes(value string, totalNodes int) (int, error) {
 	}
 	return n, nil
 }
+
+// ledger counts, for one round of decisions, how many more nodes each pool
+// may start disrupting for each reason. Every disrupting node counts
+// against every reason's budget: a budget caps how much of the pool is
+// away at once, whatever took it.
+type ledger struct {
+	allowed    map[string]map[v1alpha1.DisruptionReason]int
+	disrupting map[string]int
+}
+
+// budgetReasons are the reasons budgets apply to; expiration ignores them.
+var budgetReasons = []v1alpha1.DisruptionReason{
+	v1alpha1.DisruptionReasonEmpty, v1alpha1.DisruptionReasonUnderutilized, v1alpha1.DisruptionReasonDrifted,
+}
+
+// newLedger works out each pool's budgets now. total is each pool's
+// claims, those being deleted included; disrupting those being deleted or
+// chosen for removal. A pool whose budget cannot be read allows nothing.
+func newLedger(pools []*v1alpha1.NodePool, total, disrupting map[string]int, now time.Time) (*ledger, []error) {
+	l := &ledger{allowed: map[string]map[v1alpha1.DisruptionReason]int{}, disrupting: map[string]int{}}
+	var errs []error
+	for _, pool := range pools {
+		l.allowed[pool.Name] = map[v1alpha1.DisruptionReason]int{}
+		l.disrupting[pool.Name] = disrupting[pool.Name]
+		for _, reason := range budgetReasons {
+			allowed, err := AllowedDisruptions(pool, reason, total[pool.Name], now)
+			if err != nil {
+				errs = append(errs, err)
+				allowed = 0
+			}
+			l.allowed[pool.Name][reason] = allowed
+		}
+	}
+	return l, errs
+}
+
+// allowedNow is how many of the pool's nodes the budget for reason lets be
+// disrupting at once.
+func (l *ledger) allowedNow(pool string, reason v1alpha1.DisruptionReason) int {
+	allowed, ok := l.allowed[pool][reason]
+	if !ok {
+		return 0
+	}
+	return allowed
+}
+
+// remaining is how many more of the pool's nodes may start going for
+// reason.
+func (l *ledger) remaining(pool string, reason v1alpha1.DisruptionReason) int {
+	allowed, ok := l.allowed[pool][reason]
+	if !ok {
+		return 0
+	}
+	if allowed == math.MaxInt {
+		return allowed
+	}
+	return max(0, allowed-l.disrupting[pool])
+}
+
+// take records that n of the pool's nodes start going.
+func (l *ledger) take(pool string, n int) {
+	l.disrupting[pool] += n
+}

@@ -230,13 +230,7 @@ func (p *Provisioner) createClaims(ctx context.Context, pools map[string]*v1alph
 	events := 0
 	for _, newNode := range result.NewNodes {
 		pool := pools[newNode.Pool]
-		requests := newNode.Requests.DeepCopy()
-		for name, quantity := range newNode.DaemonSetRequests {
-			sum := requests[name]
-			sum.Add(quantity)
-			requests[name] = sum
-		}
-		claim, err := p.createClaim(ctx, pool, newNode.Shape, requests, newNode.Requirements, "provisioning")
+		claim, err := p.createClaim(ctx, pool, newNode.Shape, newNode.TotalRequests(), newNode.Requirements, "provisioning")
 		if err != nil {
 			return err
 		}

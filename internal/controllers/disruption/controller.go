@@ -1,0 +1,609 @@
+// Package disruption removes and replaces nodes voluntarily, deciding on
+// the same scheduling snapshot provisioning uses: nodes empty for their
+// pool's consolidateAfter, underused nodes whose pods fit on the others (or
+// on one cheaper node), nodes past their pool's expireAfter, and nodes
+// drifted from their pool's template. A replacement is Ready before the
+// node it replaces drains; budgets, minNodes, do-not-disrupt and
+// PodDisruptionBudgets hold throughout, and the claim's deletion goes the
+// lifecycle's way (cordon, evict, grace period).
+package disruption
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/tools/events"
+	"k8s.io/utils/clock"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/log"
+
+	"github.com/claimscale/claimscale/api/v1alpha1"
+	"github.com/claimscale/claimscale/internal/controllers/index"
+	"github.com/claimscale/claimscale/internal/controllers/provisioning"
+	"github.com/claimscale/claimscale/internal/providers"
+)
+
+// Name of the controller in logs, metrics and events.
+const Name = "disruption"
+
+const (
+	defaultConsolidateAfter = 30 * time.Second
+	defaultInterval         = time.Second
+	// A decision that found nothing is not tried again on an unchanged
+	// cluster for this long.
+	memoryBackoff = 5 * time.Minute
+	// The same refusal is repeated as an event at most this often.
+	eventRepeat = 10 * time.Minute
+	// A claim marked Disrupting that nothing replaces or deletes any more
+	// (a crash between marking and acting, a replacement that failed and
+	// vanished) is released after this long.
+	staleMark = 10 * time.Second
+	// How long to wait for the cache to see our own writes.
+	cacheWait = 10 * time.Second
+)
+
+// Controller runs disruption rounds: each reads the cluster from the
+// caches, finishes replacements in flight, and then takes at most one new
+// decision, trying expiration, drift, emptiness, multi-node and single-node
+// consolidation in that order. One decision at a time keeps every
+// simulation true to the cluster the next one sees.
+type Controller struct {
+	Kube      client.Client
+	Providers provisioning.ProviderResolver
+	Capacity  provisioning.CapacityChecker
+	Recorder  events.EventRecorder
+	Clock     clock.WithTicker
+	// Interval between rounds (default 1s). A slow round waits longer, so
+	// disruption never takes more than a fifth of a core.
+	Interval time.Duration
+
+	memory    *memory
+	stability *stability
+	events    *eventMemo
+	// pools whose metrics were set, to remove those of deleted pools.
+	metricPools map[string]bool
+}
+
+// SetupWithManager adds the controller to the manager.
+func (c *Controller) SetupWithManager(mgr ctrl.Manager) error {
+	if c.Clock == nil {
+		c.Clock = clock.RealClock{}
+	}
+	if c.Interval == 0 {
+		c.Interval = defaultInterval
+	}
+	c.memory = newMemory(memoryBackoff)
+	c.stability = newStability()
+	c.events = newEventMemo(eventRepeat)
+	c.metricPools = map[string]bool{}
+	return mgr.Add(c)
+}
+
+// NeedLeaderElection: only the leader disrupts.
+func (c *Controller) NeedLeaderElection() bool { return true }
+
+// Start runs rounds until the context ends.
+func (c *Controller) Start(ctx context.Context) error {
+	logger := log.FromContext(ctx).WithName(Name)
+	ctx = log.IntoContext(ctx, logger)
+	for {
+		started := c.Clock.Now()
+		if err := c.Reconcile(ctx); err != nil && ctx.Err() == nil {
+			logger.Error(err, "disruption round failed")
+		}
+		timer := c.Clock.NewTimer(max(c.Interval, 5*c.Clock.Since(started)))
+		select {
+		case <-ctx.Done():
+			timer.Stop()
+			return nil
+		case <-timer.C():
+		}
+	}
+}
+
+// Reconcile runs one round.
+func (c *Controller) Reconcile(ctx context.Context) error {
+	s, err := c.gather(ctx)
+	if err != nil {
+		return err
+	}
+	c.updateClaims(ctx, s)
+	if acted, err := c.orchestrate(ctx, s); err != nil || acted {
+		return err
+	}
+	candidates := s.candidates()
+	pools, total, disrupting := s.poolTotals()
+	budgets, errs := newLedger(pools, total, disrupting, s.now)
+	for _, err := range errs {
+		log.FromContext(ctx).Error(err, "reading a disruption budget; the pool disrupts nothing until it is fixed")
+	}
+	r := newRound(s, candidates, budgets, c.observeStability(s), c.memory)
+	cmd, err := r.decide(ctx)
+	c.report(ctx, s, r, budgets, total)
+	c.memory.prune(s.now)
+	c.events.prune(s.now)
+	if err != nil || cmd == nil {
+		return err
+	}
+	if why := c.stillValid(ctx, cmd); why != "" {
+		log.FromContext(ctx).Info("decision no longer holds, deciding again", "reason", cmd.reason, "nodeClaims", cmd.names(), "why", why)
+		return nil
+	}
+	return c.execute(ctx, s, cmd)
+}
+
+// gather reads everything a round looks at from the caches.
+func (c *Controller) gather(ctx context.Context) (*state, error) {
+	// A pool that cannot provision is provisioning's to report; here it
+	// would be said every second.
+	quiet := log.IntoContext(ctx, log.FromContext(ctx).V(1))
+	input, _, err := provisioning.ClusterFromCache(quiet, c.Kube, c.Providers, c.Capacity)
+	if err != nil {
+		return nil, err
+	}
+	var (
+		pools     v1alpha1.NodePoolList
+		claims    v1alpha1.NodeClaimList
+		nodes     corev1.NodeList
+		pods      corev1.PodList
+		budgets   policyv1.PodDisruptionBudgetList
+		providers v1alpha1.NodeProviderList
+	)
+	// Nodes and pods are only read: no copies of the cache's objects.
+	for _, list := range []struct {
+		what string
+		list client.ObjectList
+		opts []client.ListOption
+	}{
+		{"pools", &pools, nil},
+		{"claims", &claims, nil},
+		{"nodes", &nodes, []client.ListOption{client.UnsafeDisableDeepCopy}},
+		{"pods", &pods, []client.ListOption{client.UnsafeDisableDeepCopy}},
+		{"PodDisruptionBudgets", &budgets, []client.ListOption{client.UnsafeDisableDeepCopy}},
+		{"providers", &providers, nil},
+	} {
+		if err := c.Kube.List(ctx, list.list, list.opts...); err != nil {
+			return nil, fmt.Errorf("listing %s: %w", list.what, err)
+		}
+	}
+	return newState(c.Clock.Now(), objects{
+		input: input, pools: pools.Items, claims: claims.Items, nodes: nodes.Items,
+		pods: pods.Items, budgets: budgets.Items, providers: providers.Items,
+	}), nil
+}
+
+// updateClaims keeps the claims' Empty and Drifted conditions true to the
+// cluster, and records the provider's settings hash on claims that lack
+// it. A failed write is tried again next round.
+func (c *Controller) updateClaims(ctx context.Context, s *state) {
+	for _, name := range sortedNames(s.claims) {
+		claim := s.claims[name]
+		if !claim.DeletionTimestamp.IsZero() {
+			continue
+		}
+		providerName := claim.Labels[providers.LabelNodeProvider]
+		if pool, ok := s.pools[claim.Spec.NodePoolRef.Name]; ok && providerName == "" {
+			providerName = pool.pool.Spec.ProviderRef.Name
+		}
+		if hash := s.providerHashes[providerName]; hash != "" && claim.Annotations[AnnotationProviderHash] == "" {
+			if err := c.annotate(ctx, claim, map[string]*string{AnnotationProviderHash: &hash}); err != nil {
+				log.FromContext(ctx).V(1).Info("recording the provider hash failed", "nodeClaim", claim.Name, "error", err.Error())
+			}
+		}
+		node, ok := s.nodes[claim.Status.NodeName]
+		if !ok || !meta.IsStatusConditionTrue(claim.Status.Conditions, v1alpha1.ConditionInitialized) {
+			continue
+		}
+		stored := claim.DeepCopy()
+		if claim.Annotations[AnnotationReplaces] != "" {
+			// A replacement waits for the pods of the nodes it replaces;
+			// its emptiness counts from when it stops waiting.
+			c.setCondition(claim, v1alpha1.ConditionEmpty, metav1.ConditionFalse, "Replacing", "node "+node.Name+" waits for the pods of "+claim.Annotations[AnnotationReplaces])
+		} else if n := len(workloadPods(s.podsByNode[node.Name])); n > 0 {
+			c.setCondition(claim, v1alpha1.ConditionEmpty, metav1.ConditionFalse, "NotEmpty", "node "+node.Name+" runs pods other than DaemonSet and mirror pods")
+		} else {
+			c.setCondition(claim, v1alpha1.ConditionEmpty, metav1.ConditionTrue, "Empty", "node "+node.Name+" runs no pods but DaemonSet and mirror pods")
+		}
+		if pool, ok := s.pools[claim.Spec.NodePoolRef.Name]; ok {
+			reason, message := driftOf(claim, pool.pool, s.providerHashes[providerName])
+			switch {
+			case reason != "":
+				if !meta.IsStatusConditionTrue(claim.Status.Conditions, v1alpha1.ConditionDrifted) {
+					c.eventf(claim, node, corev1.EventTypeNormal, "Drifted", "Drift", message)
+				}
+				c.setCondition(claim, v1alpha1.ConditionDrifted, metav1.ConditionTrue, reason, message)
+			case meta.IsStatusConditionTrue(claim.Status.Conditions, v1alpha1.ConditionDrifted):
+				c.setCondition(claim, v1alpha1.ConditionDrifted, metav1.ConditionFalse, "NotDrifted", "the claim matches its pool again")
+			}
+		}
+		if err := c.patchStatus(ctx, stored, claim); err != nil {
+			log.FromContext(ctx).V(1).Info("updating conditions failed", "nodeClaim", claim.Name, "error", err.Error())
+		}
+	}
+}
+
+// observeStability notes every claim's node's pods and returns since when
+// each has carried them.
+func (c *Controller) observeStability(s *state) map[string]time.Time {
+	since := map[string]time.Time{}
+	seen := map[string]bool{}
+	for _, claim := range s.claims {
+		initialized := meta.FindStatusCondition(claim.Status.Conditions, v1alpha1.ConditionInitialized)
+		if _, ok := s.nodes[claim.Status.NodeName]; !ok || initialized == nil || initialized.Status != metav1.ConditionTrue {
+			continue
+		}
+		node := claim.Status.NodeName
+		seen[node] = true
+		since[node] = c.stability.observe(node, workloadPods(s.podsByNode[node]), initialized.LastTransitionTime.Time, s.now)
+	}
+	c.stability.prune(seen)
+	return since
+}
+
+// orchestrate carries replacements in flight forward: once every
+// replacement of a group is Ready, the claims it replaces are checked once
+// more and deleted; if a replacement fails, they are released. It says
+// whether it changed anything, so the round ends and the next one sees it.
+func (c *Controller) orchestrate(ctx context.Context, s *state) (bool, error) {
+	acted := false
+	named := map[string]bool{}
+	for _, group := range s.groups {
+		var live []*v1alpha1.NodeClaim
+		present := 0
+		for _, name := range group.olds {
+			named[name] = true
+			if old, ok := s.claims[name]; ok {
+				present++
+				if old.DeletionTimestamp.IsZero() {
+					live = append(live, old)
+				}
+			}
+		}
+		replacements := strings.Join(claimNames(group.replacements), ", ")
+		if present == 0 {
+			// Done: the replacements are ordinary claims from now on.
+			// Not sooner: until the old nodes are gone, their pods are
+			// on their way to the replacements, which must not look
+			// empty meanwhile.
+			c.release(ctx, group)
+			continue
+		}
+		if len(live) == 0 {
+			continue
+		}
+		failed, ready := "", true
+		for _, replacement := range group.replacements {
+			if !replacement.DeletionTimestamp.IsZero() {
+				failed = replacement.Name
+				break
+			}
+			ready = ready && meta.IsStatusConditionTrue(replacement.Status.Conditions, v1alpha1.ConditionReady)
+		}
+		if failed != "" {
+			c.cancel(ctx, s, group, live, fmt.Sprintf("replacement %s is being deleted", failed))
+			acted = true
+			continue
+		}
+		if !ready {
+			// After a restart between making the replacements and
+			// marking the claims, the marks are made here.
+			for _, old := range live {
+				if !meta.IsStatusConditionTrue(old.Status.Conditions, v1alpha1.ConditionDisrupting) {
+					c.mark(ctx, old, group.reason, fmt.Sprintf("waiting for replacement %s to be Ready", replacements))
+				}
+			}
+			continue
+		}
+		if why, err := c.revalidate(ctx, s, group, live); err != nil {
+			return acted, err
+		} else if why != "" {
+			c.cancel(ctx, s, group, live, why)
+			acted = true
+			continue
+		}
+		for _, old := range live {
+			node := s.nodes[old.Status.NodeName]
+			message := fmt.Sprintf("replacement %s is Ready", replacements)
+			if !c.mark(ctx, old, group.reason, message) {
+				continue
+			}
+			c.eventf(old, node, corev1.EventTypeNormal, "Disrupting", "Disrupt", "deleting: "+message)
+			if err := c.delete(ctx, old); err != nil {
+				return true, err
+			}
+		}
+		acted = true
+	}
+	for _, name := range sortedNames(s.claims) {
+		claim := s.claims[name]
+		marked := meta.FindStatusCondition(claim.Status.Conditions, v1alpha1.ConditionDisrupting)
+		if named[name] || !claim.DeletionTimestamp.IsZero() || marked == nil || marked.Status != metav1.ConditionTrue ||
+			s.now.Sub(marked.LastTransitionTime.Time) < staleMark {
+			continue
+		}
+		stored := claim.DeepCopy()
+		c.setCondition(claim, v1alpha1.ConditionDisrupting, metav1.ConditionFalse, "Cancelled", "nothing replaces or deletes the claim any more")
+		if err := c.patchStatus(ctx, stored, claim); err != nil {
+			log.FromContext(ctx).V(1).Info("releasing a stale mark failed", "nodeClaim", claim.Name, "error", err.Error())
+			continue
+		}
+		acted = true
+	}
+	return acted, nil
+}
+
+// revalidate checks, just before the replaced claims are deleted, that it
+// is still safe: nothing asked since to keep them, and (for consolidation,
+// which is optional) their pods still fit with the replacement in place.
+func (c *Controller) revalidate(ctx context.Context, s *state, group *replacementGroup, live []*v1alpha1.NodeClaim) (string, error) {
+	for _, old := range live {
+		node, ok := s.nodes[old.Status.NodeName]
+		if !ok {
+			continue
+		}
+		if why := blocker(node, s.podsByNode[node.Name], nil); why != "" {
+			return why, nil
+		}
+	}
+	if group.reason != v1alpha1.DisruptionReasonUnderutilized {
+		// Drifted and expired nodes go in any case; what does not fit
+		// goes Pending and provisioning makes room.
+		return "", nil
+	}
+	removal, err := s.simulateRemoval(ctx, nil)
+	if err != nil {
+		return "", err
+	}
+	if !removal.Fits() {
+		return "the pods would no longer fit: " + describeUnschedulable(removal.Unschedulable), nil
+	}
+	return "", nil
+}
+
+// cancel releases the claims a failed or invalid replacement was for; the
+// replacements that exist stay as ordinary claims (consolidation removes
+// them if nobody needs them).
+func (c *Controller) cancel(ctx context.Context, s *state, group *replacementGroup, live []*v1alpha1.NodeClaim, why string) {
+	log.FromContext(ctx).Info("replacement cancelled", "nodeClaims", claimNames(live), "reason", group.reason, "why", why)
+	incDecision(group.reason, "cancel", len(live))
+	for _, old := range live {
+		stored := old.DeepCopy()
+		c.setCondition(old, v1alpha1.ConditionDisrupting, metav1.ConditionFalse, "Cancelled", why)
+		if err := c.patchStatus(ctx, stored, old); err != nil {
+			log.FromContext(ctx).V(1).Info("releasing a claim failed", "nodeClaim", old.Name, "error", err.Error())
+		}
+		c.eventf(old, s.nodes[old.Status.NodeName], corev1.EventTypeNormal, "DisruptionCancelled", "Disrupt", "not replaced after all: "+why)
+	}
+	c.release(ctx, group)
+}
+
+// release turns a group's replacements into ordinary claims.
+func (c *Controller) release(ctx context.Context, group *replacementGroup) {
+	for _, replacement := range group.replacements {
+		if !replacement.DeletionTimestamp.IsZero() {
+			continue
+		}
+		if err := c.annotate(ctx, replacement, map[string]*string{AnnotationReplaces: nil, AnnotationDisruptionReason: nil}); err != nil {
+			log.FromContext(ctx).V(1).Info("releasing a replacement failed", "nodeClaim", replacement.Name, "error", err.Error())
+		}
+	}
+}
+
+// stillValid re-reads the candidates just before acting: a claim deleted
+// or chosen by someone else meanwhile, pods that came or went, or a
+// do-not-disrupt annotation that appeared, void the decision.
+func (c *Controller) stillValid(ctx context.Context, cmd *command) string {
+	for _, candidate := range cmd.candidates {
+		var claim v1alpha1.NodeClaim
+		if err := c.Kube.Get(ctx, client.ObjectKeyFromObject(candidate.claim), &claim); err != nil {
+			return fmt.Sprintf("reading claim %s: %v", candidate.claim.Name, err)
+		}
+		if !claim.DeletionTimestamp.IsZero() || meta.IsStatusConditionTrue(claim.Status.Conditions, v1alpha1.ConditionDisrupting) {
+			return "claim " + claim.Name + " is already going"
+		}
+		var node corev1.Node
+		if err := c.Kube.Get(ctx, client.ObjectKeyFromObject(candidate.node), &node); err != nil {
+			return fmt.Sprintf("reading node %s: %v", candidate.node.Name, err)
+		}
+		var pods corev1.PodList
+		if err := c.Kube.List(ctx, &pods, client.MatchingFields{index.PodNodeName: node.Name}); err != nil {
+			return fmt.Sprintf("listing pods on node %s: %v", node.Name, err)
+		}
+		now := make([]*corev1.Pod, 0, len(pods.Items))
+		for i := range pods.Items {
+			now = append(now, &pods.Items[i])
+		}
+		if !sameWorkload(candidate.pods, workloadPods(now)) {
+			return "the pods on node " + node.Name + " changed"
+		}
+		if why := blocker(&node, now, nil); why != "" {
+			return why
+		}
+	}
+	return ""
+}
+
+func sameWorkload(a, b []*corev1.Pod) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	uids := map[string]bool{}
+	for _, pod := range a {
+		uids[string(pod.UID)] = true
+	}
+	for _, pod := range b {
+		if !uids[string(pod.UID)] {
+			return false
+		}
+	}
+	return true
+}
+
+// execute carries out a decision: deleting the candidates, or making their
+// replacements first and leaving the deletion to orchestrate once the
+// replacements are Ready.
+func (c *Controller) execute(ctx context.Context, s *state, cmd *command) error {
+	logger := log.FromContext(ctx)
+	incDecision(cmd.reason, cmd.action(), len(cmd.candidates))
+	if len(cmd.replacements) == 0 {
+		for _, candidate := range cmd.candidates {
+			if !c.mark(ctx, candidate.claim, cmd.reason, cmd.message) {
+				continue
+			}
+			logger.Info("deleting node", "reason", cmd.reason, "nodeClaim", candidate.claim.Name, "node", candidate.node.Name, "why", cmd.message)
+			c.eventf(candidate.claim, candidate.node, corev1.EventTypeNormal, "Disrupting", "Disrupt", "deleting: "+cmd.message)
+			if err := c.delete(ctx, candidate.claim); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	olds := strings.Join(cmd.names(), ",")
+	var made []string
+	for _, replacement := range cmd.replacements {
+		pool, ok := s.pools[replacement.Pool]
+		if !ok {
+			return fmt.Errorf("replacement names pool %s, which the round did not see", replacement.Pool)
+		}
+		claim, err := c.createReplacement(ctx, pool.pool, s.providerHashes[pool.pool.Spec.ProviderRef.Name], replacement, olds, cmd.reason)
+		if err != nil {
+			return err
+		}
+		made = append(made, claim.Name)
+	}
+	message := fmt.Sprintf("%s; waiting for replacement %s to be Ready", cmd.message, strings.Join(made, ", "))
+	logger.Info("replacing nodes", "reason", cmd.reason, "nodeClaims", cmd.names(), "replacements", made, "why", cmd.message)
+	for _, candidate := range cmd.candidates {
+		c.mark(ctx, candidate.claim, cmd.reason, message)
+		c.eventf(candidate.claim, candidate.node, corev1.EventTypeNormal, "Disrupting", "Replace", "replacing: "+message)
+	}
+	return nil
+}
+
+// mark sets a claim's Disrupting condition (and, for consolidation,
+// Consolidatable), before it is deleted: termination reads the reason. It
+// says whether the claim is marked.
+func (c *Controller) mark(ctx context.Context, claim *v1alpha1.NodeClaim, reason v1alpha1.DisruptionReason, message string) bool {
+	stored := claim.DeepCopy()
+	c.setCondition(claim, v1alpha1.ConditionDisrupting, metav1.ConditionTrue, string(reason), message)
+	if reason == v1alpha1.DisruptionReasonUnderutilized {
+		c.setCondition(claim, v1alpha1.ConditionConsolidatable, metav1.ConditionTrue, "Consolidating", message)
+	}
+	if err := c.patchStatus(ctx, stored, claim); err != nil {
+		log.FromContext(ctx).Info("marking a claim for disruption failed; deciding again next round", "nodeClaim", claim.Name, "error", err.Error())
+		return false
+	}
+	return true
+}
+
+// delete deletes a claim and waits until the cache has seen it: the next
+// round counts disrupting claims from the cache, and would count one too
+// few and go over the budget.
+func (c *Controller) delete(ctx context.Context, claim *v1alpha1.NodeClaim) error {
+	if err := c.Kube.Delete(ctx, claim); client.IgnoreNotFound(err) != nil {
+		return fmt.Errorf("deleting claim %s: %w", claim.Name, err)
+	}
+	return wait.PollUntilContextTimeout(ctx, 20*time.Millisecond, cacheWait, true, func(ctx context.Context) (bool, error) {
+		var cached v1alpha1.NodeClaim
+		err := c.Kube.Get(ctx, client.ObjectKeyFromObject(claim), &cached)
+		return err != nil || !cached.DeletionTimestamp.IsZero(), client.IgnoreNotFound(err)
+	})
+}
+
+// report turns the round's refusals into events (each at most every
+// eventRepeat) and Consolidatable conditions, and sets the metrics.
+func (c *Controller) report(ctx context.Context, s *state, r *round, budgets *ledger, total map[string]int) {
+	for _, refused := range r.refusals {
+		claim := refused.candidate.claim
+		if !c.events.due(claim.UID, refused.reason, refused.note, s.now) {
+			continue
+		}
+		c.eventf(claim, refused.candidate.node, corev1.EventTypeNormal, refused.reason, "Disrupt", refused.note)
+		if refused.reason == eventUnconsolidatable {
+			stored := claim.DeepCopy()
+			c.setCondition(claim, v1alpha1.ConditionConsolidatable, metav1.ConditionFalse, "PodsDoNotFit", strings.TrimPrefix(refused.note, "Consolidatable=False: "))
+			if err := c.patchStatus(ctx, stored, claim); err != nil {
+				log.FromContext(ctx).V(1).Info("updating Consolidatable failed", "nodeClaim", claim.Name, "error", err.Error())
+			}
+		}
+	}
+	c.setMetrics(s, r, budgets, total)
+}
+
+// eventf records an event on the claim and, if there is one, on its node.
+func (c *Controller) eventf(claim *v1alpha1.NodeClaim, node *corev1.Node, eventType, reason, action, note string) {
+	if node == nil {
+		c.Recorder.Eventf(claim, nil, eventType, reason, action, "%s", note)
+		return
+	}
+	c.Recorder.Eventf(claim, node, eventType, reason, action, "%s", note)
+	c.Recorder.Eventf(node, claim, eventType, reason, action, "%s", note)
+}
+
+// annotate sets (or, with nil, removes) annotations on a claim.
+func (c *Controller) annotate(ctx context.Context, claim *v1alpha1.NodeClaim, annotations map[string]*string) error {
+	patch := client.MergeFrom(claim.DeepCopy())
+	for key, value := range annotations {
+		if value == nil {
+			delete(claim.Annotations, key)
+			continue
+		}
+		if claim.Annotations == nil {
+			claim.Annotations = map[string]string{}
+		}
+		claim.Annotations[key] = *value
+	}
+	if err := c.Kube.Patch(ctx, claim, patch); err != nil {
+		return client.IgnoreNotFound(fmt.Errorf("annotating claim %s: %w", claim.Name, err))
+	}
+	return nil
+}
+
+// patchStatus writes the claim's status when it changed. Other controllers
+// write other conditions of the same list; the optimistic lock makes a
+// concurrent write fail (and the next round try again) instead of erasing
+// theirs.
+func (c *Controller) patchStatus(ctx context.Context, stored, claim *v1alpha1.NodeClaim) error {
+	if equality.Semantic.DeepEqual(stored.Status, claim.Status) {
+		return nil
+	}
+	patch := client.MergeFromWithOptions(stored, client.MergeFromWithOptimisticLock{})
+	if err := c.Kube.Status().Patch(ctx, claim, patch); err != nil {
+		*claim = *stored
+		return fmt.Errorf("writing status of claim %s: %w", claim.Name, err)
+	}
+	return nil
+}
+
+// setCondition sets a condition with the controller's clock, keeping the
+// transition time while the status stays.
+func (c *Controller) setCondition(claim *v1alpha1.NodeClaim, conditionType string, status metav1.ConditionStatus, reason, message string) {
+	claim.SetCondition(conditionType, status, reason, message, c.Clock.Now())
+}
+
+func sortedNames[T any](m map[string]T) []string {
+	names := make([]string, 0, len(m))
+	for name := range m {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	return names
+}
+
+func claimNames(claims []*v1alpha1.NodeClaim) []string {
+	names := make([]string, 0, len(claims))
+	for _, claim := range claims {
+		names = append(names, claim.Name)
+	}
+	return names
+}

@@ -1,0 +1,277 @@
+package disruption
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/claimscale/claimscale/api/v1alpha1"
+)
+
+func doNotDisrupt(pod *corev1.Pod) {
+	pod.Annotations = map[string]string{v1alpha1.AnnotationDoNotDisrupt: "true"}
+}
+
+func withCondition(claim *v1alpha1.NodeClaim, conditionType, reason string, since time.Time) {
+	claim.Status.Conditions = append(claim.Status.Conditions, metav1.Condition{
+		Type: conditionType, Status: metav1.ConditionTrue, Reason: reason, Message: reason, LastTransitionTime: metav1.NewTime(since),
+	})
+}
+
+func TestRoundDecides(t *testing.T) {
+	tests := []struct {
+		name    string
+		fixture func() *fixture
+		// want is the decision as "reason action claims… -> shapes…", or
+		// "" for none.
+		want string
+		// refused, when set, is part of a refusal's note.
+		refused string
+	}{
+		{
+			name: "a node whose pods fit on another is deleted",
+			fixture: func() *fixture {
+				return newFixture(c4).node("a", c4).node("b", c4).pod("p", "a", "1").pod("q", "b", "2")
+			},
+			want: "Underutilized delete a",
+		},
+		{
+			name: "a node whose pods fit only on a cheaper shape is replaced by it",
+			fixture: func() *fixture {
+				return newFixture(c4, c2).node("a", c4).pod("p", "a", "1")
+			},
+			want: "Underutilized replace a -> c2",
+		},
+		{
+			name: "a node of the cheapest shape its pods fit is kept and reported",
+			fixture: func() *fixture {
+				return newFixture(c4, c2).node("a", c2).pod("p", "a", "1500m")
+			},
+			refused: "Consolidatable=False: its pods fit only on a new node, and the cheapest (c2 of pool pool at 0.2/h) is not cheaper than 0.2/h",
+		},
+		{
+			name: "nodes at a fifth of their cpu pack onto one, deleting rather than replacing",
+			fixture: func() *fixture {
+				f := newFixture(c4)
+				for _, name := range []string{"a", "b", "c", "d", "e"} {
+					f.node(name, c4).pod("p-"+name, name, "800m")
+				}
+				return f
+			},
+			want: "Underutilized delete a b c d",
+		},
+		{
+			name: "a budget of one node lets one go at a time",
+			fixture: func() *fixture {
+				f := newFixture(c4)
+				f.pool.Spec.Disruption.Budgets = []v1alpha1.Budget{{Nodes: "1"}}
+				for _, name := range []string{"a", "b", "c", "d", "e"} {
+					f.node(name, c4).pod("p-"+name, name, "800m")
+				}
+				return f
+			},
+			want: "Underutilized delete a",
+		},
+		{
+			name: "minNodes keeps the pool's nodes",
+			fixture: func() *fixture {
+				f := newFixture(c4).node("a", c4).node("b", c4).pod("p", "a", "1").pod("q", "b", "1")
+				f.pool.Spec.MinNodes = 2
+				return f
+			},
+			refused: "below its minNodes of 2",
+		},
+		{
+			name: "a pod annotated do-not-disrupt keeps its node; the other node goes",
+			fixture: func() *fixture {
+				return newFixture(c4).node("a", c4).node("b", c4).pod("p", "a", "1", doNotDisrupt).pod("q", "b", "1")
+			},
+			want:    "Underutilized delete b",
+			refused: "pod default/p is annotated claimscale.io/do-not-disrupt",
+		},
+		{
+			name: "a node annotated do-not-disrupt is kept",
+			fixture: func() *fixture {
+				f := newFixture(c4).node("a", c4).pod("p", "a", "1")
+				f.nodes[0].Annotations = map[string]string{v1alpha1.AnnotationDoNotDisrupt: "true"}
+				return f
+			},
+			refused: "node a is annotated claimscale.io/do-not-disrupt",
+		},
+		{
+			name: "a pod no controller would bring back keeps its node",
+			fixture: func() *fixture {
+				return newFixture(c4).node("a", c4).node("b", c4).pod("p", "a", "1", func(pod *corev1.Pod) { pod.OwnerReferences = nil }).pod("q", "b", "3500m")
+			},
+			refused: "has no controller",
+		},
+		{
+			name: "pending pods that have a place hold consolidation back",
+			fixture: func() *fixture {
+				return newFixture(c4).node("a", c4).node("b", c4).pod("p", "a", "1").pod("q", "b", "1").pod("waiting", "", "1")
+			},
+		},
+		{
+			name: "the pods of a node already going need room too",
+			fixture: func() *fixture {
+				f := newFixture(c4).node("a", c4).node("b", c4).node("c", c4).pod("p", "a", "2").pod("q", "b", "2").pod("r", "c", "2")
+				withCondition(f.claim("c"), v1alpha1.ConditionDisrupting, "Underutilized", f.now)
+				return f
+			},
+		},
+		{
+			name: "an expired node is replaced first when its pods fit nowhere else, whatever the budget",
+			fixture: func() *fixture {
+				f := newFixture(c4).node("a", c4).pod("p", "a", "3")
+				f.pool.Spec.Disruption.ExpireAfter = &metav1.Duration{Duration: 30 * time.Minute}
+				f.pool.Spec.Disruption.Budgets = []v1alpha1.Budget{{Nodes: "0"}}
+				return f
+			},
+			want: "Expired replace a -> c4",
+		},
+		{
+			name: "an expired node whose pods fit elsewhere is just deleted",
+			fixture: func() *fixture {
+				f := newFixture(c4).node("a", c4).node("b", c4).pod("p", "a", "1").pod("q", "b", "1")
+				f.pool.Spec.Disruption.ExpireAfter = &metav1.Duration{Duration: 30 * time.Minute}
+				f.claim("b").CreationTimestamp = metav1.NewTime(f.now.Add(-time.Minute))
+				return f
+			},
+			want: "Expired delete a",
+		},
+		{
+			name: "a drifted node is replaced within the Drifted budget",
+			fixture: func() *fixture {
+				f := newFixture(c4).node("a", c4).pod("p", "a", "3")
+				f.pool.Spec.Disruption.ConsolidationPolicy = v1alpha1.ConsolidationWhenEmpty
+				f.pool.Spec.Disruption.Budgets = []v1alpha1.Budget{{Nodes: "1", Reasons: []v1alpha1.DisruptionReason{v1alpha1.DisruptionReasonDrifted}}}
+				withCondition(f.claim("a"), v1alpha1.ConditionDrifted, driftLabels, f.now)
+				return f
+			},
+			want: "Drifted replace a -> c4",
+		},
+		{
+			name: "a drifted node waits while the Drifted budget allows none",
+			fixture: func() *fixture {
+				f := newFixture(c4).node("a", c4).pod("p", "a", "3")
+				f.pool.Spec.Disruption.ConsolidationPolicy = v1alpha1.ConsolidationWhenEmpty
+				f.pool.Spec.Disruption.Budgets = []v1alpha1.Budget{{Nodes: "0", Reasons: []v1alpha1.DisruptionReason{v1alpha1.DisruptionReasonDrifted}}}
+				withCondition(f.claim("a"), v1alpha1.ConditionDrifted, driftLabels, f.now)
+				return f
+			},
+		},
+		{
+			name: "an empty node is deleted once empty for consolidateAfter",
+			fixture: func() *fixture {
+				f := newFixture(c4).node("a", c4).node("b", c4).pod("q", "b", "3")
+				f.pool.Spec.Disruption.ConsolidationPolicy = v1alpha1.ConsolidationWhenEmpty
+				withCondition(f.claim("a"), v1alpha1.ConditionEmpty, "Empty", f.now.Add(-time.Minute))
+				return f
+			},
+			want: "Empty delete a",
+		},
+		{
+			name: "an empty node is kept until it has been empty for consolidateAfter",
+			fixture: func() *fixture {
+				f := newFixture(c4).node("a", c4)
+				f.pool.Spec.Disruption.ConsolidationPolicy = v1alpha1.ConsolidationWhenEmpty
+				withCondition(f.claim("a"), v1alpha1.ConditionEmpty, "Empty", f.now.Add(-time.Second))
+				return f
+			},
+		},
+		{
+			name: "a WhenEmpty pool's underused node stays",
+			fixture: func() *fixture {
+				f := newFixture(c4).node("a", c4).node("b", c4).pod("p", "a", "1").pod("q", "b", "1")
+				f.pool.Spec.Disruption.ConsolidationPolicy = v1alpha1.ConsolidationWhenEmpty
+				return f
+			},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			f := tt.fixture()
+			s := f.state()
+			r := f.round(s)
+			cmd, err := r.decide(context.Background())
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := describe(cmd); got != tt.want {
+				t.Errorf("decided %q, want %q", got, tt.want)
+			}
+			if tt.refused != "" && !refusedWith(r, tt.refused) {
+				t.Errorf("no refusal says %q; refusals: %v", tt.refused, notes(r))
+			}
+		})
+	}
+}
+
+func describe(cmd *command) string {
+	if cmd == nil {
+		return ""
+	}
+	text := string(cmd.reason) + " " + cmd.action() + " " + strings.Join(cmd.names(), " ")
+	if len(cmd.replacements) > 0 {
+		text += " ->"
+		for _, replacement := range cmd.replacements {
+			text += " " + replacement.Shape.Name
+		}
+	}
+	return text
+}
+
+func refusedWith(r *round, note string) bool {
+	for _, refused := range r.refusals {
+		if strings.Contains(refused.note, note) {
+			return true
+		}
+	}
+	return false
+}
+
+func notes(r *round) []string {
+	var out []string
+	for _, refused := range r.refusals {
+		out = append(out, refused.reason+": "+refused.note)
+	}
+	return out
+}
+
+// A node found unconsolidatable is not simulated again on the same
+// cluster until the memory's backoff passes.
+func TestUnconsolidatableNodeIsNotSimulatedAgainUntilTheClusterChanges(t *testing.T) {
+	f := newFixture(c4, c2).node("a", c2).pod("p", "a", "1500m")
+	memory := newMemory(time.Minute)
+	decide := func(now time.Time, f *fixture) (*command, *round) {
+		f.now = now
+		s := f.state()
+		pools, total, disrupting := s.poolTotals()
+		budgets, _ := newLedger(pools, total, disrupting, now)
+		r := newRound(s, s.candidates(), budgets, map[string]time.Time{"a": now.Add(-time.Hour), "b": now.Add(-time.Hour)}, memory)
+		cmd, err := r.decide(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		return cmd, r
+	}
+	start := f.now
+	if _, r := decide(start, f); !refusedWith(r, "Consolidatable=False") {
+		t.Fatalf("first round refused nothing: %v", notes(r))
+	}
+	if _, r := decide(start.Add(time.Second), f); refusedWith(r, "Consolidatable=False") {
+		t.Fatal("the same cluster was simulated again")
+	}
+	if _, r := decide(start.Add(2*time.Minute), f); !refusedWith(r, "Consolidatable=False") {
+		t.Fatal("not simulated again after the backoff")
+	}
+	// A new node with room changes the cluster: a's pod fits there now.
+	f.node("b", c4)
+	if cmd, r := decide(start.Add(2*time.Minute+time.Second), f); describe(cmd) != "Underutilized delete a" {
+		t.Fatalf("decided %q after the cluster changed; refusals %v", describe(cmd), notes(r))
+	}
+}

@@ -1,0 +1,134 @@
+package disruption
+
+import (
+	"encoding/json"
+	"fmt"
+	"hash/fnv"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+
+	"github.com/claimscale/claimscale/api/v1alpha1"
+	"github.com/claimscale/claimscale/internal/scheduling"
+)
+
+// AnnotationProviderHash records on a claim the hash of its NodeProvider's
+// settings (ProviderHash) as they were when the claim was made, so a later
+// change to them shows as drift.
+const AnnotationProviderHash = "claimscale.io/provider-hash"
+
+// ProviderHash identifies the settings a NodeProvider makes machines with:
+// the type and its settings block. Credentials are not part of it (a
+// rotated secret makes no machine different), nor are the simulated
+// provider's failure injection and boot delay, which describe the
+// simulation rather than the machine.
+func ProviderHash(nodeProvider *v1alpha1.NodeProvider) string {
+	settings := struct {
+		Type       v1alpha1.ProviderType        `json:"type"`
+		Proxmox    *v1alpha1.ProxmoxSettings    `json:"proxmox,omitempty"`
+		Cloudscale *v1alpha1.CloudscaleSettings `json:"cloudscale,omitempty"`
+		Zones      []string                     `json:"zones,omitempty"`
+	}{Type: nodeProvider.Spec.Type, Proxmox: nodeProvider.Spec.Proxmox, Cloudscale: nodeProvider.Spec.Cloudscale}
+	if nodeProvider.Spec.Simulated != nil {
+		settings.Zones = nodeProvider.Spec.Simulated.Zones
+	}
+	hasher := fnv.New64a()
+	// json.Marshal of these types cannot fail; maps are written sorted.
+	encoded, _ := json.Marshal(settings)
+	_, _ = hasher.Write(encoded)
+	return fmt.Sprintf("%016x", hasher.Sum64())
+}
+
+// Drift reasons, as the Drifted condition's reason.
+const (
+	driftLabels        = "LabelsDrifted"
+	driftTaints        = "TaintsDrifted"
+	driftStartupTaints = "StartupTaintsDrifted"
+	driftKubelet       = "KubeletDrifted"
+	driftShape         = "ShapeDrifted"
+	driftProvider      = "ProviderDrifted"
+)
+
+// driftOf says whether a claim no longer matches what its pool would make
+// now, and which field moved: the pool's template (labels, taints, startup
+// taints, kubelet settings; found through the template hash the claim
+// recorded), the shapes the pool offers, or the provider's settings
+// (providerHash is the current ProviderHash, "" when unknown). A claim
+// that recorded no hash is not compared on that count.
+func driftOf(claim *v1alpha1.NodeClaim, pool *v1alpha1.NodePool, providerHash string) (reason, message string) {
+	if recorded := claim.Annotations[v1alpha1.AnnotationTemplateHash]; recorded != "" && recorded != pool.TemplateHash(claim.Spec.Shape) {
+		field, reason := "spec.template.kubelet", driftKubelet
+		switch {
+		case !equality.Semantic.DeepEqual(templateLabelsOf(claim), nonNil(pool.Spec.Template.Labels)):
+			field, reason = "spec.template.labels", driftLabels
+		case !taintsEqual(claim.Spec.Taints, pool.Spec.Template.Taints):
+			field, reason = "spec.template.taints", driftTaints
+		case !taintsEqual(claim.Spec.StartupTaints, pool.Spec.Template.StartupTaints):
+			field, reason = "spec.template.startupTaints", driftStartupTaints
+		}
+		return reason, fmt.Sprintf("%s of pool %s changed since the claim was made", field, pool.Name)
+	}
+	if !shapeOffered(pool, claim.Spec.Shape) {
+		return driftShape, fmt.Sprintf("spec.shapes of pool %s no longer offer shape %s (%s cpu, %s memory)",
+			pool.Name, claim.Spec.Shape.Name, claim.Spec.Shape.CPU.String(), claim.Spec.Shape.Memory.String())
+	}
+	if recorded := claim.Annotations[AnnotationProviderHash]; recorded != "" && providerHash != "" && recorded != providerHash {
+		return driftProvider, fmt.Sprintf("the settings of NodeProvider %s changed since the claim was made", pool.Spec.ProviderRef.Name)
+	}
+	return "", ""
+}
+
+// templateLabelsOf is what the claim recorded of its pool's template
+// labels: its labels but ours (template labels may not use our domain).
+func templateLabelsOf(claim *v1alpha1.NodeClaim) map[string]string {
+	out := map[string]string{}
+	for key, value := range claim.Labels {
+		if !strings.HasPrefix(key, "claimscale.io/") {
+			out[key] = value
+		}
+	}
+	return out
+}
+
+func nonNil(m map[string]string) map[string]string {
+	if m == nil {
+		return map[string]string{}
+	}
+	return m
+}
+
+func taintsEqual(a, b []corev1.Taint) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i].Key != b[i].Key || a[i].Value != b[i].Value || a[i].Effect != b[i].Effect {
+			return false
+		}
+	}
+	return true
+}
+
+// shapeOffered says whether the pool still makes machines of the claim's
+// shape: a fixed shape of that name and size, or a point on its flexible
+// grid. A pool whose shapes cannot be read is given the benefit of the
+// doubt.
+func shapeOffered(pool *v1alpha1.NodePool, shape v1alpha1.ClaimShape) bool {
+	if pool.Spec.Shapes.Flexible != nil {
+		shapes, err := scheduling.PoolShapes(pool, nil)
+		if err != nil || shapes.Flexible == nil {
+			return true
+		}
+		smallest, ok := shapes.Flexible.Smallest(shape.CPU, shape.Memory)
+		return ok && smallest.CPU.Cmp(shape.CPU) == 0 && smallest.Memory.Cmp(shape.Memory) == 0
+	}
+	for _, offered := range pool.Spec.Shapes.Fixed {
+		if offered.Name != shape.Name {
+			continue
+		}
+		return (offered.CPU == nil || offered.CPU.Cmp(shape.CPU) == 0) &&
+			(offered.Memory == nil || offered.Memory.Cmp(shape.Memory) == 0)
+	}
+	return false
+}

@@ -1,0 +1,155 @@
+package disruption
+
+import (
+	"hash/fnv"
+	"sort"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/claimscale/claimscale/api/v1alpha1"
+)
+
+// memory remembers the decisions that found nothing to do for a claim
+// (or, keyed by no claim, for the whole cluster), so they are not
+// simulated again every round: only once the cluster has changed (its
+// fingerprint) or the backoff has passed.
+type memory struct {
+	backoff time.Duration
+	entries map[memoryKey]memoryEntry
+}
+
+type memoryKey struct {
+	claim  types.UID
+	reason v1alpha1.DisruptionReason
+}
+
+type memoryEntry struct {
+	fingerprint uint64
+	at          time.Time
+}
+
+func newMemory(backoff time.Duration) *memory {
+	return &memory{backoff: backoff, entries: map[memoryKey]memoryEntry{}}
+}
+
+// skip says whether the decision was tried on this very cluster recently.
+func (m *memory) skip(claim types.UID, reason v1alpha1.DisruptionReason, fingerprint uint64, now time.Time) bool {
+	entry, ok := m.entries[memoryKey{claim, reason}]
+	return ok && entry.fingerprint == fingerprint && now.Sub(entry.at) < m.backoff
+}
+
+func (m *memory) remember(claim types.UID, reason v1alpha1.DisruptionReason, fingerprint uint64, now time.Time) {
+	m.entries[memoryKey{claim, reason}] = memoryEntry{fingerprint: fingerprint, at: now}
+}
+
+// prune forgets what is past its backoff.
+func (m *memory) prune(now time.Time) {
+	for key, entry := range m.entries {
+		if now.Sub(entry.at) >= m.backoff {
+			delete(m.entries, key)
+		}
+	}
+}
+
+// stability tracks since when each node has carried the pods it carries
+// now: consolidation leaves a node alone until that has lasted its pool's
+// consolidateAfter, so a node provisioning just made, or pods just moved
+// to, are not taken away at once.
+type stability struct {
+	nodes map[string]podSet
+}
+
+type podSet struct {
+	hash  uint64
+	since time.Time
+}
+
+func newStability() *stability { return &stability{nodes: map[string]podSet{}} }
+
+// observe records the node's pods and returns since when they have been
+// these. A node seen for the first time (after a restart, say) counts from
+// its initialization or its last pod's binding, whichever is later.
+func (t *stability) observe(node string, pods []*corev1.Pod, initialized, now time.Time) time.Time {
+	uids := make([]string, 0, len(pods))
+	for _, pod := range pods {
+		uids = append(uids, string(pod.UID))
+	}
+	sort.Strings(uids)
+	hasher := fnv.New64a()
+	for _, uid := range uids {
+		_, _ = hasher.Write([]byte(uid))
+		_, _ = hasher.Write([]byte{0})
+	}
+	hash := hasher.Sum64()
+	previous, seen := t.nodes[node]
+	var since time.Time
+	switch {
+	case !seen:
+		since = initialized
+		for _, pod := range pods {
+			if bound := boundAt(pod); bound.After(since) {
+				since = bound
+			}
+		}
+		if since.After(now) {
+			since = now
+		}
+	case previous.hash != hash:
+		since = now
+	default:
+		since = previous.since
+	}
+	t.nodes[node] = podSet{hash: hash, since: since}
+	return since
+}
+
+// prune forgets nodes no longer seen.
+func (t *stability) prune(seen map[string]bool) {
+	for node := range t.nodes {
+		if !seen[node] {
+			delete(t.nodes, node)
+		}
+	}
+}
+
+// boundAt is when the pod was bound to its node, as its PodScheduled
+// condition says, else when it was made.
+func boundAt(pod *corev1.Pod) time.Time {
+	for _, condition := range pod.Status.Conditions {
+		if condition.Type == corev1.PodScheduled && condition.Status == corev1.ConditionTrue {
+			return condition.LastTransitionTime.Time
+		}
+	}
+	return pod.CreationTimestamp.Time
+}
+
+// eventMemo keeps a refusal from becoming an event every round: the same
+// note about the same claim is repeated only after a while.
+type eventMemo struct {
+	repeat time.Duration
+	last   map[string]time.Time
+}
+
+func newEventMemo(repeat time.Duration) *eventMemo {
+	return &eventMemo{repeat: repeat, last: map[string]time.Time{}}
+}
+
+// due says whether the event should go out now, and notes that it does.
+func (e *eventMemo) due(claim types.UID, reason, note string, now time.Time) bool {
+	key := string(claim) + "\x00" + reason + "\x00" + note
+	if last, ok := e.last[key]; ok && now.Sub(last) < e.repeat {
+		return false
+	}
+	e.last[key] = now
+	return true
+}
+
+func (e *eventMemo) prune(now time.Time) {
+	for key, last := range e.last {
+		if now.Sub(last) >= e.repeat {
+			delete(e.last, key)
+		}
+	}
+}

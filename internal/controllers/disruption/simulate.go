@@ -1,0 +1,314 @@
+package disruption
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/claimscale/claimscale/api/v1alpha1"
+	"github.com/claimscale/claimscale/internal/scheduling"
+)
+
+// command is one decision: take the candidates away for a reason, after
+// the replacements (if any) are Ready.
+type command struct {
+	reason       v1alpha1.DisruptionReason
+	candidates   []*candidate
+	replacements []scheduling.NewNode
+	// message says why, for events and the Disrupting condition.
+	message string
+}
+
+// action is the decision's action label: delete, or replace.
+func (c *command) action() string {
+	if len(c.replacements) > 0 {
+		return "replace"
+	}
+	return "delete"
+}
+
+func (c *command) names() []string {
+	names := make([]string, 0, len(c.candidates))
+	for _, candidate := range c.candidates {
+		names = append(names, candidate.claim.Name)
+	}
+	return names
+}
+
+// markedNodes are the nodes of live claims already chosen to go: their
+// pods need a place as much as a candidate's do.
+func (s *state) markedNodes() []string {
+	var nodes []string
+	for name := range s.disrupting {
+		claim, ok := s.claims[name]
+		if !ok || !claim.DeletionTimestamp.IsZero() || !s.inSnapshot[claim.Status.NodeName] {
+			continue
+		}
+		nodes = append(nodes, claim.Status.NodeName)
+	}
+	sort.Strings(nodes)
+	return nodes
+}
+
+// removed is the node names a decision about candidates takes out: theirs
+// and those already chosen to go.
+func (s *state) removed(candidates []*candidate) []string {
+	seen := map[string]bool{}
+	var nodes []string
+	for _, name := range append(s.markedNodes(), nodeNames(candidates)...) {
+		if !seen[name] {
+			seen[name] = true
+			nodes = append(nodes, name)
+		}
+	}
+	return nodes
+}
+
+func nodeNames(candidates []*candidate) []string {
+	names := make([]string, 0, len(candidates))
+	for _, c := range candidates {
+		names = append(names, c.node.Name)
+	}
+	return names
+}
+
+// simulateRemoval asks whether the candidates' pods (and those of nodes
+// already going) fit on the remaining nodes, with no new node.
+func (s *state) simulateRemoval(ctx context.Context, candidates []*candidate) (scheduling.RemovalResult, error) {
+	sim, err := s.simulator(ctx)
+	if err != nil {
+		return scheduling.RemovalResult{}, err
+	}
+	result, err := sim.SimulateRemoval(ctx, s.removed(candidates), nil)
+	if err != nil {
+		return scheduling.RemovalResult{}, fmt.Errorf("simulating the removal of %s: %w", strings.Join(nodeNames(candidates), ", "), err)
+	}
+	return result, nil
+}
+
+// solveWithout asks which new nodes the candidates' pods (and those of
+// nodes already going) would need with those nodes gone: provisioning's
+// own decision on the cluster without them, so a replacement is what
+// provisioning would have made.
+func (s *state) solveWithout(ctx context.Context, candidates []*candidate) (scheduling.Result, error) {
+	without := map[string]bool{}
+	for _, name := range s.removed(candidates) {
+		without[name] = true
+	}
+	var displaced []*corev1.Pod
+	for _, pod := range s.input.Pods {
+		if without[pod.Spec.NodeName] && isWorkload(pod) {
+			unbound := *pod
+			unbound.Spec.NodeName = ""
+			displaced = append(displaced, &unbound)
+		}
+	}
+	sim, err := scheduling.New(ctx, s.simCluster(without))
+	if err != nil {
+		return scheduling.Result{}, fmt.Errorf("building the snapshot without %s: %w", strings.Join(nodeNames(candidates), ", "), err)
+	}
+	result, err := sim.Solve(ctx, displaced)
+	if err != nil {
+		return scheduling.Result{}, fmt.Errorf("placing the pods of %s elsewhere: %w", strings.Join(nodeNames(candidates), ", "), err)
+	}
+	return result, nil
+}
+
+// consolidation decides whether the candidates can go together: deleted,
+// when their pods fit on the other nodes; else replaced by one new node
+// that costs less than all of them. If not, it says why.
+func (s *state) consolidation(ctx context.Context, candidates []*candidate) (*command, string, error) {
+	removal, err := s.simulateRemoval(ctx, candidates)
+	if err != nil {
+		return nil, "", err
+	}
+	cmd := &command{reason: v1alpha1.DisruptionReasonUnderutilized, candidates: candidates}
+	if !removal.Fits() {
+		result, err := s.solveWithout(ctx, candidates)
+		if err != nil {
+			return nil, "", err
+		}
+		switch {
+		case len(result.Unschedulable) > 0:
+			return nil, "its pods would not fit elsewhere: " + describeUnschedulable(result.Unschedulable), nil
+		case len(result.NewNodes) > 1:
+			return nil, fmt.Sprintf("its pods would need %d new nodes", len(result.NewNodes)), nil
+		case len(result.NewNodes) == 1:
+			replacement := result.NewNodes[0]
+			if price, total := replacement.Shape.Price, totalPrice(candidates); price >= total {
+				return nil, fmt.Sprintf("its pods fit only on a new node, and the cheapest (%s of pool %s at %g/h) is not cheaper than %g/h",
+					replacement.Shape.Name, replacement.Pool, price, total), nil
+			}
+			cmd.replacements = result.NewNodes
+		}
+	}
+	if why := s.minNodesViolation(cmd); why != "" {
+		return nil, why, nil
+	}
+	cmd.message = consolidationMessage(cmd)
+	return cmd, "", nil
+}
+
+func consolidationMessage(cmd *command) string {
+	subject := "its pods fit"
+	if len(cmd.candidates) > 1 {
+		subject = fmt.Sprintf("the pods of %d underused nodes (%s) fit", len(cmd.candidates), abbreviate(cmd.names(), 4))
+	}
+	if len(cmd.replacements) == 0 {
+		return subject + " on the other nodes"
+	}
+	replacement := cmd.replacements[0]
+	return fmt.Sprintf("%s on one cheaper node: %s of pool %s at %g/h instead of %g/h", subject,
+		replacement.Shape.Name, replacement.Pool, replacement.Shape.Price, totalPrice(cmd.candidates))
+}
+
+// replacement decides how a drifted or expired node goes without leaving
+// its pods nowhere: deleted, when they fit on the other nodes (and the
+// pool keeps its minNodes); else after new nodes that hold them are Ready.
+func (s *state) replacement(ctx context.Context, reason v1alpha1.DisruptionReason, c *candidate, why string) (*command, string, error) {
+	cmd := &command{reason: reason, candidates: []*candidate{c}}
+	removal, err := s.simulateRemoval(ctx, cmd.candidates)
+	if err != nil {
+		return nil, "", err
+	}
+	if !removal.Fits() {
+		result, err := s.solveWithout(ctx, cmd.candidates)
+		if err != nil {
+			return nil, "", err
+		}
+		if len(result.Unschedulable) > 0 {
+			return nil, "its pods would not fit on any node: " + describeUnschedulable(result.Unschedulable), nil
+		}
+		cmd.replacements = result.NewNodes
+	}
+	if s.minNodesViolation(cmd) != "" {
+		// Warm capacity is replaced like for like, with what the pool
+		// would make for minNodes now.
+		warm, ok := cheapestOf(c.pool)
+		if !ok {
+			return nil, fmt.Sprintf("pool %s would go below its minNodes and cannot make a node now", c.pool.pool.Name), nil
+		}
+		cmd.replacements = append(cmd.replacements, warm)
+	}
+	cmd.message = why
+	if len(cmd.replacements) > 0 {
+		cmd.message += fmt.Sprintf("; replacing it with %d new nodes first", len(cmd.replacements))
+	}
+	return cmd, "", nil
+}
+
+// cheapestOf is a new node of the pool's cheapest shape, as provisioning
+// makes for minNodes.
+func cheapestOf(pool *poolInfo) (scheduling.NewNode, bool) {
+	if pool.sched == nil {
+		return scheduling.NewNode{}, false
+	}
+	shapes := pool.sched.Shapes.Fixed
+	if pool.sched.Shapes.Flexible != nil {
+		smallest, ok := pool.sched.Shapes.Flexible.Smallest(pool.sched.Shapes.Flexible.MinCPU, pool.sched.Shapes.Flexible.MinMemory)
+		if !ok {
+			return scheduling.NewNode{}, false
+		}
+		shapes = []scheduling.Shape{smallest}
+	}
+	if len(shapes) == 0 {
+		return scheduling.NewNode{}, false
+	}
+	cheapest := shapes[0]
+	for _, shape := range shapes[1:] {
+		if shape.Price < cheapest.Price {
+			cheapest = shape
+		}
+	}
+	return scheduling.NewNode{Pool: pool.pool.Name, Shape: cheapest}, true
+}
+
+// minNodesViolation names the pool a command would take below its
+// minNodes, if any.
+func (s *state) minNodesViolation(cmd *command) string {
+	delta := map[string]int{}
+	for _, c := range cmd.candidates {
+		delta[c.pool.pool.Name]--
+	}
+	for _, replacement := range cmd.replacements {
+		delta[replacement.Pool]++
+	}
+	names := make([]string, 0, len(delta))
+	for name := range delta {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	for _, name := range names {
+		info, ok := s.pools[name]
+		if !ok || delta[name] >= 0 {
+			continue
+		}
+		if info.live-info.marked+delta[name] < int(info.pool.Spec.MinNodes) {
+			return fmt.Sprintf("pool %s would go below its minNodes of %d", name, info.pool.Spec.MinNodes)
+		}
+	}
+	return ""
+}
+
+// unsettled says why no pods should be moved now, if so: pods of nodes
+// being drained still have to find a place, or pending pods have a place
+// to go (on a node the scheduler is about to use, or one provisioning is
+// about to make). Taking nodes away then would race both.
+func (s *state) unsettled(ctx context.Context) (string, error) {
+	nodes := make([]string, 0, len(s.podsByNode))
+	for node := range s.podsByNode {
+		nodes = append(nodes, node)
+	}
+	sort.Strings(nodes)
+	for _, node := range nodes {
+		if s.inSnapshot[node] {
+			continue
+		}
+		if n := len(workloadPods(s.podsByNode[node])); n > 0 {
+			return fmt.Sprintf("%d pods on node %s, which is going, still have to move", n, node), nil
+		}
+	}
+	if len(s.unbound) == 0 {
+		return "", nil
+	}
+	sim, err := s.simulator(ctx)
+	if err != nil {
+		return "", err
+	}
+	result, err := sim.Solve(ctx, s.unbound)
+	if err != nil {
+		return "", fmt.Errorf("placing %d unbound pods: %w", len(s.unbound), err)
+	}
+	if len(result.Placements) > 0 || len(result.NewNodes) > 0 {
+		return fmt.Sprintf("%d pods wait for the scheduler or for a new node", len(s.unbound)-len(result.Unschedulable)), nil
+	}
+	return "", nil
+}
+
+func totalPrice(candidates []*candidate) float64 {
+	total := 0.0
+	for _, c := range candidates {
+		total += c.price
+	}
+	return total
+}
+
+func describeUnschedulable(unschedulable []scheduling.Unschedulable) string {
+	first := unschedulable[0]
+	text := fmt.Sprintf("pod %s/%s: %s", first.Pod.Namespace, first.Pod.Name, first.Reason)
+	if len(unschedulable) > 1 {
+		text += fmt.Sprintf(" (and %d more)", len(unschedulable)-1)
+	}
+	return text
+}
+
+// abbreviate lists at most n names, then how many more there are.
+func abbreviate(names []string, n int) string {
+	if len(names) <= n {
+		return strings.Join(names, ", ")
+	}
+	return fmt.Sprintf("%s and %d more", strings.Join(names[:n], ", "), len(names)-n)
+}

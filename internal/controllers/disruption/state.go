@@ -1,0 +1,361 @@
+package disruption
+
+import (
+	"context"
+	"fmt"
+	"hash/fnv"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+
+	"github.com/claimscale/claimscale/api/v1alpha1"
+	"github.com/claimscale/claimscale/internal/scheduling"
+)
+
+const (
+	// AnnotationReplaces on a replacement claim names the claims it
+	// replaces, comma-separated. They are deleted once every claim naming
+	// them is Ready; a restart resumes from here.
+	AnnotationReplaces = "claimscale.io/replaces"
+	// AnnotationDisruptionReason on a replacement claim says why the
+	// claims it replaces go: Underutilized, Drifted or Expired.
+	AnnotationDisruptionReason = "claimscale.io/disruption-reason"
+)
+
+// reasonExpired is expiration's reason. It is not a budget reason:
+// expiration ignores budgets.
+const reasonExpired v1alpha1.DisruptionReason = "Expired"
+
+// Unbound pods older than this no longer hold disruption back: the
+// scheduler has had its chance, and a pod it keeps refusing must not stop
+// scale-down for good.
+const unboundPodPatience = 10 * time.Minute
+
+// poolInfo is a pool with what a round knows of it.
+type poolInfo struct {
+	pool *v1alpha1.NodePool
+	// sched is the pool as provisioning sees it; nil when the pool cannot
+	// provision now (provider not ready, shapes unreadable).
+	sched *scheduling.Pool
+	// live counts the pool's claims not being deleted, deleting those
+	// being deleted, and marked the live ones already chosen to go.
+	live, deleting, marked int
+}
+
+func (p *poolInfo) consolidateAfter() time.Duration {
+	if p.pool.Spec.Disruption.ConsolidateAfter != nil {
+		return p.pool.Spec.Disruption.ConsolidateAfter.Duration
+	}
+	return defaultConsolidateAfter
+}
+
+// replacementGroup is replacement claims made together for the same
+// claims, in flight until they are Ready and the old claims are deleted.
+type replacementGroup struct {
+	// key is the annotation value the group shares.
+	key          string
+	reason       v1alpha1.DisruptionReason
+	replacements []*v1alpha1.NodeClaim
+	olds         []string
+}
+
+// state is everything one round of decisions looks at, read once from the
+// caches at the start of the round.
+type state struct {
+	now            time.Time
+	input          scheduling.Input
+	pools          map[string]*poolInfo
+	claims         map[string]*v1alpha1.NodeClaim
+	nodes          map[string]*corev1.Node
+	inSnapshot     map[string]bool
+	podsByNode     map[string][]*corev1.Pod
+	unbound        []*corev1.Pod
+	budgets        []*policyv1.PodDisruptionBudget
+	providerHashes map[string]string
+	groups         []*replacementGroup
+	// disrupting names the claims being deleted, chosen to go, or waiting
+	// for their replacement.
+	disrupting map[string]bool
+	// fingerprint changes when anything a consolidation decision depends
+	// on changes: where pods are bound, which nodes and claims exist,
+	// pools' and providers' specs.
+	fingerprint uint64
+
+	sim *scheduling.Simulator
+}
+
+// objects are the cache's contents a round starts from.
+type objects struct {
+	input     scheduling.Input
+	pools     []v1alpha1.NodePool
+	claims    []v1alpha1.NodeClaim
+	nodes     []corev1.Node
+	pods      []corev1.Pod
+	budgets   []policyv1.PodDisruptionBudget
+	providers []v1alpha1.NodeProvider
+}
+
+func newState(now time.Time, o objects) *state {
+	s := &state{
+		now:            now,
+		input:          o.input,
+		pools:          map[string]*poolInfo{},
+		claims:         map[string]*v1alpha1.NodeClaim{},
+		nodes:          map[string]*corev1.Node{},
+		inSnapshot:     map[string]bool{},
+		podsByNode:     map[string][]*corev1.Pod{},
+		providerHashes: map[string]string{},
+		disrupting:     map[string]bool{},
+	}
+	var keys []string
+	for i := range o.providers {
+		s.providerHashes[o.providers[i].Name] = ProviderHash(&o.providers[i])
+		keys = append(keys, "provider "+o.providers[i].Name+"/"+strconv.FormatInt(o.providers[i].Generation, 10))
+	}
+	for i := range o.pools {
+		pool := &o.pools[i]
+		if !pool.DeletionTimestamp.IsZero() {
+			continue
+		}
+		s.pools[pool.Name] = &poolInfo{pool: pool}
+		keys = append(keys, "pool "+pool.Name+"/"+strconv.FormatInt(pool.Generation, 10))
+	}
+	for i := range o.input.Pools {
+		if info, ok := s.pools[o.input.Pools[i].NodePool.Name]; ok {
+			info.sched = &o.input.Pools[i]
+		}
+	}
+	for i := range o.nodes {
+		s.nodes[o.nodes[i].Name] = &o.nodes[i]
+	}
+	for _, node := range o.input.Nodes {
+		s.inSnapshot[node.Name] = true
+		keys = append(keys, "node "+node.Name)
+	}
+	for i := range o.pods {
+		pod := &o.pods[i]
+		if pod.Spec.NodeName != "" {
+			s.podsByNode[pod.Spec.NodeName] = append(s.podsByNode[pod.Spec.NodeName], pod)
+			if isWorkload(pod) {
+				keys = append(keys, "pod "+string(pod.UID)+"@"+pod.Spec.NodeName)
+			}
+			continue
+		}
+		if waitsForScheduler(pod) && now.Sub(pod.CreationTimestamp.Time) < unboundPodPatience {
+			s.unbound = append(s.unbound, pod)
+		}
+	}
+	keys = append(keys, fmt.Sprintf("unbound %d", len(s.unbound)))
+	for i := range o.budgets {
+		s.budgets = append(s.budgets, &o.budgets[i])
+	}
+
+	groups := map[string]*replacementGroup{}
+	for i := range o.claims {
+		claim := &o.claims[i]
+		s.claims[claim.Name] = claim
+		keys = append(keys, "claim "+claim.Name+"/"+strconv.FormatBool(claim.DeletionTimestamp.IsZero()))
+		if value := claim.Annotations[AnnotationReplaces]; value != "" {
+			group, ok := groups[value]
+			if !ok {
+				group = &replacementGroup{key: value, reason: v1alpha1.DisruptionReason(claim.Annotations[AnnotationDisruptionReason]), olds: splitNames(value)}
+				groups[value] = group
+				s.groups = append(s.groups, group)
+			}
+			group.replacements = append(group.replacements, claim)
+		}
+	}
+	sort.Slice(s.groups, func(i, j int) bool { return s.groups[i].key < s.groups[j].key })
+	for _, group := range s.groups {
+		for _, old := range group.olds {
+			s.disrupting[old] = true
+		}
+	}
+	for name, claim := range s.claims {
+		if !claim.DeletionTimestamp.IsZero() || meta.IsStatusConditionTrue(claim.Status.Conditions, v1alpha1.ConditionDisrupting) {
+			s.disrupting[name] = true
+		}
+		info, ok := s.pools[claim.Spec.NodePoolRef.Name]
+		if !ok {
+			continue
+		}
+		switch {
+		case !claim.DeletionTimestamp.IsZero():
+			info.deleting++
+		case s.disrupting[name]:
+			info.live++
+			info.marked++
+		default:
+			info.live++
+		}
+	}
+	sort.Strings(keys)
+	hasher := fnv.New64a()
+	for _, key := range keys {
+		_, _ = hasher.Write([]byte(key))
+		_, _ = hasher.Write([]byte{0})
+	}
+	s.fingerprint = hasher.Sum64()
+	return s
+}
+
+// waitsForScheduler says whether an unbound pod is one the kube-scheduler
+// is about to place or provisioning to find room for: not a DaemonSet's,
+// not finished or leaving, not gated, and for the default scheduler.
+func waitsForScheduler(pod *corev1.Pod) bool {
+	if !isWorkload(pod) || len(pod.Spec.SchedulingGates) > 0 {
+		return false
+	}
+	return pod.Spec.SchedulerName == "" || pod.Spec.SchedulerName == corev1.DefaultSchedulerName
+}
+
+func splitNames(value string) []string {
+	var names []string
+	for _, name := range strings.Split(value, ",") {
+		if name = strings.TrimSpace(name); name != "" {
+			names = append(names, name)
+		}
+	}
+	return names
+}
+
+// candidate returns the claim as a candidate for any method, or nil: its
+// node is Initialized and in service, its pool exists, and nothing is
+// already taking it away or waiting for it to be Ready.
+func (s *state) candidate(claim *v1alpha1.NodeClaim) *candidate {
+	if !claim.DeletionTimestamp.IsZero() || s.disrupting[claim.Name] || claim.Annotations[AnnotationReplaces] != "" ||
+		!meta.IsStatusConditionTrue(claim.Status.Conditions, v1alpha1.ConditionInitialized) {
+		return nil
+	}
+	node, ok := s.nodes[claim.Status.NodeName]
+	if !ok || !s.inSnapshot[node.Name] {
+		return nil
+	}
+	pool, ok := s.pools[claim.Spec.NodePoolRef.Name]
+	if !ok {
+		return nil
+	}
+	all := s.podsByNode[node.Name]
+	pods := workloadPods(all)
+	return &candidate{
+		claim: claim, node: node, pool: pool, pods: pods, all: all,
+		price: claimPrice(claim, pool.sched), cost: disruptionCost(pods),
+	}
+}
+
+// candidates returns every claim that is a candidate, in name order.
+func (s *state) candidates() []*candidate {
+	names := make([]string, 0, len(s.claims))
+	for name := range s.claims {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	var out []*candidate
+	for _, name := range names {
+		if c := s.candidate(s.claims[name]); c != nil {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+func (s *state) blocker(c *candidate) string {
+	return blocker(c.node, c.all, s.budgets)
+}
+
+// poolTotals counts, per pool, every claim and the disrupting ones, for
+// budgets.
+func (s *state) poolTotals() (pools []*v1alpha1.NodePool, total, disrupting map[string]int) {
+	total, disrupting = map[string]int{}, map[string]int{}
+	names := make([]string, 0, len(s.pools))
+	for name := range s.pools {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	for _, name := range names {
+		info := s.pools[name]
+		pools = append(pools, info.pool)
+		total[name] = info.live + info.deleting
+		disrupting[name] = info.deleting + info.marked
+	}
+	return pools, total, disrupting
+}
+
+// Default prices, as the scheduling package derives them for shapes with
+// none: one unit per core and a quarter per GiB.
+const (
+	defaultPricePerCPU = 1.0
+	defaultPricePerGiB = 0.25
+)
+
+// claimPrice is what the claim's node costs per hour, by the pool's
+// catalog where it still lists the shape (so it compares with what a
+// replacement would cost), else as recorded on the claim, else derived
+// from its size.
+func claimPrice(claim *v1alpha1.NodeClaim, pool *scheduling.Pool) float64 {
+	shape := claim.Spec.Shape
+	if pool != nil {
+		if f := pool.Shapes.Flexible; f != nil {
+			return sizePrice(shape, f.PricePerCPU, f.PricePerGiB)
+		}
+		for _, offered := range pool.Shapes.Fixed {
+			if offered.Name == shape.Name && offered.CPU.Cmp(shape.CPU) == 0 && offered.Memory.Cmp(shape.Memory) == 0 {
+				return offered.Price
+			}
+		}
+	}
+	if shape.Price != "" {
+		if price, err := strconv.ParseFloat(shape.Price, 64); err == nil {
+			return price
+		}
+	}
+	return sizePrice(shape, defaultPricePerCPU, defaultPricePerGiB)
+}
+
+func sizePrice(shape v1alpha1.ClaimShape, perCPU, perGiB float64) float64 {
+	return float64(shape.CPU.MilliValue())/1000*perCPU + float64(shape.Memory.Value())/(1<<30)*perGiB
+}
+
+// simulator is the round's scheduling simulator, built on first use.
+func (s *state) simulator(ctx context.Context) (*scheduling.Simulator, error) {
+	if s.sim != nil {
+		return s.sim, nil
+	}
+	sim, err := scheduling.New(ctx, s.simCluster(nil))
+	if err != nil {
+		return nil, fmt.Errorf("building the scheduling snapshot: %w", err)
+	}
+	s.sim = sim
+	return sim, nil
+}
+
+// simCluster is the round's cluster without the named nodes and their
+// pods. In-flight claims of pools that cannot provision now are left out:
+// the simulator cannot build their phantom nodes.
+func (s *state) simCluster(without map[string]bool) scheduling.Cluster {
+	cluster := s.input.Cluster
+	cluster.Nodes = nil
+	for _, node := range s.input.Nodes {
+		if !without[node.Name] {
+			cluster.Nodes = append(cluster.Nodes, node)
+		}
+	}
+	cluster.Pods = nil
+	for _, pod := range s.input.Pods {
+		if !without[pod.Spec.NodeName] {
+			cluster.Pods = append(cluster.Pods, pod)
+		}
+	}
+	cluster.InFlight = nil
+	for _, inFlight := range s.input.InFlight {
+		if info, ok := s.pools[inFlight.Pool]; ok && info.sched != nil {
+			cluster.InFlight = append(cluster.InFlight, inFlight)
+		}
+	}
+	return cluster
+}

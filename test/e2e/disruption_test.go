@@ -1,0 +1,680 @@
+package e2e
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	. "github.com/onsi/gomega"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/apimachinery/pkg/watch"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/claimscale/claimscale/api/v1alpha1"
+	"github.com/claimscale/claimscale/internal/controllers/disruption"
+	"github.com/claimscale/claimscale/internal/scheme"
+)
+
+// Ten nodes, each carrying one pod of a fifth of its cpu, consolidate to
+// at most the lower bound plus one, without a pod waiting long for a
+// place and without going below what the PodDisruptionBudget allows.
+func TestConsolidationPacksUnderusedNodes(t *testing.T) {
+	startOperator(t, operatorOptions{})
+	s := newScenario(t, "consolidate")
+	defer s.cleanup()
+	s.createProvider(v1alpha1.SimulatedSettings{})
+	s.createPool(func(pool *v1alpha1.NodePool) {
+		pool.Spec.Disruption.ConsolidateAfter.Duration = 2 * time.Second
+	})
+	const nodes, replicas = 10, 10
+	s.underusedNodes(nodes, replicas)
+	s.createPodDisruptionBudget("small", 1)
+	before := len(s.claims())
+	s.g.Expect(before).To(Equal(nodes))
+
+	pods := s.trackPods("small", replicas)
+	defer pods.stop()
+	budget := s.trackPodDisruptionBudget("small")
+	defer budget.stop()
+
+	started := time.Now()
+	s.setConsolidationPolicy(v1alpha1.ConsolidationWhenEmptyOrUnderutilized)
+	// 10 pods of 800m on 4-cpu nodes: 5 fit on one node, so 2 nodes at
+	// the least.
+	const lowerBound = 2
+	s.g.Eventually(func(g Gomega) {
+		claims := s.claims()
+		g.Expect(len(claims)).To(BeNumerically("<=", lowerBound+1))
+		for _, claim := range claims {
+			g.Expect(claim.DeletionTimestamp.IsZero()).To(BeTrue(), "claim %s still going", claim.Name)
+			g.Expect(meta.IsStatusConditionTrue(claim.Status.Conditions, v1alpha1.ConditionReady)).To(BeTrue())
+		}
+		g.Expect(s.runningPods("small")).To(Equal(replicas))
+	}).Should(Succeed())
+	after := len(s.claims())
+	t.Logf("consolidated %d nodes to %d (lower bound %d) in %s", before, after, lowerBound, time.Since(started).Round(100*time.Millisecond))
+
+	pods.stop()
+	budget.stop()
+	s.g.Expect(pods.fewestRunning()).To(BeNumerically(">=", replicas-1), "Running pods at the worst moment")
+	s.g.Expect(pods.longestWait()).To(BeNumerically("<", 30*time.Second), "longest a pod waited to run again")
+	s.g.Expect(budget.violations()).To(BeEmpty(), "PodDisruptionBudget states with fewer healthy pods than desired")
+	t.Logf("fewest Running pods %d of %d; longest wait to run %s", pods.fewestRunning(), replicas, pods.longestWait().Round(100*time.Millisecond))
+}
+
+// A node whose pod fits only on a smaller, cheaper shape is replaced by one
+// node of that shape, and the old node goes only once the new one is
+// Ready.
+func TestUnderusedNodeIsReplacedByACheaperOne(t *testing.T) {
+	startOperator(t, operatorOptions{})
+	s := newScenario(t, "cheaper")
+	defer s.cleanup()
+	s.createProvider(v1alpha1.SimulatedSettings{})
+	s.createPool(func(pool *v1alpha1.NodePool) {
+		pool.Spec.Shapes.Fixed = []v1alpha1.Shape{
+			{Name: "c4", CPU: qty("4"), Memory: qty("16Gi"), Price: "0.4"},
+			{Name: "c2", CPU: qty("2"), Memory: qty("8Gi"), Price: "0.2"},
+		}
+		pool.Spec.Disruption.ConsolidationPolicy = v1alpha1.ConsolidationWhenEmptyOrUnderutilized
+		pool.Spec.Disruption.ConsolidateAfter.Duration = 2 * time.Second
+	})
+	big := s.createDeployment("big", 1, "3", nil)
+	s.g.Eventually(func() int { return s.runningPods("big") }).Should(Equal(1))
+	s.createDeployment("small", 1, "1", nil)
+	s.g.Eventually(func() int { return s.runningPods("small") }).Should(Equal(1))
+	s.g.Expect(s.claims()).To(HaveLen(1), "the small pod joins the big one on its c4 node")
+	old := s.claims()[0]
+	s.g.Expect(old.Spec.Shape.Name).To(Equal("c4"))
+
+	var mu sync.Mutex
+	readyBeforeDeletion, deletedBeforeReady := false, false
+	ready := map[string]bool{}
+	seen := map[string]bool{}
+	claims := s.watchClaims(func(_ watch.EventType, claim *v1alpha1.NodeClaim) {
+		mu.Lock()
+		defer mu.Unlock()
+		seen[claim.Name] = true
+		if claim.Name != old.Name && meta.IsStatusConditionTrue(claim.Status.Conditions, v1alpha1.ConditionReady) {
+			ready[claim.Name] = true
+		}
+		if claim.Name == old.Name && !claim.DeletionTimestamp.IsZero() {
+			if len(ready) > 0 {
+				readyBeforeDeletion = true
+			} else {
+				deletedBeforeReady = true
+			}
+		}
+	})
+	defer claims.stop()
+
+	s.scale(big, 0)
+	s.g.Eventually(func(g Gomega) {
+		current := s.claims()
+		g.Expect(current).To(HaveLen(1))
+		g.Expect(current[0].Name).NotTo(Equal(old.Name))
+		g.Expect(current[0].Spec.Shape.Name).To(Equal("c2"))
+		g.Expect(s.runningPods("small")).To(Equal(1))
+	}).Should(Succeed())
+	claims.stop()
+	mu.Lock()
+	defer mu.Unlock()
+	s.g.Expect(deletedBeforeReady).To(BeFalse(), "the c4 claim was deleted before its replacement was Ready")
+	s.g.Expect(readyBeforeDeletion).To(BeTrue(), "the c4 claim was deleted after its replacement was Ready")
+	s.g.Expect(seen).To(HaveLen(2), "one replacement claim and no other")
+	s.g.Expect(eventsOf(s.g, "NodeClaim", old.Name)).To(ContainElement(ContainSubstring("one cheaper node")))
+}
+
+// With a budget of one node, consolidation takes one node at a time:
+// checked on every change the API server reports, not only at the end.
+func TestConsolidationDisruptsOneNodeAtATimeUnderABudgetOfOne(t *testing.T) {
+	startOperator(t, operatorOptions{})
+	s := newScenario(t, "consolidate-budget")
+	defer s.cleanup()
+	s.createProvider(v1alpha1.SimulatedSettings{})
+	s.createPool(func(pool *v1alpha1.NodePool) {
+		pool.Spec.Disruption.ConsolidateAfter.Duration = time.Second
+		pool.Spec.Disruption.Budgets = []v1alpha1.Budget{{Nodes: "1"}}
+	})
+	const nodes, replicas = 6, 6
+	s.underusedNodes(nodes, replicas)
+
+	var mu sync.Mutex
+	most := 0
+	disrupting := map[string]bool{}
+	claims := s.watchClaims(func(event watch.EventType, claim *v1alpha1.NodeClaim) {
+		mu.Lock()
+		defer mu.Unlock()
+		switch {
+		case event == watch.Deleted:
+			delete(disrupting, claim.Name)
+		case !claim.DeletionTimestamp.IsZero() || meta.IsStatusConditionTrue(claim.Status.Conditions, v1alpha1.ConditionDisrupting):
+			disrupting[claim.Name] = true
+		default:
+			delete(disrupting, claim.Name)
+		}
+		most = max(most, len(disrupting))
+	})
+	defer claims.stop()
+
+	s.setConsolidationPolicy(v1alpha1.ConsolidationWhenEmptyOrUnderutilized)
+	// 6 pods of 800m: 2 nodes at the least.
+	s.g.Eventually(func(g Gomega) {
+		g.Expect(len(s.claims())).To(BeNumerically("<=", 3))
+		g.Expect(s.runningPods("small")).To(Equal(replicas))
+	}).Should(Succeed())
+	claims.stop()
+	mu.Lock()
+	defer mu.Unlock()
+	s.g.Expect(most).To(Equal(1), "claims disrupting at once")
+}
+
+// A pod annotated do-not-disrupt keeps its underused node, which would
+// otherwise be replaced by a cheaper one, until the annotation is removed.
+func TestDoNotDisruptPodKeepsItsNode(t *testing.T) {
+	startOperator(t, operatorOptions{})
+	s := newScenario(t, "do-not-disrupt")
+	defer s.cleanup()
+	s.createProvider(v1alpha1.SimulatedSettings{})
+	s.createPool(func(pool *v1alpha1.NodePool) {
+		pool.Spec.Shapes.Fixed = []v1alpha1.Shape{
+			{Name: "c4", CPU: qty("4"), Memory: qty("16Gi"), Price: "0.4"},
+			{Name: "c2", CPU: qty("2"), Memory: qty("8Gi"), Price: "0.2"},
+		}
+		pool.Spec.Disruption.ConsolidationPolicy = v1alpha1.ConsolidationWhenEmptyOrUnderutilized
+		pool.Spec.Disruption.ConsolidateAfter.Duration = time.Second
+	})
+	big := s.createDeployment("big", 1, "3", nil)
+	s.g.Eventually(func() int { return s.runningPods("big") }).Should(Equal(1))
+	s.createDeployment("guarded", 1, "1", func(deployment *appsv1.Deployment) {
+		deployment.Spec.Template.Annotations = map[string]string{v1alpha1.AnnotationDoNotDisrupt: "true"}
+	})
+	s.g.Eventually(func() int { return s.runningPods("guarded") }).Should(Equal(1))
+	s.g.Expect(s.claims()).To(HaveLen(1))
+	kept := s.claims()[0]
+	s.scale(big, 0)
+
+	s.g.Eventually(func() []string { return eventsOf(s.g, "NodeClaim", kept.Name) }).
+		Should(ContainElement(And(ContainSubstring("DisruptionBlocked"), ContainSubstring(v1alpha1.AnnotationDoNotDisrupt))))
+	s.g.Consistently(func(g Gomega) {
+		claims := s.claims()
+		g.Expect(claims).To(HaveLen(1))
+		g.Expect(claims[0].Name).To(Equal(kept.Name))
+		g.Expect(claims[0].DeletionTimestamp.IsZero()).To(BeTrue())
+	}, 5*time.Second, 250*time.Millisecond).Should(Succeed(), "the guarded node stays for several consolidation periods")
+
+	guarded := s.pods("guarded")[0]
+	patch := client.MergeFrom(guarded.DeepCopy())
+	delete(guarded.Annotations, v1alpha1.AnnotationDoNotDisrupt)
+	s.g.Expect(env.Client.Patch(s.ctx, &guarded, patch)).To(Succeed())
+	s.g.Eventually(func(g Gomega) {
+		claims := s.claims()
+		g.Expect(claims).To(HaveLen(1))
+		g.Expect(claims[0].Name).NotTo(Equal(kept.Name))
+		g.Expect(claims[0].Spec.Shape.Name).To(Equal("c2"))
+		g.Expect(s.runningPods("guarded")).To(Equal(1))
+	}).Should(Succeed(), "once the annotation is gone the node is replaced by a cheaper one")
+}
+
+// Changing a pool's labels drifts every claim; each is replaced, and the
+// new nodes carry the new labels.
+func TestDriftedClaimsAreReplacedWithTheNewTemplate(t *testing.T) {
+	startOperator(t, operatorOptions{})
+	s := newScenario(t, "drift")
+	defer s.cleanup()
+	s.createProvider(v1alpha1.SimulatedSettings{})
+	s.createPool(nil)
+	const replicas = 3
+	s.createDeployment("web", replicas, "3", nil)
+	s.g.Eventually(func() int { return s.runningPods("web") }).Should(Equal(replicas))
+	s.g.Eventually(s.readyClaims).Should(Equal(replicas))
+	originals := map[string]bool{}
+	for _, claim := range s.claims() {
+		originals[claim.Name] = true
+	}
+
+	var mu sync.Mutex
+	drifted := map[string]string{}
+	order := newReadyFirst(originals)
+	claims := s.watchClaims(func(event watch.EventType, claim *v1alpha1.NodeClaim) {
+		mu.Lock()
+		defer mu.Unlock()
+		if condition := meta.FindStatusCondition(claim.Status.Conditions, v1alpha1.ConditionDrifted); condition != nil && condition.Status == metav1.ConditionTrue {
+			drifted[claim.Name] = condition.Reason + ": " + condition.Message
+		}
+		order.observe(event, claim)
+	})
+	defer claims.stop()
+
+	s.g.Eventually(func() error {
+		var pool v1alpha1.NodePool
+		if err := env.Client.Get(s.ctx, client.ObjectKey{Name: s.name}, &pool); err != nil {
+			return err
+		}
+		pool.Spec.Template.Labels["tier"] = "v2"
+		return env.Client.Update(s.ctx, &pool)
+	}).Should(Succeed())
+
+	s.g.Eventually(func(g Gomega) {
+		claims := s.claims()
+		g.Expect(claims).To(HaveLen(replicas))
+		for _, claim := range claims {
+			g.Expect(originals).NotTo(HaveKey(claim.Name), "claim %s is still an original", claim.Name)
+			g.Expect(meta.IsStatusConditionTrue(claim.Status.Conditions, v1alpha1.ConditionReady)).To(BeTrue())
+		}
+		nodes := s.nodes()
+		g.Expect(nodes).To(HaveLen(replicas))
+		for _, node := range nodes {
+			g.Expect(node.Labels).To(HaveKeyWithValue("tier", "v2"), "node %s", node.Name)
+		}
+		g.Expect(s.runningPods("web")).To(Equal(replicas))
+	}).Should(Succeed())
+	claims.stop()
+	mu.Lock()
+	defer mu.Unlock()
+	for name := range originals {
+		s.g.Expect(drifted).To(HaveKeyWithValue(name, ContainSubstring("LabelsDrifted")), "claim %s was Drifted before it went", name)
+	}
+	for name := range drifted {
+		s.g.Expect(originals).To(HaveKey(name), "only the original claims drift")
+	}
+	s.g.Expect(order.violations).To(BeEmpty(), "originals that went before a replacement was Ready")
+}
+
+// Nodes past their pool's expireAfter are each replaced once, and the
+// workload keeps running: a replacement is Ready before a node drains.
+func TestExpiredNodesAreReplacedOnce(t *testing.T) {
+	startOperator(t, operatorOptions{})
+	s := newScenario(t, "expire")
+	defer s.cleanup()
+	s.createProvider(v1alpha1.SimulatedSettings{})
+	const expireAfter = 20 * time.Second
+	s.createPool(func(pool *v1alpha1.NodePool) {
+		pool.Spec.Disruption.ExpireAfter = &metav1.Duration{Duration: expireAfter}
+	})
+	const replicas = 2
+	s.createDeployment("web", replicas, "3", nil)
+	s.createPodDisruptionBudget("web", 1)
+	s.g.Eventually(func() int { return s.runningPods("web") }).Should(Equal(replicas))
+	s.g.Eventually(s.readyClaims).Should(Equal(replicas))
+	originals := map[string]bool{}
+	for _, claim := range s.claims() {
+		originals[claim.Name] = true
+	}
+	pods := s.trackPods("web", replicas)
+	defer pods.stop()
+	var mu sync.Mutex
+	seen := map[string]bool{}
+	order := newReadyFirst(originals)
+	claims := s.watchClaims(func(event watch.EventType, claim *v1alpha1.NodeClaim) {
+		mu.Lock()
+		defer mu.Unlock()
+		seen[claim.Name] = true
+		order.observe(event, claim)
+	})
+	defer claims.stop()
+
+	s.g.Eventually(func(g Gomega) {
+		claims := s.claims()
+		g.Expect(claims).To(HaveLen(replicas))
+		for _, claim := range claims {
+			g.Expect(originals).NotTo(HaveKey(claim.Name))
+			g.Expect(meta.IsStatusConditionTrue(claim.Status.Conditions, v1alpha1.ConditionReady)).To(BeTrue())
+		}
+		g.Expect(s.runningPods("web")).To(Equal(replicas))
+	}).Should(Succeed())
+	// The replacements would expire in turn; one round is what is tested.
+	s.g.Eventually(func() error {
+		var pool v1alpha1.NodePool
+		if err := env.Client.Get(s.ctx, client.ObjectKey{Name: s.name}, &pool); err != nil {
+			return err
+		}
+		pool.Spec.Disruption.ExpireAfter = nil
+		return env.Client.Update(s.ctx, &pool)
+	}).Should(Succeed())
+	claims.stop()
+	pods.stop()
+	mu.Lock()
+	defer mu.Unlock()
+	s.g.Expect(seen).To(HaveLen(2*replicas), "each original and exactly one replacement for each")
+	s.g.Expect(order.violations).To(BeEmpty(), "originals that went before a replacement was Ready")
+	s.g.Expect(pods.fewestRunning()).To(BeNumerically(">=", replicas-1), "Running pods at the worst moment")
+	s.g.Expect(pods.longestWait()).To(BeNumerically("<", 30*time.Second), "longest a pod waited to run again")
+}
+
+// A steady workload that cannot be packed tighter keeps its nodes through
+// several consolidation periods, from the moment its nodes are made: no
+// claim is deleted and none is made beyond those it needs.
+func TestSteadyWorkloadDoesNotFlap(t *testing.T) {
+	startOperator(t, operatorOptions{})
+	s := newScenario(t, "steady")
+	defer s.cleanup()
+	s.createProvider(v1alpha1.SimulatedSettings{})
+	s.createPool(func(pool *v1alpha1.NodePool) {
+		pool.Spec.Shapes.Fixed = []v1alpha1.Shape{
+			{Name: "c4", CPU: qty("4"), Memory: qty("16Gi"), Price: "0.4"},
+			{Name: "c2", CPU: qty("2"), Memory: qty("8Gi"), Price: "0.2"},
+		}
+		pool.Spec.Disruption.ConsolidationPolicy = v1alpha1.ConsolidationWhenEmptyOrUnderutilized
+		pool.Spec.Disruption.ConsolidateAfter.Duration = time.Second
+	})
+	var mu sync.Mutex
+	created, deleted := map[string]bool{}, map[string]bool{}
+	claims := s.watchClaims(func(event watch.EventType, claim *v1alpha1.NodeClaim) {
+		mu.Lock()
+		defer mu.Unlock()
+		created[claim.Name] = true
+		if event == watch.Deleted || !claim.DeletionTimestamp.IsZero() {
+			deleted[claim.Name] = true
+		}
+	})
+	defer claims.stop()
+
+	// Two pods of 1.5 cpu per 4-cpu node: no node's pods fit on the
+	// others, nor on a 2-cpu node.
+	const replicas = 6
+	s.createDeployment("web", replicas, "1500m", nil)
+	s.g.Eventually(func() int { return s.runningPods("web") }).Should(Equal(replicas))
+	s.g.Consistently(func(g Gomega) {
+		g.Expect(s.runningPods("web")).To(Equal(replicas))
+	}, 8*time.Second, 250*time.Millisecond).Should(Succeed())
+	claims.stop()
+	mu.Lock()
+	defer mu.Unlock()
+	s.g.Expect(deleted).To(BeEmpty(), "claims deleted")
+	s.g.Expect(created).To(HaveLen(3), "claims made")
+	for name := range created {
+		s.g.Expect(eventsOf(s.g, "NodeClaim", name)).To(ContainElement(ContainSubstring("Consolidatable=False")),
+			"claim %s says why it stays", name)
+	}
+}
+
+// A controller that stops while a replacement boots leaves the pairing on
+// the replacement claim; the next one finishes the job: the old node goes
+// once the replacement is Ready, and no second replacement is made.
+func TestReplacementResumesAfterRestart(t *testing.T) {
+	s := newScenario(t, "resume")
+	defer s.cleanup()
+	s.createProvider(v1alpha1.SimulatedSettings{})
+	s.createPool(func(pool *v1alpha1.NodePool) {
+		pool.Spec.Shapes.Fixed = []v1alpha1.Shape{
+			{Name: "c4", CPU: qty("4"), Memory: qty("16Gi"), Price: "0.4"},
+			{Name: "c2", CPU: qty("2"), Memory: qty("8Gi"), Price: "0.2"},
+		}
+		pool.Spec.Disruption.ConsolidationPolicy = v1alpha1.ConsolidationWhenEmptyOrUnderutilized
+		pool.Spec.Disruption.ConsolidateAfter.Duration = time.Second
+	})
+	stopFirst := startOperator(t, operatorOptions{})
+	big := s.createDeployment("big", 1, "3", nil)
+	s.g.Eventually(func() int { return s.runningPods("big") }).Should(Equal(1))
+	s.createDeployment("small", 1, "1", nil)
+	s.g.Eventually(func() int { return s.runningPods("small") }).Should(Equal(1))
+	s.g.Expect(s.claims()).To(HaveLen(1))
+	old := s.claims()[0]
+
+	replacing := make(chan struct{})
+	var once sync.Once
+	var mu sync.Mutex
+	seen := map[string]bool{}
+	claims := s.watchClaims(func(_ watch.EventType, claim *v1alpha1.NodeClaim) {
+		mu.Lock()
+		seen[claim.Name] = true
+		mu.Unlock()
+		if claim.Annotations[disruption.AnnotationReplaces] == old.Name {
+			once.Do(func() { close(replacing) })
+		}
+	})
+	defer claims.stop()
+	s.scale(big, 0)
+	s.g.Eventually(replacing).Should(BeClosed())
+	stopFirst()
+	s.g.Expect(env.Client.Get(s.ctx, client.ObjectKeyFromObject(&old), &old)).To(Succeed())
+	s.g.Expect(old.DeletionTimestamp.IsZero()).To(BeTrue(), "the old claim waits for its replacement")
+
+	startOperator(t, operatorOptions{})
+	s.g.Eventually(func(g Gomega) {
+		current := s.claims()
+		g.Expect(current).To(HaveLen(1))
+		g.Expect(current[0].Name).NotTo(Equal(old.Name))
+		g.Expect(current[0].Spec.Shape.Name).To(Equal("c2"))
+		g.Expect(current[0].Annotations).NotTo(HaveKey(disruption.AnnotationReplaces), "the pairing is cleared once done")
+		g.Expect(s.runningPods("small")).To(Equal(1))
+	}).Should(Succeed())
+	claims.stop()
+	mu.Lock()
+	defer mu.Unlock()
+	s.g.Expect(seen).To(HaveLen(2), "the old claim and one replacement")
+}
+
+// readyFirst checks, on every change to a pool's claims, that each
+// original claim starts going only once one more replacement is Ready than
+// originals went before it.
+type readyFirst struct {
+	originals, ready, going map[string]bool
+	violations              []string
+}
+
+func newReadyFirst(originals map[string]bool) *readyFirst {
+	return &readyFirst{originals: originals, ready: map[string]bool{}, going: map[string]bool{}}
+}
+
+func (r *readyFirst) observe(event watch.EventType, claim *v1alpha1.NodeClaim) {
+	if !r.originals[claim.Name] {
+		if meta.IsStatusConditionTrue(claim.Status.Conditions, v1alpha1.ConditionReady) {
+			r.ready[claim.Name] = true
+		}
+		return
+	}
+	if (event == watch.Deleted || !claim.DeletionTimestamp.IsZero()) && !r.going[claim.Name] {
+		r.going[claim.Name] = true
+		if len(r.ready) < len(r.going) {
+			r.violations = append(r.violations, claim.Name)
+		}
+	}
+}
+
+// underusedNodes makes n nodes that each carry one pod of 800m (a fifth of
+// the pool's 4 cpu) of the Deployment "small": first n pods of 3 cpu force
+// a node each, the small pods fill the cpu left beside them, then the big
+// pods go.
+func (s *scenario) underusedNodes(n int, small int32) {
+	s.t.Helper()
+	big := s.createDeployment("big", int32(n), "3", nil)
+	s.g.Eventually(func() int { return s.runningPods("big") }).Should(Equal(n))
+	s.g.Expect(s.claims()).To(HaveLen(n), "one 3-cpu pod per 4-cpu node")
+	s.createDeployment("small", small, "800m", nil)
+	s.g.Eventually(func() int { return s.runningPods("small") }).Should(BeEquivalentTo(small))
+	s.scale(big, 0)
+	s.g.Eventually(func() []corev1.Pod { return s.pods("big") }).Should(BeEmpty())
+	s.g.Expect(s.claims()).To(HaveLen(n), "the small pods fitted beside the big ones")
+}
+
+func (s *scenario) setConsolidationPolicy(policy v1alpha1.ConsolidationPolicy) {
+	s.g.Eventually(func() error {
+		var pool v1alpha1.NodePool
+		if err := env.Client.Get(s.ctx, client.ObjectKey{Name: s.name}, &pool); err != nil {
+			return err
+		}
+		pool.Spec.Disruption.ConsolidationPolicy = policy
+		return env.Client.Update(s.ctx, &pool)
+	}).Should(Succeed())
+}
+
+func (s *scenario) createPodDisruptionBudget(app string, maxUnavailable int32) {
+	s.g.Expect(env.Client.Create(s.ctx, &policyv1.PodDisruptionBudget{
+		ObjectMeta: metav1.ObjectMeta{Name: app, Namespace: s.namespace},
+		Spec: policyv1.PodDisruptionBudgetSpec{
+			MaxUnavailable: ptr(intstr.FromInt32(maxUnavailable)),
+			Selector:       &metav1.LabelSelector{MatchLabels: map[string]string{"app": app}},
+		},
+	})).To(Succeed())
+	s.g.Eventually(func() int32 {
+		var budget policyv1.PodDisruptionBudget
+		_ = env.Client.Get(s.ctx, client.ObjectKey{Namespace: s.namespace, Name: app}, &budget)
+		return budget.Status.DisruptionsAllowed
+	}).Should(BeEquivalentTo(maxUnavailable), "the budget's status is up to date")
+}
+
+// watcher follows objects through a watch and hands every event to a
+// function, until stopped.
+type watcher struct {
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+func (w *watcher) stop() {
+	w.cancel()
+	<-w.done
+}
+
+func (s *scenario) watch(list client.ObjectList, onEvent func(watch.Event), opts ...client.ListOption) *watcher {
+	s.t.Helper()
+	watching, err := client.NewWithWatch(env.Config, client.Options{Scheme: scheme.New()})
+	s.g.Expect(err).NotTo(HaveOccurred())
+	ctx, cancel := context.WithCancel(context.Background())
+	events, err := watching.Watch(ctx, list, opts...)
+	s.g.Expect(err).NotTo(HaveOccurred())
+	w := &watcher{cancel: cancel, done: make(chan struct{})}
+	go func() {
+		defer close(w.done)
+		defer events.Stop()
+		for event := range events.ResultChan() {
+			onEvent(event)
+		}
+	}()
+	return w
+}
+
+// watchClaims calls check with every change to the pool's claims.
+func (s *scenario) watchClaims(check func(watch.EventType, *v1alpha1.NodeClaim)) *watcher {
+	return s.watch(&v1alpha1.NodeClaimList{}, func(event watch.Event) {
+		if claim, ok := event.Object.(*v1alpha1.NodeClaim); ok {
+			check(event.Type, claim)
+		}
+	}, client.MatchingLabels{v1alpha1.LabelNodePool: s.name})
+}
+
+// podTracker follows an app's pods: the fewest Running at any moment once
+// all were, and how long each pod waited to be Running.
+type podTracker struct {
+	*watcher
+	mu       sync.Mutex
+	want     int
+	armed    bool
+	fewest   int
+	pods     map[types.UID]*trackedPod
+	finished time.Time
+}
+
+type trackedPod struct {
+	seen, upAt time.Time
+	up, gone   bool
+}
+
+func (s *scenario) trackPods(app string, want int) *podTracker {
+	tracker := &podTracker{want: want, fewest: want, pods: map[types.UID]*trackedPod{}}
+	tracker.watcher = s.watch(&corev1.PodList{}, tracker.observe, client.InNamespace(s.namespace), client.MatchingLabels{"app": app})
+	return tracker
+}
+
+func (p *podTracker) observe(event watch.Event) {
+	pod, ok := event.Object.(*corev1.Pod)
+	if !ok {
+		return
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	now := time.Now()
+	tracked, ok := p.pods[pod.UID]
+	if !ok {
+		tracked = &trackedPod{seen: now}
+		p.pods[pod.UID] = tracked
+	}
+	up := pod.Status.Phase == corev1.PodRunning && pod.Spec.NodeName != "" && pod.DeletionTimestamp.IsZero()
+	if up && !tracked.up {
+		tracked.up, tracked.upAt = true, now
+	}
+	if event.Type == watch.Deleted || !pod.DeletionTimestamp.IsZero() {
+		tracked.gone = true
+	}
+	running := 0
+	for _, t := range p.pods {
+		if t.up && !t.gone {
+			running++
+		}
+	}
+	if running >= p.want {
+		p.armed = true
+	}
+	if p.armed {
+		p.fewest = min(p.fewest, running)
+	}
+}
+
+func (p *podTracker) stop() {
+	p.watcher.stop()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.finished.IsZero() {
+		p.finished = time.Now()
+	}
+}
+
+func (p *podTracker) fewestRunning() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.fewest
+}
+
+// longestWait is the longest any pod took from being seen to Running (or
+// has waited so far, if it never ran and is still there).
+func (p *podTracker) longestWait() time.Duration {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	longest := time.Duration(0)
+	for _, t := range p.pods {
+		switch {
+		case t.up:
+			longest = max(longest, t.upAt.Sub(t.seen))
+		case !t.gone:
+			longest = max(longest, p.finished.Sub(t.seen))
+		}
+	}
+	return longest
+}
+
+// budgetTracker records every state of a PodDisruptionBudget with fewer
+// healthy pods than it desires.
+type budgetTracker struct {
+	*watcher
+	mu  sync.Mutex
+	bad []string
+}
+
+func (s *scenario) trackPodDisruptionBudget(name string) *budgetTracker {
+	tracker := &budgetTracker{}
+	tracker.watcher = s.watch(&policyv1.PodDisruptionBudgetList{}, func(event watch.Event) {
+		budget, ok := event.Object.(*policyv1.PodDisruptionBudget)
+		if !ok || budget.Name != name {
+			return
+		}
+		tracker.mu.Lock()
+		defer tracker.mu.Unlock()
+		if budget.Status.CurrentHealthy < budget.Status.DesiredHealthy {
+			tracker.bad = append(tracker.bad, budget.Status.String())
+		}
+	}, client.InNamespace(s.namespace))
+	return tracker
+}
+
+func (b *budgetTracker) violations() []string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return append([]string(nil), b.bad...)
+}
