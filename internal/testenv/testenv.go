@@ -167,17 +167,7 @@ func (e *Environment) startExtras(opts Options, binDir string) error {
 		logs = io.Discard
 	}
 	if opts.ControllerManager {
-		port, err := freePort()
-		if err != nil {
-			return err
-		}
-		if err := e.startProcess(logs, filepath.Join(binDir, "kube-controller-manager"),
-			"--kubeconfig="+e.KubeconfigPath,
-			"--authentication-kubeconfig="+e.KubeconfigPath,
-			"--authorization-kubeconfig="+e.KubeconfigPath,
-			"--leader-elect=false",
-			"--bind-address=127.0.0.1",
-			"--secure-port="+strconv.Itoa(port),
+		if err := e.startComponent(logs, filepath.Join(binDir, "kube-controller-manager"),
 			"--controllers=deployment-controller,replicaset-controller,daemonset-controller,disruption-controller,garbage-collector-controller,statefulset-controller,job-controller",
 			"--use-service-account-credentials=false",
 			"--concurrent-deployment-syncs=10",
@@ -187,18 +177,7 @@ func (e *Environment) startExtras(opts Options, binDir string) error {
 		}
 	}
 	if opts.Scheduler {
-		port, err := freePort()
-		if err != nil {
-			return err
-		}
-		if err := e.startProcess(logs, filepath.Join(binDir, "kube-scheduler"),
-			"--kubeconfig="+e.KubeconfigPath,
-			"--authentication-kubeconfig="+e.KubeconfigPath,
-			"--authorization-kubeconfig="+e.KubeconfigPath,
-			"--leader-elect=false",
-			"--bind-address=127.0.0.1",
-			"--secure-port="+strconv.Itoa(port),
-		); err != nil {
+		if err := e.startComponent(logs, filepath.Join(binDir, "kube-scheduler")); err != nil {
 			return err
 		}
 	}
@@ -220,6 +199,24 @@ func (e *Environment) startExtras(opts Options, binDir string) error {
 		}
 	}
 	return nil
+}
+
+// startComponent starts a control-plane component (controller manager,
+// scheduler) as the administrator, without leader election, serving its
+// own endpoints on a free loopback port.
+func (e *Environment) startComponent(logs io.Writer, path string, args ...string) error {
+	port, err := freePort()
+	if err != nil {
+		return err
+	}
+	return e.startProcess(logs, path, append([]string{
+		"--kubeconfig=" + e.KubeconfigPath,
+		"--authentication-kubeconfig=" + e.KubeconfigPath,
+		"--authorization-kubeconfig=" + e.KubeconfigPath,
+		"--leader-elect=false",
+		"--bind-address=127.0.0.1",
+		"--secure-port=" + strconv.Itoa(port),
+	}, args...)...)
 }
 
 // KwokNodeAnnotation marks a Node for kwok to run (value "fake").
