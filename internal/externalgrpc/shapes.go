@@ -120,7 +120,11 @@ func (s *shapeCache) resolve(ctx context.Context, pool *v1alpha1.NodePool) (*poo
 		resolved.pricePerCPU, resolved.pricePerGiB = f.PricePerCPU, f.PricePerGiB
 		return resolved, nil
 	}
-	resolved.defaultShape = cheapest(shapes.Fixed)
+	cheapest, ok := scheduling.Cheapest(shapes.Fixed)
+	if !ok {
+		return nil, fmt.Errorf("NodePool %s offers no shapes", pool.Name)
+	}
+	resolved.defaultShape = cheapest
 	named := map[string]bool{}
 	for _, shape := range pool.Spec.Shapes.Fixed {
 		named[shape.Name] = shape.Price != ""
@@ -136,29 +140,4 @@ func (s *shapeCache) resolve(ctx context.Context, pool *v1alpha1.NodePool) (*poo
 		}
 	}
 	return resolved, nil
-}
-
-// cheapest picks the cheapest shape, then the smallest, then by name, the
-// order provisioning ranks shapes in, so the choice is deterministic.
-func cheapest(shapes []scheduling.Shape) scheduling.Shape {
-	best := shapes[0]
-	for _, shape := range shapes[1:] {
-		if less(shape, best) {
-			best = shape
-		}
-	}
-	return best
-}
-
-func less(a, b scheduling.Shape) bool {
-	if a.Price != b.Price {
-		return a.Price < b.Price
-	}
-	if c := a.CPU.Cmp(b.CPU); c != 0 {
-		return c < 0
-	}
-	if c := a.Memory.Cmp(b.Memory); c != 0 {
-		return c < 0
-	}
-	return a.Name < b.Name
 }

@@ -258,20 +258,39 @@ func (f *Flexible) Expand() []Shape {
 	return out
 }
 
-// sortShapes orders shapes cheapest first, then by size, then by name, so
-// that every choice among them is deterministic.
+// sortShapes orders shapes by Cheaper, so that every choice among them is
+// deterministic.
 func sortShapes(s []Shape) {
-	sort.SliceStable(s, func(i, j int) bool {
-		a, b := s[i], s[j]
-		if a.Price != b.Price {
-			return a.Price < b.Price
+	sort.SliceStable(s, func(i, j int) bool { return Cheaper(s[i], s[j]) })
+}
+
+// Cheapest returns the first of shapes by Cheaper, or false if there are
+// none.
+func Cheapest(shapes []Shape) (Shape, bool) {
+	if len(shapes) == 0 {
+		return Shape{}, false
+	}
+	best := shapes[0]
+	for _, shape := range shapes[1:] {
+		if Cheaper(shape, best) {
+			best = shape
 		}
-		if c := a.CPU.Cmp(b.CPU); c != 0 {
-			return c < 0
-		}
-		if c := a.Memory.Cmp(b.Memory); c != 0 {
-			return c < 0
-		}
-		return a.Name < b.Name
-	})
+	}
+	return best, true
+}
+
+// Cheaper orders shapes the way every choice among them is made, by
+// provisioning, warm capacity and the externalgrpc shim alike: cheapest
+// first, then the smaller, then by name.
+func Cheaper(a, b Shape) bool {
+	if a.Price != b.Price {
+		return a.Price < b.Price
+	}
+	if c := a.CPU.Cmp(b.CPU); c != 0 {
+		return c < 0
+	}
+	if c := a.Memory.Cmp(b.Memory); c != 0 {
+		return c < 0
+	}
+	return a.Name < b.Name
 }

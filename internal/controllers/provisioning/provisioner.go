@@ -9,7 +9,6 @@ package provisioning
 import (
 	"context"
 	"fmt"
-	"sort"
 	"strconv"
 	"time"
 
@@ -327,12 +326,7 @@ func cheapest(pool scheduling.Pool) (scheduling.Shape, bool) {
 	if pool.Shapes.Flexible != nil {
 		shapes = pool.Shapes.Flexible.Expand()
 	}
-	if len(shapes) == 0 {
-		return scheduling.Shape{}, false
-	}
-	sorted := append([]scheduling.Shape{}, shapes...)
-	sort.SliceStable(sorted, func(i, j int) bool { return sorted[i].Price < sorted[j].Price })
-	return sorted[0], true
+	return scheduling.Cheapest(shapes)
 }
 
 // Provisionable says whether a pod is one provisioning should find room
