@@ -113,7 +113,9 @@ func Start(opts Options) (*Environment, error) {
 	e := &Environment{Scheme: scheme, env: env, workDir: workDir}
 	cfg, err := env.Start()
 	if err != nil {
-		_ = os.RemoveAll(workDir)
+		// envtest may have started etcd and the API server before failing
+		// (on a CRD the API server refuses, say): stop what runs.
+		_ = e.Stop()
 		return nil, fmt.Errorf("starting kube-apiserver and etcd: %w", err)
 	}
 	e.Config = cfg
