@@ -143,9 +143,13 @@ func TestTaskDeadline(t *testing.T) {
 	g.Expect(err).NotTo(HaveOccurred())
 	ctx, _ := loggingContext(t)
 
-	// create runs Create, stepping the fake clock each time the provider
-	// waits for a poll, until Create returns.
+	// create runs Create, stepping the fake clock by one poll interval after
+	// each task poll the API sees, until Create returns. Stepping once per
+	// poll (rather than whenever the clock has waiters: a ticker always
+	// has one) delivers every tick, so the number of polls is exact.
+	statusPolls := func() int { return len(api.RequestsTo(http.MethodGet, `/tasks/.*/status$`)) }
 	create := func() (*provider.Instance, error) {
+		stepped := statusPolls()
 		type result struct {
 			inst *provider.Instance
 			err  error
@@ -162,7 +166,8 @@ func TestTaskDeadline(t *testing.T) {
 				return true
 			default:
 			}
-			if clk.HasWaiters() {
+			if polls := statusPolls(); polls > stepped {
+				stepped = polls
 				clk.Step(time.Second)
 			}
 			return false
