@@ -35,35 +35,52 @@ func (b *Batcher) Trigger() {
 // batch also opens by itself after every periodic interval, so claims for
 // warm capacity and missed events are caught up.
 func (b *Batcher) Wait(ctx context.Context, periodic time.Duration) bool {
-	periodicTimer := b.Clock.NewTimer(periodic)
-	defer periodicTimer.Stop()
 	select {
-	case <-ctx.Done():
-		return false
 	case <-b.trigger:
-	case <-periodicTimer.C():
-		return true
+	default:
+		if opened, done := b.awaitFirstTrigger(ctx, periodic); !opened {
+			return done
+		}
 	}
-	idle := b.Clock.NewTimer(b.Idle)
-	defer idle.Stop()
-	deadline := b.Clock.NewTimer(b.Max)
-	defer deadline.Stop()
+	// One timer for both windows: each trigger restarts the idle window,
+	// but never past the batch's maximum.
+	started := b.Clock.Now()
+	window := b.Clock.NewTimer(min(b.Idle, b.Max))
+	defer window.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return false
+		case <-window.C():
+			return true
 		case <-b.trigger:
-			if !idle.Stop() {
+			remaining := b.Max - b.Clock.Since(started)
+			if remaining <= 0 {
+				return true
+			}
+			if !window.Stop() {
 				select {
-				case <-idle.C():
+				case <-window.C():
 				default:
 				}
 			}
-			idle.Reset(b.Idle)
-		case <-idle.C():
-			return true
-		case <-deadline.C():
-			return true
+			window.Reset(min(b.Idle, remaining))
 		}
+	}
+}
+
+// awaitFirstTrigger waits for a trigger (opened) or the periodic interval
+// (not opened, but a round is due: done is true) or the end of ctx (done is
+// false).
+func (b *Batcher) awaitFirstTrigger(ctx context.Context, periodic time.Duration) (opened, done bool) {
+	periodicTimer := b.Clock.NewTimer(periodic)
+	defer periodicTimer.Stop()
+	select {
+	case <-ctx.Done():
+		return false, false
+	case <-periodicTimer.C():
+		return false, true
+	case <-b.trigger:
+		return true, false
 	}
 }

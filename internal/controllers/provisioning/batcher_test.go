@@ -55,3 +55,18 @@ func TestWaitEndsWithTheContext(t *testing.T) {
 	cancel()
 	g.Eventually(done).Should(Receive(BeFalse()))
 }
+
+// With no pending pod at all, a round still runs every periodic interval,
+// so pools below minNodes are topped up.
+func TestARoundRunsEveryPeriodWithoutTriggers(t *testing.T) {
+	g := NewWithT(t)
+	clk := clocktesting.NewFakeClock(time.Now())
+	b := NewBatcher(time.Second, 10*time.Second, clk)
+	done := make(chan bool, 1)
+	go func() { done <- b.Wait(context.Background(), 30*time.Second) }()
+	g.Eventually(clk.HasWaiters).Should(BeTrue())
+	clk.Step(29 * time.Second)
+	g.Consistently(done, 50*time.Millisecond).ShouldNot(Receive())
+	clk.Step(time.Second)
+	g.Eventually(done).Should(Receive(BeTrue()))
+}
