@@ -76,15 +76,7 @@ func TestUnderusedNodeIsReplacedByACheaperOne(t *testing.T) {
 	startOperator(t, operatorOptions{})
 	s := newScenario(t, "cheaper")
 	defer s.cleanup()
-	s.createProvider(v1alpha1.SimulatedSettings{})
-	s.createPool(func(pool *v1alpha1.NodePool) {
-		pool.Spec.Shapes.Fixed = []v1alpha1.Shape{
-			{Name: "c4", CPU: qty("4"), Memory: qty("16Gi"), Price: "0.4"},
-			{Name: "c2", CPU: qty("2"), Memory: qty("8Gi"), Price: "0.2"},
-		}
-		pool.Spec.Disruption.ConsolidationPolicy = v1alpha1.ConsolidationWhenEmptyOrUnderutilized
-		pool.Spec.Disruption.ConsolidateAfter.Duration = 2 * time.Second
-	})
+	s.createConsolidatingPool(2 * time.Second)
 	big := s.createDeployment("big", 1, "3", nil)
 	s.g.Eventually(func() int { return s.runningPods("big") }).Should(Equal(1))
 	s.createDeployment("small", 1, "1", nil)
@@ -181,15 +173,7 @@ func TestDoNotDisruptPodKeepsItsNode(t *testing.T) {
 	startOperator(t, operatorOptions{})
 	s := newScenario(t, "do-not-disrupt")
 	defer s.cleanup()
-	s.createProvider(v1alpha1.SimulatedSettings{})
-	s.createPool(func(pool *v1alpha1.NodePool) {
-		pool.Spec.Shapes.Fixed = []v1alpha1.Shape{
-			{Name: "c4", CPU: qty("4"), Memory: qty("16Gi"), Price: "0.4"},
-			{Name: "c2", CPU: qty("2"), Memory: qty("8Gi"), Price: "0.2"},
-		}
-		pool.Spec.Disruption.ConsolidationPolicy = v1alpha1.ConsolidationWhenEmptyOrUnderutilized
-		pool.Spec.Disruption.ConsolidateAfter.Duration = time.Second
-	})
+	s.createConsolidatingPool(time.Second)
 	big := s.createDeployment("big", 1, "3", nil)
 	s.g.Eventually(func() int { return s.runningPods("big") }).Should(Equal(1))
 	s.createDeployment("guarded", 1, "1", func(deployment *appsv1.Deployment) {
@@ -355,15 +339,7 @@ func TestSteadyWorkloadDoesNotFlap(t *testing.T) {
 	startOperator(t, operatorOptions{})
 	s := newScenario(t, "steady")
 	defer s.cleanup()
-	s.createProvider(v1alpha1.SimulatedSettings{})
-	s.createPool(func(pool *v1alpha1.NodePool) {
-		pool.Spec.Shapes.Fixed = []v1alpha1.Shape{
-			{Name: "c4", CPU: qty("4"), Memory: qty("16Gi"), Price: "0.4"},
-			{Name: "c2", CPU: qty("2"), Memory: qty("8Gi"), Price: "0.2"},
-		}
-		pool.Spec.Disruption.ConsolidationPolicy = v1alpha1.ConsolidationWhenEmptyOrUnderutilized
-		pool.Spec.Disruption.ConsolidateAfter.Duration = time.Second
-	})
+	s.createConsolidatingPool(time.Second)
 	var mu sync.Mutex
 	created, deleted := map[string]bool{}, map[string]bool{}
 	claims := s.watchClaims(func(event watch.EventType, claim *v1alpha1.NodeClaim) {
@@ -401,15 +377,7 @@ func TestSteadyWorkloadDoesNotFlap(t *testing.T) {
 func TestReplacementResumesAfterRestart(t *testing.T) {
 	s := newScenario(t, "resume")
 	defer s.cleanup()
-	s.createProvider(v1alpha1.SimulatedSettings{})
-	s.createPool(func(pool *v1alpha1.NodePool) {
-		pool.Spec.Shapes.Fixed = []v1alpha1.Shape{
-			{Name: "c4", CPU: qty("4"), Memory: qty("16Gi"), Price: "0.4"},
-			{Name: "c2", CPU: qty("2"), Memory: qty("8Gi"), Price: "0.2"},
-		}
-		pool.Spec.Disruption.ConsolidationPolicy = v1alpha1.ConsolidationWhenEmptyOrUnderutilized
-		pool.Spec.Disruption.ConsolidateAfter.Duration = time.Second
-	})
+	s.createConsolidatingPool(time.Second)
 	stopFirst := startOperator(t, operatorOptions{})
 	big := s.createDeployment("big", 1, "3", nil)
 	s.g.Eventually(func() int { return s.runningPods("big") }).Should(Equal(1))
@@ -677,4 +645,19 @@ func (b *budgetTracker) violations() []string {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return append([]string(nil), b.bad...)
+}
+
+// createConsolidatingPool makes the scenario's provider and a pool that
+// consolidates underused nodes after consolidateAfter, offering a 4-cpu
+// shape and a 2-cpu one at half its price.
+func (s *scenario) createConsolidatingPool(consolidateAfter time.Duration) {
+	s.createProvider(v1alpha1.SimulatedSettings{})
+	s.createPool(func(pool *v1alpha1.NodePool) {
+		pool.Spec.Shapes.Fixed = []v1alpha1.Shape{
+			{Name: "c4", CPU: qty("4"), Memory: qty("16Gi"), Price: "0.4"},
+			{Name: "c2", CPU: qty("2"), Memory: qty("8Gi"), Price: "0.2"},
+		}
+		pool.Spec.Disruption.ConsolidationPolicy = v1alpha1.ConsolidationWhenEmptyOrUnderutilized
+		pool.Spec.Disruption.ConsolidateAfter.Duration = consolidateAfter
+	})
 }
