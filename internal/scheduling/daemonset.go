@@ -109,6 +109,11 @@ func daemonPod(ds *appsv1.DaemonSet, nodeName string) *corev1.Pod {
 	return pod
 }
 
+// BelongsToNode reports whether a pod comes and goes with its node: a
+// DaemonSet's pod or the mirror of a static pod. Such a pod is never
+// provisioned for, never drained and never counts as work a node holds.
+func BelongsToNode(p *corev1.Pod) bool { return isDaemonSetPod(p) || isMirrorPod(p) }
+
 // isDaemonSetPod reports whether a DaemonSet controls p.
 func isDaemonSetPod(p *corev1.Pod) bool {
 	ref := metav1.GetControllerOfNoCopy(p)

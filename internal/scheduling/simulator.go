@@ -129,7 +129,7 @@ func Solve(ctx context.Context, in Input) (Result, error) {
 func (s *Simulator) addExisting(nodes []*corev1.Node, pods []*corev1.Pod) error {
 	byNode := map[string][]*corev1.Pod{}
 	for _, p := range pods {
-		if p.Spec.NodeName == "" || terminated(p) {
+		if p.Spec.NodeName == "" || Terminated(p) {
 			continue
 		}
 		byNode[p.Spec.NodeName] = append(byNode[p.Spec.NodeName], withUID(p))
@@ -195,7 +195,8 @@ func (s *Simulator) addInFlight(ctx context.Context, claims []InFlight) error {
 	return nil
 }
 
-func terminated(p *corev1.Pod) bool {
+// Terminated reports whether a pod has finished (Succeeded or Failed).
+func Terminated(p *corev1.Pod) bool {
 	return p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed
 }
 

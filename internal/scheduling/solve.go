@@ -53,7 +53,7 @@ func (s *Simulator) SimulateRemoval(ctx context.Context, nodes []string, replace
 		}
 		for _, pi := range ni.GetPods() {
 			p := pi.GetPod()
-			if isDaemonSetPod(p) || isMirrorPod(p) || terminated(p) {
+			if BelongsToNode(p) || Terminated(p) {
 				continue
 			}
 			displaced = append(displaced, p)
@@ -110,7 +110,7 @@ func (s *Simulator) classify(pods []*corev1.Pod) ([]item, error) {
 	cl := newClassifier()
 	items := make([]item, 0, len(pods))
 	for _, p := range pods {
-		if terminated(p) {
+		if Terminated(p) {
 			continue
 		}
 		cls, err := cl.classify(p)

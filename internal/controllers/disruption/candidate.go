@@ -11,6 +11,7 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 
 	"github.com/claimscale/claimscale/api/v1alpha1"
+	"github.com/claimscale/claimscale/internal/scheduling"
 )
 
 // candidate is a node that some method may take away: its claim, its
@@ -32,25 +33,11 @@ type candidate struct {
 
 func (c *candidate) String() string { return c.claim.Name }
 
-// isWorkload says whether a pod has to move when its node goes: not a
-// DaemonSet or mirror pod, not finished, not already being deleted.
+// isWorkload says whether a pod has to move when its node goes: not a pod
+// that belongs to the node (DaemonSet, mirror), not finished, not already
+// being deleted.
 func isWorkload(pod *corev1.Pod) bool {
-	if _, mirror := pod.Annotations[corev1.MirrorPodAnnotationKey]; mirror {
-		return false
-	}
-	if pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed || !pod.DeletionTimestamp.IsZero() {
-		return false
-	}
-	return !isDaemonSetPod(pod)
-}
-
-func isDaemonSetPod(pod *corev1.Pod) bool {
-	for _, owner := range pod.OwnerReferences {
-		if owner.Kind == "DaemonSet" {
-			return true
-		}
-	}
-	return false
+	return !scheduling.BelongsToNode(pod) && !scheduling.Terminated(pod) && pod.DeletionTimestamp.IsZero()
 }
 
 func workloadPods(pods []*corev1.Pod) []*corev1.Pod {

@@ -18,6 +18,7 @@ import (
 	"github.com/claimscale/claimscale/api/v1alpha1"
 	"github.com/claimscale/claimscale/internal/controllers/index"
 	"github.com/claimscale/claimscale/internal/metrics"
+	"github.com/claimscale/claimscale/internal/scheduling"
 	"github.com/claimscale/claimscale/pkg/provider"
 )
 
@@ -154,21 +155,10 @@ func (c *Controller) drain(ctx context.Context, claim *v1alpha1.NodeClaim, node 
 	return remaining, blocked, nil
 }
 
-// drainable says whether a pod must leave before its node goes: not a
-// mirror pod, not a DaemonSet's, not finished.
+// drainable says whether a pod must leave before its node goes: not a pod
+// that belongs to the node (DaemonSet, mirror), not finished.
 func drainable(pod *corev1.Pod) bool {
-	if _, mirror := pod.Annotations[corev1.MirrorPodAnnotationKey]; mirror {
-		return false
-	}
-	if pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed {
-		return false
-	}
-	for _, owner := range pod.OwnerReferences {
-		if owner.Kind == "DaemonSet" {
-			return false
-		}
-	}
-	return true
+	return !scheduling.BelongsToNode(pod) && !scheduling.Terminated(pod)
 }
 
 func terminationGracePeriod(claim *v1alpha1.NodeClaim) time.Duration {

@@ -336,13 +336,8 @@ func Provisionable(pod *corev1.Pod) bool {
 	if pod.Spec.NodeName != "" || pod.Status.NominatedNodeName != "" || !pod.DeletionTimestamp.IsZero() {
 		return false
 	}
-	if pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed {
+	if scheduling.Terminated(pod) || scheduling.BelongsToNode(pod) {
 		return false
-	}
-	for _, owner := range pod.OwnerReferences {
-		if owner.Kind == "DaemonSet" {
-			return false
-		}
 	}
 	for _, condition := range pod.Status.Conditions {
 		if condition.Type == corev1.PodScheduled {
