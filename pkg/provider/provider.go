@@ -18,8 +18,9 @@ type Provider interface {
 	// Create makes the machine for a claim, with our ownership tags set in
 	// the call that creates it. It is idempotent by claim name: when a
 	// machine for the claim already exists (a retry, a controller restart),
-	// it returns that machine instead of making another.
-	Create(ctx context.Context, claim *v1alpha1.NodeClaim) (*Instance, error)
+	// it returns that machine instead of making another. opts carries what
+	// the core prepared for this one machine (its rendered user data).
+	Create(ctx context.Context, claim *v1alpha1.NodeClaim, opts CreateOptions) (*Instance, error)
 	// Delete removes a machine. A machine that is already gone is success;
 	// a machine without our cluster tag is refused.
 	Delete(ctx context.Context, providerID string) error
@@ -30,6 +31,18 @@ type Provider interface {
 	// Shapes returns the machine shapes the pool may use, with capacity and
 	// an hourly price, resolving names against the provider's catalog.
 	Shapes(ctx context.Context, pool *v1alpha1.NodePool) ([]Shape, error)
+}
+
+// CreateOptions are what the core prepares for one claim's machine; a
+// provider only delivers them.
+type CreateOptions struct {
+	// UserData is the rendered bootstrap (cloud-init, a Talos or Ignition
+	// config) the machine boots with: cloudscale's user_data, a Proxmox
+	// cloud-init drive. It carries the claim's join token, so it never
+	// appears in logs, events, conditions, errors or metric labels. Empty
+	// when the pool renders none; the provider then falls back to its own
+	// settings (a shared user-data Secret, a cicustom snippet).
+	UserData []byte
 }
 
 // InstanceState is where a machine stands.

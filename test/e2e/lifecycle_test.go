@@ -178,8 +178,8 @@ type crashAfterCreate struct {
 	crash func()
 }
 
-func (c *crashAfterCreate) Create(ctx context.Context, claim *v1alpha1.NodeClaim) (*provider.Instance, error) {
-	if _, err := c.Provider.Create(ctx, claim); err != nil {
+func (c *crashAfterCreate) Create(ctx context.Context, claim *v1alpha1.NodeClaim, opts provider.CreateOptions) (*provider.Instance, error) {
+	if _, err := c.Provider.Create(ctx, claim, opts); err != nil {
 		return nil, err
 	}
 	c.crash()

@@ -38,7 +38,7 @@ func (l *launch) Reconcile(ctx context.Context, claim *v1alpha1.NodeClaim) (reco
 	}
 
 	started := time.Now()
-	instance, err := machines.Create(ctx, claim)
+	instance, err := machines.Create(ctx, claim, provider.CreateOptions{})
 	metrics.ObserveProviderCall(providerLabel(claim), "create", started, resultOf(err))
 	switch {
 	case err == nil:

@@ -190,7 +190,7 @@ func NewWithConfig(_ context.Context, np *v1alpha1.NodeProvider, opts provider.O
 // made: servers tagged with this cluster and claim are looked for first,
 // and only when there is none is one created, with every tag in the create
 // request itself.
-func (p *Provider) Create(ctx context.Context, claim *v1alpha1.NodeClaim) (*provider.Instance, error) {
+func (p *Provider) Create(ctx context.Context, claim *v1alpha1.NodeClaim, opts provider.CreateOptions) (*provider.Instance, error) {
 	flavor := claim.Spec.Shape.Name
 	if flavor == "" {
 		return nil, provider.NewTerminal(fmt.Errorf("nodeclaim %s has no shape name: it names the cloudscale flavor", claim.Name))

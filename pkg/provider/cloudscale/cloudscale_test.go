@@ -47,7 +47,7 @@ func TestCreateSendsEverySettingAndTagInTheOneCreateRequest(t *testing.T) {
 		s.SSHKeys = []string{"ssh-ed25519 AAAAC3Nza ops@example"}
 	}))
 
-	inst, err := e.p.Create(e.ctx, claim("workers-abc12", "workers", "flex-8-4"))
+	inst, err := e.p.Create(e.ctx, claim("workers-abc12", "workers", "flex-8-4"), provider.CreateOptions{})
 	g.Expect(err).NotTo(HaveOccurred())
 
 	bodies := postBodies(t, e.api)
@@ -136,7 +136,7 @@ func TestCreateNetworkSettings(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			g := NewWithT(t)
 			e := newEnv(t, withSettings(tt.settings))
-			_, err := e.p.Create(e.ctx, claim("c1", "workers", "flex-4-2"))
+			_, err := e.p.Create(e.ctx, claim("c1", "workers", "flex-4-2"), provider.CreateOptions{})
 			g.Expect(err).NotTo(HaveOccurred())
 			body := postBodies(t, e.api)[0]
 			for k, v := range tt.want {
@@ -179,7 +179,7 @@ func TestCreateAdoptsTheServerAnEarlierAttemptMade(t *testing.T) {
 			e := newEnv(t)
 			existing := e.api.AddServer(cloudscaletest.ServerSpec{Name: "workers-abc12", Flavor: "flex-8-4", Tags: tt.existing})
 
-			inst, err := e.p.Create(e.ctx, claim("workers-abc12", "workers", "flex-8-4"))
+			inst, err := e.p.Create(e.ctx, claim("workers-abc12", "workers", "flex-8-4"), provider.CreateOptions{})
 			g.Expect(err).NotTo(HaveOccurred())
 			g.Expect(e.api.CountRequests(http.MethodPost, "/v1/servers")).To(Equal(tt.wantPOSTed))
 			if tt.wantAdopt {
@@ -208,7 +208,7 @@ func TestCreateRetriesTransientErrorsWithoutMakingTwoServers(t *testing.T) {
 			e.api.InjectFault(tt.fault)
 			var inst *provider.Instance
 			var err error
-			e.stepping(t, time.Second, func() { inst, err = e.p.Create(e.ctx, claim("c1", "workers", "flex-4-2")) })
+			e.stepping(t, time.Second, func() { inst, err = e.p.Create(e.ctx, claim("c1", "workers", "flex-4-2"), provider.CreateOptions{}) })
 			g.Expect(err).NotTo(HaveOccurred())
 			g.Expect(e.api.Servers()).To(HaveLen(1))
 			g.Expect(inst.ProviderID).To(Equal(cs.ProviderID(e.api.Servers()[0].UUID)))
@@ -264,7 +264,7 @@ func TestCreateErrorsSayWhatToDo(t *testing.T) {
 			if tt.fault.Status != 0 {
 				e.api.InjectFault(tt.fault)
 			}
-			_, err := e.p.Create(e.ctx, claim("c1", "workers", tt.shape))
+			_, err := e.p.Create(e.ctx, claim("c1", "workers", tt.shape), provider.CreateOptions{})
 			g.Expect(err).To(HaveOccurred())
 			g.Expect(tt.want(err)).To(BeTrue(), "error kind of %v", err)
 			g.Expect(err.Error()).To(ContainSubstring(tt.wantText))
@@ -278,7 +278,7 @@ func TestRejectedTokenIsTerminalAndNamesTheSecret(t *testing.T) {
 	g := NewWithT(t)
 	e := newEnv(t, withAPIOptions(cloudscaletest.WithToken("another-token-entirely")))
 
-	_, err := e.p.Create(e.ctx, claim("c1", "workers", "flex-4-2"))
+	_, err := e.p.Create(e.ctx, claim("c1", "workers", "flex-4-2"), provider.CreateOptions{})
 	g.Expect(provider.IsTerminal(err)).To(BeTrue(), "got %v", err)
 	g.Expect(err.Error()).To(ContainSubstring("cloudscale API token was rejected (401): check the token in Secret claimscale-system/cloudscale"))
 	g.Expect(e.api.CountRequests("", "")).To(Equal(1), "a rejected token is not retried")
@@ -477,7 +477,7 @@ func TestListSeesWhatCreateAndDeleteChanged(t *testing.T) {
 	_, err := e.p.List(e.ctx)
 	g.Expect(err).NotTo(HaveOccurred())
 
-	inst, err := e.p.Create(e.ctx, claim("c1", "workers", "flex-4-2"))
+	inst, err := e.p.Create(e.ctx, claim("c1", "workers", "flex-4-2"), provider.CreateOptions{})
 	g.Expect(err).NotTo(HaveOccurred())
 	got, err := e.p.List(e.ctx)
 	g.Expect(err).NotTo(HaveOccurred())
@@ -534,7 +534,7 @@ func TestCreatesAndDeletesRunAtMostTenAtOnce(t *testing.T) {
 			method: http.MethodPost,
 			path:   "/v1/servers",
 			run: func(e *env, i int) error {
-				_, err := e.p.Create(e.ctx, claim(fmt.Sprintf("c%d", i), "workers", "flex-4-2"))
+				_, err := e.p.Create(e.ctx, claim(fmt.Sprintf("c%d", i), "workers", "flex-4-2"), provider.CreateOptions{})
 				return err
 			},
 		},
@@ -775,7 +775,7 @@ func TestTheTokenNeverAppears(t *testing.T) {
 		e.api.InjectFault(f)
 		e.clock.Step(2 * time.Hour) // past every cache
 		e.stepping(t, time.Minute, func() {
-			_, err := e.p.Create(e.ctx, claim(fmt.Sprintf("c%d", i), "workers", "flex-4-2"))
+			_, err := e.p.Create(e.ctx, claim(fmt.Sprintf("c%d", i), "workers", "flex-4-2"), provider.CreateOptions{})
 			record(err)
 		})
 		e.api.InjectFault(f)

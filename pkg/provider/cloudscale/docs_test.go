@@ -88,7 +88,7 @@ func TestTheDocsExampleIsValid(t *testing.T) {
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(shapes).To(HaveLen(len(pool.Spec.Shapes.Fixed)))
 
-	_, err = p.Create(t.Context(), claim("cloudscale-flex-x7k2p", pool.Name, shapes[0].Name))
+	_, err = p.Create(t.Context(), claim("cloudscale-flex-x7k2p", pool.Name, shapes[0].Name), provider.CreateOptions{})
 	g.Expect(err).NotTo(HaveOccurred())
 	body := postBodies(t, api)[0]
 	ref := np.Spec.Cloudscale.UserDataSecretRef

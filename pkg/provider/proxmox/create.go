@@ -40,7 +40,7 @@ type launch struct {
 // or a restart after a crash): a VM named after the claim that carries our
 // markers. A new VM is cloned from the template or made blank for netboot,
 // with the markers in the call that makes it, then sized and started.
-func (p *Provider) Create(ctx context.Context, claim *v1alpha1.NodeClaim) (*provider.Instance, error) {
+func (p *Provider) Create(ctx context.Context, claim *v1alpha1.NodeClaim, opts provider.CreateOptions) (*provider.Instance, error) {
 	want, err := p.sizeOf(claim)
 	if err != nil {
 		return nil, err

@@ -49,7 +49,7 @@ func TestCreateClonesTheTemplate(t *testing.T) {
 			p := newProvider(t, api, np)
 			ctx, _ := loggingContext(t)
 
-			inst, err := p.Create(ctx, claim("workers-a1", "1500m", "4Gi"))
+			inst, err := p.Create(ctx, claim("workers-a1", "1500m", "4Gi"), provider.CreateOptions{})
 			if err != nil {
 				t.Fatalf("Create: %v", err)
 			}
@@ -137,7 +137,7 @@ func TestCreateNetbootsABlankVM(t *testing.T) {
 	p := newProvider(t, api, netbootProvider(api.Endpoint()))
 	ctx, _ := loggingContext(t)
 
-	inst, err := p.Create(ctx, claim("workers-a1", "4", "8Gi"))
+	inst, err := p.Create(ctx, claim("workers-a1", "4", "8Gi"), provider.CreateOptions{})
 	if err != nil {
 		t.Fatalf("Create: %v", err)
 	}
@@ -277,7 +277,7 @@ func TestCreatePlacesTheVM(t *testing.T) {
 			p := newProvider(t, api, np)
 			ctx, _ := loggingContext(t)
 
-			inst, err := p.Create(ctx, tt.claim)
+			inst, err := p.Create(ctx, tt.claim, provider.CreateOptions{})
 			if tt.wantCapacityError != "" {
 				if !provider.IsInsufficientCapacity(err) || !strings.Contains(err.Error(), tt.wantCapacityError) {
 					t.Fatalf("Create error = %v, want insufficient capacity mentioning %q", err, tt.wantCapacityError)
@@ -310,7 +310,7 @@ func TestCreateClonesToTheChosenNode(t *testing.T) {
 	p := newProvider(t, api, np)
 	ctx, _ := loggingContext(t)
 
-	if _, err := p.Create(ctx, claim("workers-a1", "2", "4Gi")); err != nil {
+	if _, err := p.Create(ctx, claim("workers-a1", "2", "4Gi"), provider.CreateOptions{}); err != nil {
 		t.Fatalf("Create: %v", err)
 	}
 	clones := api.RequestsTo(http.MethodPost, `/clone$`)
@@ -375,7 +375,7 @@ func TestCreateMovesOnWhenAVMIDIsTaken(t *testing.T) {
 			p := newProvider(t, api, np)
 			ctx, _ := loggingContext(t)
 
-			inst, err := p.Create(ctx, claim("workers-a1", "2", "4Gi"))
+			inst, err := p.Create(ctx, claim("workers-a1", "2", "4Gi"), provider.CreateOptions{})
 			if tt.wantCapacityError {
 				if !provider.IsInsufficientCapacity(err) || !strings.Contains(err.Error(), "no free VM ID") {
 					t.Fatalf("Create error = %v, want insufficient capacity for VM IDs", err)
@@ -447,7 +447,7 @@ func TestCreateAdoptsTheClaimsVM(t *testing.T) {
 			p := newProvider(t, api, cloneProvider(api.Endpoint()))
 			ctx, _ := loggingContext(t)
 
-			inst, err := p.Create(ctx, claim("workers-a1", "2", "4Gi"))
+			inst, err := p.Create(ctx, claim("workers-a1", "2", "4Gi"), provider.CreateOptions{})
 			if n := len(api.RequestsTo(http.MethodPost, `/clone$`)); n != 0 {
 				t.Errorf("the template was cloned %d times although the claim's VM exists", n)
 			}
@@ -481,11 +481,11 @@ func TestCreateTwiceMakesOneVM(t *testing.T) {
 	p := newProvider(t, api, cloneProvider(api.Endpoint()))
 	ctx, _ := loggingContext(t)
 
-	first, err := p.Create(ctx, claim("workers-a1", "2", "4Gi"))
+	first, err := p.Create(ctx, claim("workers-a1", "2", "4Gi"), provider.CreateOptions{})
 	if err != nil {
 		t.Fatalf("first Create: %v", err)
 	}
-	second, err := p.Create(ctx, claim("workers-a1", "2", "4Gi"))
+	second, err := p.Create(ctx, claim("workers-a1", "2", "4Gi"), provider.CreateOptions{})
 	if err != nil {
 		t.Fatalf("second Create: %v", err)
 	}
@@ -505,7 +505,7 @@ func TestCreateLeavesSameNamedVMsOfOthersAlone(t *testing.T) {
 	p := newProvider(t, api, cloneProvider(api.Endpoint()))
 	ctx, _ := loggingContext(t)
 
-	inst, err := p.Create(ctx, claim("workers-a1", "2", "4Gi"))
+	inst, err := p.Create(ctx, claim("workers-a1", "2", "4Gi"), provider.CreateOptions{})
 	if err != nil {
 		t.Fatalf("Create: %v", err)
 	}
@@ -533,7 +533,7 @@ func TestConcurrentCreatesTakeDifferentIDsAndCountEachOther(t *testing.T) {
 	var wg sync.WaitGroup
 	for i, name := range names {
 		wg.Go(func() {
-			_, errs[i] = p.Create(ctx, claim(name, "2", "40Gi"))
+			_, errs[i] = p.Create(ctx, claim(name, "2", "40Gi"), provider.CreateOptions{})
 		})
 	}
 	wg.Wait()

@@ -29,7 +29,7 @@ func TestDelete(t *testing.T) {
 			name: "a running VM of ours is stopped, then destroyed with its disks",
 			prepare: func(t *testing.T, api *proxmoxtest.Server, p provider.Provider) string {
 				ctx, _ := loggingContext(t)
-				inst, err := p.Create(ctx, claim("workers-a1", "2", "4Gi"))
+				inst, err := p.Create(ctx, claim("workers-a1", "2", "4Gi"), provider.CreateOptions{})
 				if err != nil {
 					t.Fatalf("Create: %v", err)
 				}

@@ -92,7 +92,7 @@ func TestCreateErrors(t *testing.T) {
 			tt.inject(api)
 			ctx, _ := loggingContext(t)
 
-			_, err := p.Create(ctx, claim("workers-a1", "2", "4Gi"))
+			_, err := p.Create(ctx, claim("workers-a1", "2", "4Gi"), provider.CreateOptions{})
 			if err == nil {
 				t.Fatal("Create succeeded, want an error")
 			}
@@ -105,7 +105,7 @@ func TestCreateErrors(t *testing.T) {
 			if !tt.retrySucceeds {
 				return
 			}
-			inst, err := p.Create(ctx, claim("workers-a1", "2", "4Gi"))
+			inst, err := p.Create(ctx, claim("workers-a1", "2", "4Gi"), provider.CreateOptions{})
 			if err != nil {
 				t.Fatalf("retried Create: %v", err)
 			}
@@ -156,7 +156,7 @@ func TestTaskDeadline(t *testing.T) {
 		}
 		done := make(chan result, 1)
 		go func() {
-			inst, err := p.Create(ctx, claim("workers-a1", "2", "4Gi"))
+			inst, err := p.Create(ctx, claim("workers-a1", "2", "4Gi"), provider.CreateOptions{})
 			done <- result{inst, err}
 		}()
 		var r result
@@ -211,7 +211,7 @@ func TestLoginWithUserAndPassword(t *testing.T) {
 		t.Fatalf("building the provider: %v", err)
 	}
 	ctx, _ := loggingContext(t)
-	if _, err := p.Create(ctx, claim("workers-a1", "2", "4Gi")); err != nil {
+	if _, err := p.Create(ctx, claim("workers-a1", "2", "4Gi"), provider.CreateOptions{}); err != nil {
 		t.Fatalf("Create: %v", err)
 	}
 	if n := len(api.RequestsTo(http.MethodPost, `^/access/ticket$`)); n != 1 {
@@ -314,7 +314,7 @@ func TestSecretsStayOutOfErrorsAndLogs(t *testing.T) {
 
 	type step func(ctx context.Context, api *proxmoxtest.Server, p provider.Provider) error
 	create := func(ctx context.Context, _ *proxmoxtest.Server, p provider.Provider) error {
-		_, err := p.Create(ctx, claim("workers-a1", "2", "4Gi"))
+		_, err := p.Create(ctx, claim("workers-a1", "2", "4Gi"), provider.CreateOptions{})
 		return err
 	}
 	tests := []struct {

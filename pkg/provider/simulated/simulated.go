@@ -175,7 +175,7 @@ func newProvider(ctx context.Context, np *v1alpha1.NodeProvider, opts provider.O
 
 // Create makes the machine record for a claim, or returns the one that
 // exists. The registrar registers its Node once the boot delay has passed.
-func (p *Provider) Create(ctx context.Context, claim *v1alpha1.NodeClaim) (*provider.Instance, error) {
+func (p *Provider) Create(ctx context.Context, claim *v1alpha1.NodeClaim, opts provider.CreateOptions) (*provider.Instance, error) {
 	name := claim.Name
 	if claim.Spec.Shape.CPU.Sign() <= 0 || claim.Spec.Shape.Memory.Sign() <= 0 {
 		return nil, provider.NewTerminal(fmt.Errorf("claim %s: shape %s needs cpu and memory greater than zero", name, claim.Spec.Shape.Name))

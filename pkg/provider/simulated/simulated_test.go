@@ -26,7 +26,7 @@ func TestCreateIsIdempotentByClaimName(t *testing.T) {
 	claim := newClaim(uniqueName(t, "a"), "pool")
 	first := newTestProvider(t, ns, "c1", nil, Config{})
 
-	made, err := first.Create(t.Context(), claim)
+	made, err := first.Create(t.Context(), claim, provider.CreateOptions{})
 	g.Expect(err).NotTo(gomega.HaveOccurred())
 	g.Expect(made.ProviderID).To(gomega.Equal("simulated://" + claim.Name))
 	g.Expect(made.Name).To(gomega.Equal(claim.Name))
@@ -38,7 +38,7 @@ func TestCreateIsIdempotentByClaimName(t *testing.T) {
 	// A restarted controller, whose creates would all fail, retries the
 	// call: it finds the machine the first one made.
 	restarted := newTestProvider(t, ns, "c1", &v1alpha1.SimulatedSettings{CreateFailurePercent: 100}, Config{})
-	again, err := restarted.Create(t.Context(), claim)
+	again, err := restarted.Create(t.Context(), claim, provider.CreateOptions{})
 	g.Expect(err).NotTo(gomega.HaveOccurred())
 	expectSameJSON(g, again, made)
 	g.Expect(machineRecords(t, ns)).To(gomega.HaveLen(1))
@@ -49,10 +49,10 @@ func TestCreateRefusesAConfigMapThatIsNotOurMachine(t *testing.T) {
 	ns := newNamespace(t)
 	claim := newClaim(uniqueName(t, "a"), "pool")
 	other := newTestProvider(t, ns, "other-cluster", nil, Config{})
-	_, err := other.Create(t.Context(), claim)
+	_, err := other.Create(t.Context(), claim, provider.CreateOptions{})
 	g.Expect(err).NotTo(gomega.HaveOccurred())
 
-	_, err = newTestProvider(t, ns, "c1", nil, Config{}).Create(t.Context(), claim)
+	_, err = newTestProvider(t, ns, "c1", nil, Config{}).Create(t.Context(), claim, provider.CreateOptions{})
 	g.Expect(provider.IsTerminal(err)).To(gomega.BeTrue(), "error %v", err)
 	g.Expect(err.Error()).To(gomega.ContainSubstring("not a simulated machine of cluster c1"))
 }
@@ -63,7 +63,7 @@ func TestCreateFailureInjection(t *testing.T) {
 		ns := newNamespace(t)
 		p := newTestProvider(t, ns, "c1", &v1alpha1.SimulatedSettings{CreateFailurePercent: 100}, Config{})
 		for i := range 5 {
-			_, err := p.Create(t.Context(), newClaim(uniqueName(t, string(rune('a'+i))), "pool"))
+			_, err := p.Create(t.Context(), newClaim(uniqueName(t, string(rune('a'+i))), "pool"), provider.CreateOptions{})
 			g.Expect(err).To(gomega.HaveOccurred())
 			g.Expect(provider.IsRetryable(err)).To(gomega.BeTrue(), "error %v", err)
 			g.Expect(err.Error()).To(gomega.ContainSubstring("simulated create failure"))
@@ -77,7 +77,7 @@ func TestCreateFailureInjection(t *testing.T) {
 			Config{Rand: rand.New(rand.NewPCG(1, 2))})
 		failed := 0
 		for i := range 40 {
-			if _, err := p.Create(t.Context(), newClaim(uniqueName(t, string(rune('a'+i))), "pool")); err != nil {
+			if _, err := p.Create(t.Context(), newClaim(uniqueName(t, string(rune('a'+i))), "pool"), provider.CreateOptions{}); err != nil {
 				g.Expect(provider.IsRetryable(err)).To(gomega.BeTrue())
 				failed++
 			}
@@ -121,7 +121,7 @@ func TestNodeRegistersAfterTheBootDelay(t *testing.T) {
 	claim.Spec.Requirements.NodeSelector = []corev1.NodeSelectorRequirement{
 		{Key: corev1.LabelTopologyZone, Operator: corev1.NodeSelectorOpIn, Values: []string{"z9", "z2"}},
 	}
-	made, err := built.Create(t.Context(), claim)
+	made, err := built.Create(t.Context(), claim, provider.CreateOptions{})
 	g.Expect(err).NotTo(gomega.HaveOccurred())
 	g.Expect(made.Labels).To(gomega.Equal(map[string]string{corev1.LabelTopologyZone: "z2", corev1.LabelTopologyRegion: "simulated"}))
 	g.Expect(made.Capacity).To(gomega.HaveLen(2))
@@ -208,7 +208,7 @@ func TestRegistrar(t *testing.T) {
 			clk := clocktesting.NewFakeClock(time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC))
 			p := newTestProvider(t, ns, "c1", tt.settings, Config{Clock: clk})
 			claim := newClaim(uniqueName(t, "a"), "pool")
-			made, err := p.Create(t.Context(), claim)
+			made, err := p.Create(t.Context(), claim, provider.CreateOptions{})
 			g.Expect(err).NotTo(gomega.HaveOccurred())
 
 			clk.Step(tt.step)
@@ -237,7 +237,7 @@ func TestRegistrarDoesNotRegisterANodeTwice(t *testing.T) {
 	ns := newNamespace(t)
 	p := newTestProvider(t, ns, "c1", &v1alpha1.SimulatedSettings{BootDelay: durationPtr(0)}, Config{})
 	claim := newClaim(uniqueName(t, "a"), "pool")
-	_, err := p.Create(t.Context(), claim)
+	_, err := p.Create(t.Context(), claim, provider.CreateOptions{})
 	g.Expect(err).NotTo(gomega.HaveOccurred())
 	registrar := NewRegistrar(env.Client, ns, "c1", Config{})
 	g.Expect(registrar.RegisterDue(t.Context())).To(gomega.Succeed())
@@ -255,7 +255,7 @@ func TestRegistrarRemovesTheNodeOfAMachineDeletedWhileRegistering(t *testing.T) 
 	ns := newNamespace(t)
 	p := newTestProvider(t, ns, "c1", &v1alpha1.SimulatedSettings{BootDelay: durationPtr(0)}, Config{})
 	claim := newClaim(uniqueName(t, "a"), "pool")
-	_, err := p.Create(t.Context(), claim)
+	_, err := p.Create(t.Context(), claim, provider.CreateOptions{})
 	g.Expect(err).NotTo(gomega.HaveOccurred())
 
 	// The registrar listed the record just before Delete removed it (and
@@ -280,11 +280,11 @@ func TestListSeesOnlyThisClustersMachines(t *testing.T) {
 	other := newTestProvider(t, ns, "other", nil, Config{})
 	var want []string
 	for _, suffix := range []string{"a", "b"} {
-		made, err := p.Create(t.Context(), newClaim(uniqueName(t, suffix), "pool"))
+		made, err := p.Create(t.Context(), newClaim(uniqueName(t, suffix), "pool"), provider.CreateOptions{})
 		g.Expect(err).NotTo(gomega.HaveOccurred())
 		want = append(want, made.ProviderID)
 	}
-	foreign, err := other.Create(t.Context(), newClaim(uniqueName(t, "c"), "pool"))
+	foreign, err := other.Create(t.Context(), newClaim(uniqueName(t, "c"), "pool"), provider.CreateOptions{})
 	g.Expect(err).NotTo(gomega.HaveOccurred())
 	// A record carrying our cluster label but another cluster's exact tag.
 	forged := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{
@@ -331,7 +331,7 @@ func TestDelete(t *testing.T) {
 		{
 			name: "removes a machine that has no Node yet",
 			setup: func(t *testing.T, g gomega.Gomega, ns string, p *Provider) string {
-				made, err := p.Create(t.Context(), newClaim(uniqueName(t, "a"), "pool"))
+				made, err := p.Create(t.Context(), newClaim(uniqueName(t, "a"), "pool"), provider.CreateOptions{})
 				g.Expect(err).NotTo(gomega.HaveOccurred())
 				return made.ProviderID
 			},
@@ -415,7 +415,7 @@ func TestDelete(t *testing.T) {
 // its Node.
 func createRegistered(t *testing.T, g gomega.Gomega, ns string, p *Provider) *provider.Instance {
 	t.Helper()
-	made, err := p.Create(t.Context(), newClaim(uniqueName(t, p.cluster), "pool"))
+	made, err := p.Create(t.Context(), newClaim(uniqueName(t, p.cluster), "pool"), provider.CreateOptions{})
 	g.Expect(err).NotTo(gomega.HaveOccurred())
 	g.Expect(NewRegistrar(env.Client, ns, p.cluster, Config{}).RegisterDue(t.Context())).To(gomega.Succeed())
 	g.Expect(getNode(g, t, made.Name)).NotTo(gomega.BeNil())
