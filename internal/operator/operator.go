@@ -95,6 +95,7 @@ func Setup(ctx context.Context, mgr manager.Manager, opts Options) (*Operator, e
 		&nodeclaim.Controller{
 			Kube: mgr.GetClient(), Providers: resolver, Capacity: capacityBackoff,
 			Recorder: mgr.GetEventRecorder(nodeclaim.Name), Clock: opts.Clock,
+			KeepFailedClaims: opts.Mode == ModeExternalGRPC,
 		},
 		&nodepool.Controller{Kube: mgr.GetClient(), Providers: resolver},
 		&nodeprovider.Controller{Kube: mgr.GetClient(), Providers: resolver},
