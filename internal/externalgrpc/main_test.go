@@ -115,7 +115,7 @@ func startServer(ctx context.Context, stopped chan<- struct{}) error {
 		return err
 	}
 	server, err := New(Options{Listener: listener, CertFile: certFile, KeyFile: keyFile, ClientCAFile: caFile, GPULabel: "example.com/gpu"},
-		Dependencies{Kube: mgr.GetClient(), Informers: mgr.GetCache(), Providers: resolver, Logger: log.Log})
+		Dependencies{Kube: mgr.GetClient(), Providers: resolver, Logger: log.Log})
 	if err != nil {
 		return err
 	}

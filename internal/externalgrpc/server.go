@@ -50,9 +50,6 @@ type Dependencies struct {
 	// Kube reads through the manager's cache, with the indexes of the
 	// index package, and writes to the API server.
 	Kube client.Client
-	// Informers, when set, are watched for claims that fail to launch
-	// (the manager's cache).
-	Informers Informers
 	// Providers resolve pools' shapes.
 	Providers ProviderResolver
 	Logger    logr.Logger
@@ -64,13 +61,11 @@ type Dependencies struct {
 // manager Runnable that runs on every replica: it only reads the cache and
 // writes claims, which the leader's controllers act on.
 type Server struct {
-	grpc      *grpc.Server
-	health    *health.Server
-	listener  net.Listener
-	tls       *serverTLS
-	failures  *failures
-	informers Informers
-	logger    logr.Logger
+	grpc     *grpc.Server
+	health   *health.Server
+	listener net.Listener
+	tls      *serverTLS
+	logger   logr.Logger
 }
 
 // New builds the server and opens its listener, so a taken port or a
@@ -80,7 +75,7 @@ func New(opts Options, deps Dependencies) (*Server, error) {
 		deps.Clock = clock.RealClock{}
 	}
 	logger := deps.Logger.WithName("externalgrpc")
-	s := &Server{health: health.NewServer(), informers: deps.Informers, logger: logger, failures: newFailures(deps.Clock)}
+	s := &Server{health: health.NewServer(), logger: logger}
 
 	serverOptions := []grpc.ServerOption{
 		interceptors(logger),
@@ -103,7 +98,6 @@ func New(opts Options, deps Dependencies) (*Server, error) {
 	protos.RegisterCloudProviderServer(s.grpc, &cloudProvider{
 		kube:     deps.Kube,
 		shapes:   newShapeCache(deps.Providers, deps.Clock),
-		failures: s.failures,
 		gpuLabel: opts.GPULabel,
 	})
 	healthpb.RegisterHealthServer(s.grpc, s.health)
@@ -143,11 +137,6 @@ func (s *Server) Start(ctx context.Context) error {
 				s.logger.Error(err, "watching the server certificate; serving the one loaded")
 			}
 		}()
-	}
-	if s.informers != nil {
-		if err := s.failures.watch(ctx, s.informers); err != nil {
-			return err
-		}
 	}
 	served := make(chan error, 1)
 	go func() { served <- s.grpc.Serve(s.listener) }()

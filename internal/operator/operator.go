@@ -130,7 +130,7 @@ func Setup(ctx context.Context, mgr manager.Manager, opts Options) (*Operator, e
 	}
 	if opts.Mode == ModeExternalGRPC {
 		server, err := externalgrpc.New(opts.ExternalGRPC, externalgrpc.Dependencies{
-			Kube: mgr.GetClient(), Informers: mgr.GetCache(), Providers: resolver,
+			Kube: mgr.GetClient(), Providers: resolver,
 			Logger: mgr.GetLogger(), Clock: opts.Clock,
 		})
 		if err != nil {
