@@ -384,6 +384,9 @@ func instanceOf(claim *v1alpha1.NodeClaim) *protos.Instance {
 func (c *cloudProvider) NodeGroupTemplateNodeInfo(ctx context.Context, request *protos.NodeGroupTemplateNodeInfoRequest) (*protos.NodeGroupTemplateNodeInfoResponse, error) {
 	id := request.GetId()
 	g, err := c.mustGroup(ctx, id)
+	if status.Code(err) == codes.Unavailable {
+		return nil, status.Errorf(codes.Unimplemented, "no template node for node group %s: %s", id, status.Convert(err).Message())
+	}
 	if err != nil {
 		return nil, err
 	}

@@ -391,7 +391,7 @@ func TestTemplateNodeIsTheSchedulingCoresTemplate(t *testing.T) {
 	w.g.Expect(large.Status.Allocatable.Cpu().MilliValue()).To(BeEquivalentTo(3900), "each group's template is its own shape")
 	w.g.Expect(large.Labels).To(HaveKeyWithValue(corev1.LabelInstanceTypeStable, "c4"))
 
-	_, err = ca.NodeGroupTemplateNodeInfo(w.ctx, &protos.NodeGroupTemplateNodeInfoRequest{Id: broken.Name})
+	_, err = ca.NodeGroupTemplateNodeInfo(w.ctx, &protos.NodeGroupTemplateNodeInfoRequest{Id: broken.Name + "/unsized"})
 	w.g.Expect(status.Code(err)).To(Equal(codes.Unimplemented), "a template that cannot be built is Unimplemented, never empty: %v", err)
 	_, err = ca.NodeGroupTemplateNodeInfo(w.ctx, &protos.NodeGroupTemplateNodeInfoRequest{Id: "template-none/c2"})
 	w.g.Expect(status.Code(err)).To(Equal(codes.NotFound))
