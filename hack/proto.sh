@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Generates the Go code of the Cluster Autoscaler's externalgrpc and gRPC
-# expander protocols (internal/externalgrpc/protos) from their .protos. Every generator is pinned,
-# and protoc's version is written into the output, so this refuses any
-# other protoc: the committed code is then byte-for-byte what this script
+# expander protocols (internal/externalgrpc/protos) from their .protos.
+# Every generator is pinned, and protoc's version is written into the
+# output, so this refuses any other protoc: the committed code is then byte-for-byte what this script
 # makes on any machine, and running it twice changes nothing.
 # Usage: hack/proto.sh
 set -euo pipefail
