@@ -107,9 +107,9 @@ func (c *Controller) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		return reconcile.Result{}, client.IgnoreNotFound(err)
 	}
 	if !claim.DeletionTimestamp.IsZero() {
-		return c.reconcileDelete(ctx, claim)
+		return requeueOnConflict(ctx)(c.reconcileDelete(ctx, claim))
 	}
-	return c.reconcileNormal(ctx, claim)
+	return requeueOnConflict(ctx)(c.reconcileNormal(ctx, claim))
 }
 
 func (c *Controller) reconcileNormal(ctx context.Context, claim *v1alpha1.NodeClaim) (reconcile.Result, error) {
