@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -20,6 +21,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -31,6 +33,7 @@ import (
 	"github.com/claimscale/claimscale/internal/metrics"
 	"github.com/claimscale/claimscale/internal/operator"
 	"github.com/claimscale/claimscale/internal/scheme"
+	"github.com/claimscale/claimscale/internal/testenv"
 )
 
 // grpcServing is an operator in externalgrpc mode on 127.0.0.1: the
@@ -637,6 +640,11 @@ func (a *fakeAutoscaler) scaleUp(ctx context.Context, ids []string, states map[s
 		return fmt.Errorf("the expander chose none of %d options", len(request.Options))
 	}
 	id := best.GetOptions()[0].GetNodeGroupId()
+	var known []string
+	for _, groupID := range ids {
+		known = append(known, fmt.Sprintf("%s: target %d, %d nodes", groupID, states[groupID].target, len(states[groupID].members)))
+	}
+	a.t.Logf("scale-up: %d pending pods, room for %d on nodes present and coming (%s); the expander chose %s, +%d", len(pending), covered, strings.Join(known, "; "), id, counts[id])
 	a.mu.Lock()
 	a.chosen = append(a.chosen, id)
 	a.mu.Unlock()
@@ -706,4 +714,45 @@ func (a *fakeAutoscaler) pendingPods(ctx context.Context) ([]corev1.Pod, error) 
 		}
 	}
 	return pending, nil
+}
+
+// The chart serves the expander on its own port and lets only
+// cluster-autoscaler's pods reach it; the policy is one the API server
+// accepts. Without TLS there is no expander: cluster-autoscaler refuses a
+// plaintext one.
+func TestExternalGRPCChartLetsOnlyClusterAutoscalerReachTheExpander(t *testing.T) {
+	g := NewWithT(t)
+	root, err := testenv.RepoRoot()
+	g.Expect(err).NotTo(HaveOccurred())
+	values := filepath.Join(root, "charts", "claimscale", "values-externalgrpc.yaml")
+	byName := map[string]*unstructured.Unstructured{}
+	for _, object := range helmTemplate(t, "-f", values) {
+		byName[object.GetKind()+"/"+object.GetName()] = object
+	}
+	g.Expect(byName).To(HaveKey("NetworkPolicy/claimscale-expander"))
+	policy := byName["NetworkPolicy/claimscale-expander"]
+	rules, _, _ := unstructured.NestedSlice(policy.Object, "spec", "ingress")
+	g.Expect(rules).To(HaveLen(2))
+	expanderRule := rules[0].(map[string]any)
+	g.Expect(expanderRule["ports"]).To(ConsistOf(HaveKeyWithValue("port", "expander")))
+	g.Expect(expanderRule["from"]).To(ConsistOf(And(
+		HaveKeyWithValue("podSelector", HaveKeyWithValue("matchLabels", HaveKeyWithValue("app.kubernetes.io/name", "externalgrpc-cluster-autoscaler"))),
+		HaveKeyWithValue("namespaceSelector", HaveKeyWithValue("matchLabels", HaveKeyWithValue("kubernetes.io/metadata.name", "kube-system"))),
+	)), "only cluster-autoscaler's pods, in its namespace")
+	g.Expect(rules[1].(map[string]any)).NotTo(HaveKey("from"), "the other ports stay open as without a policy")
+	g.Expect(env.Client.Create(context.Background(), policy, client.DryRunAll)).To(Succeed())
+
+	service := byName["Service/claimscale-grpc"]
+	ports, _, _ := unstructured.NestedSlice(service.Object, "spec", "ports")
+	g.Expect(ports).To(ContainElement(And(HaveKeyWithValue("name", "expander"), HaveKeyWithValue("port", BeEquivalentTo(8087)))))
+	containers, _, _ := unstructured.NestedSlice(byName["Deployment/claimscale"].Object, "spec", "template", "spec", "containers")
+	g.Expect(containers[0].(map[string]any)["args"]).To(ContainElement("--grpc-expander-bind-address=:8087"))
+
+	for _, object := range helmTemplate(t, "-f", values, "--set", "externalgrpc.insecure=true,externalgrpc.certManager.enabled=false") {
+		g.Expect(object.GetKind()).NotTo(Equal("NetworkPolicy"))
+		if object.GetKind() == "Deployment" {
+			containers, _, _ := unstructured.NestedSlice(object.Object, "spec", "template", "spec", "containers")
+			g.Expect(containers[0].(map[string]any)["args"]).NotTo(ContainElement(ContainSubstring("expander")))
+		}
+	}
 }
