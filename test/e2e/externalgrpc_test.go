@@ -250,8 +250,9 @@ func TestExternalGRPCRegistrationTimeoutsAreReportedUntilTheAutoscalerDeletes(t 
 	s.g.Expect(instances()).To(BeEmpty())
 }
 
-// conflictCounter counts the API server's 409 Conflict answers to one
-// client.
+// conflictCounter counts the API server's 409 answers to one client's
+// writes of existing objects: optimistic-lock conflicts. (A create of an
+// object that exists is answered 409 AlreadyExists, which is no conflict.)
 type conflictCounter struct {
 	next      http.RoundTripper
 	conflicts atomic.Int64
@@ -262,7 +263,7 @@ type conflictCounter struct {
 
 func (c *conflictCounter) RoundTrip(request *http.Request) (*http.Response, error) {
 	response, err := c.next.RoundTrip(request)
-	if err == nil && response.StatusCode == http.StatusConflict {
+	if err == nil && response.StatusCode == http.StatusConflict && request.Method != http.MethodPost {
 		c.conflicts.Add(1)
 		c.mu.Lock()
 		c.requests = append(c.requests, request.Method+" "+request.URL.Path)
@@ -307,7 +308,7 @@ func TestExternalGRPCScaleUpOf20ClaimsWritesWithoutConflicts(t *testing.T) {
 	t.Logf("20 claims Ready %s after the increase; %d conflicts: %v", time.Since(started).Round(100*time.Millisecond), counter.conflicts.Load(), counter.conflicted())
 	s.g.Eventually(func() int { return len(s.machines()) }).Should(Equal(20))
 	s.g.Expect(launched()-before).To(BeEquivalentTo(len(s.machines())), "nodeclaims_launched_total counts each machine made once")
-	s.g.Expect(counter.conflicts.Load()).To(BeNumerically("<=", 2), "status and node writes do not conflict")
+	s.g.Expect(counter.conflicts.Load()).To(BeNumerically("<=", 1), "status and node writes do not conflict")
 }
 
 // watchLifecycles records, per claim of the scenario's pool, every
@@ -599,7 +600,7 @@ func (a *fakeAutoscaler) scaleUp(ctx context.Context, ids []string, states map[s
 			}
 			covered += perNode[id] - len(pods.Items)
 		}
-		covered += (int(state.target) - len(state.members)) * perNode[id]
+		covered += max(int(state.target)-len(state.members), 0) * perNode[id]
 	}
 	remaining := len(pending) - covered
 	if remaining <= 0 {
