@@ -74,13 +74,13 @@ func (c *cloudProvider) NodeGroups(ctx context.Context, _ *protos.NodeGroupsRequ
 			log.FromContext(ctx).Error(err, "serving no node groups for the pool", "nodePool", pool.Name)
 			continue
 		}
-		claims, err := c.claimsOf(ctx, pool.Name)
+		usage, err := c.usageOf(ctx, pool.Name)
 		if err != nil {
 			return nil, internal(err)
 		}
 		for _, shape := range shapes.served {
 			g := &group{pool: pool, shape: shape, shapes: shapes}
-			response.NodeGroups = append(response.NodeGroups, g.message(claims))
+			response.NodeGroups = append(response.NodeGroups, g.message(usage))
 		}
 	}
 	sort.Slice(response.NodeGroups, func(i, j int) bool { return response.NodeGroups[i].Id < response.NodeGroups[j].Id })
@@ -116,11 +116,11 @@ func (c *cloudProvider) NodeGroupForNode(ctx context.Context, request *protos.No
 	if g == nil {
 		return none, nil
 	}
-	claims, err := c.claimsOf(ctx, poolName)
+	usage, err := c.usageOf(ctx, poolName)
 	if err != nil {
 		return nil, internal(err)
 	}
-	return &protos.NodeGroupForNodeResponse{NodeGroup: g.message(claims)}, nil
+	return &protos.NodeGroupForNodeResponse{NodeGroup: g.message(usage)}, nil
 }
 
 // NodeGroupTargetSize counts the group's claims not being deleted.

@@ -9,7 +9,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
-	"k8s.io/apimachinery/pkg/api/resource"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/claimscale/claimscale/api/v1alpha1"
@@ -56,29 +55,19 @@ type group struct {
 
 func (g *group) id() string { return groupID(g.pool.Name, g.shape.Name) }
 
-// message describes the group for cluster-autoscaler, given the pool's
-// claims (deleted ones included). The maximum is what the pool's limits
-// leave for this shape on top of its current size, so the autoscaler's
-// estimator never plans past a limit that spans the pool's groups; the
-// pool's minNodes is the minimum of its cheapest group, less the nodes
-// its other groups hold.
-func (g *group) message(claims []v1alpha1.NodeClaim) *protos.NodeGroup {
-	size, others := int32(0), int32(0)
-	for i := range claims {
-		if !claims[i].DeletionTimestamp.IsZero() {
-			continue
-		}
-		if claims[i].Spec.Shape.Name == g.shape.Name {
-			size++
-		} else {
-			others++
-		}
-	}
+// message describes the group for cluster-autoscaler, given its pool's
+// usage. The maximum is what the pool's limits leave for this shape on top
+// of its current size, so the autoscaler's estimator never plans past a
+// limit that spans the pool's groups; the pool's minNodes is the minimum
+// of its cheapest group, less the nodes its other groups hold.
+func (g *group) message(usage poolUsage) *protos.NodeGroup {
+	size := usage.byShape[g.shape.Name]
+	others := int32(usage.nodes) - size
 	var minSize int32
 	if g.shape.Name == g.shapes.served[0].Name {
 		minSize = max(g.pool.Spec.MinNodes-others, 0)
 	}
-	maxSize := size + g.room(claims)
+	maxSize := size + g.room(usage)
 	return &protos.NodeGroup{
 		Id:      g.id(),
 		MinSize: minSize,
@@ -90,25 +79,46 @@ func (g *group) message(claims []v1alpha1.NodeClaim) *protos.NodeGroup {
 
 // room is how many more nodes of the group's shape the pool's limits
 // (nodes, cpu, memory) allow.
-func (g *group) room(claims []v1alpha1.NodeClaim) int32 {
+func (g *group) room(usage poolUsage) int32 {
 	limits := g.pool.Spec.Limits
-	var nodes int64
-	cpu, memory := resource.Quantity{}, resource.Quantity{}
-	for i := range claims {
-		if claims[i].DeletionTimestamp.IsZero() {
-			nodes++
-			cpu.Add(claims[i].Spec.Shape.CPU)
-			memory.Add(claims[i].Spec.Shape.Memory)
-		}
-	}
-	room := max(int64(*limits.Nodes)-nodes, 0)
+	room := max(int64(*limits.Nodes)-usage.nodes, 0)
 	if limits.CPU != nil && g.shape.CPU.MilliValue() > 0 {
-		room = min(room, max(limits.CPU.MilliValue()-cpu.MilliValue(), 0)/g.shape.CPU.MilliValue())
+		room = min(room, max(limits.CPU.MilliValue()-usage.milliCPU, 0)/g.shape.CPU.MilliValue())
 	}
 	if limits.Memory != nil && g.shape.Memory.Value() > 0 {
-		room = min(room, max(limits.Memory.Value()-memory.Value(), 0)/g.shape.Memory.Value())
+		room = min(room, max(limits.Memory.Value()-usage.memory, 0)/g.shape.Memory.Value())
 	}
 	return int32(room)
+}
+
+// poolUsage is what a pool's live claims hold, in shapes.
+type poolUsage struct {
+	nodes    int64
+	milliCPU int64
+	memory   int64
+	byShape  map[string]int32
+}
+
+// usageOf totals a pool's claims that are not being deleted. It reads the
+// cache's objects without copying them (it only counts): it runs for every
+// node on every loop of the autoscaler.
+func (c *cloudProvider) usageOf(ctx context.Context, pool string) (poolUsage, error) {
+	var list v1alpha1.NodeClaimList
+	if err := c.kube.List(ctx, &list, client.MatchingFields{index.NodeClaimNodePool: pool}, client.UnsafeDisableDeepCopy); err != nil {
+		return poolUsage{}, fmt.Errorf("listing claims of NodePool %s: %w", pool, err)
+	}
+	usage := poolUsage{byShape: map[string]int32{}}
+	for i := range list.Items {
+		claim := &list.Items[i]
+		if !claim.DeletionTimestamp.IsZero() {
+			continue
+		}
+		usage.nodes++
+		usage.milliCPU += claim.Spec.Shape.CPU.MilliValue()
+		usage.memory += claim.Spec.Shape.Memory.Value()
+		usage.byShape[claim.Spec.Shape.Name]++
+	}
+	return usage, nil
 }
 
 // groupPool returns a pool whose shapes are served, or nil when there is
