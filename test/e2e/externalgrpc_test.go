@@ -169,6 +169,14 @@ func TestExternalGRPCSampleWorkloadGetsNoMoreNodesThanNative(t *testing.T) {
 	s.createPool(samplePool)
 	s.createDeployment("web", 20, "1", nil)
 	autoscaler := newFakeAutoscaler(t, s, serving)
+	// cluster-autoscaler looks every 10 s (--scan-interval), so its loop
+	// sees the whole Deployment pending, not the first pods the
+	// ReplicaSet controller makes: the fake's faster loop starts once
+	// all are.
+	s.g.Eventually(func() (int, error) {
+		pending, err := autoscaler.pendingPods(s.ctx)
+		return len(pending), err
+	}).Should(Equal(20))
 	stopLoop := autoscaler.run()
 	defer stopLoop()
 	s.g.Eventually(func() int { return s.runningPods("web") }).Should(Equal(20), "all pods Running")
@@ -247,7 +255,7 @@ func TestExternalGRPCRegistrationTimeoutsAreReportedUntilTheAutoscalerDeletes(t 
 	_, err = ca.NodeGroupDeleteNodes(s.ctx, &protos.NodeGroupDeleteNodesRequest{Id: id, Nodes: standIns})
 	s.g.Expect(err).NotTo(HaveOccurred())
 	s.g.Eventually(func() int { return len(s.claims()) }).Should(BeZero(), "deleted once the autoscaler asked")
-	s.g.Expect(instances()).To(BeEmpty())
+	s.g.Eventually(instances).Should(BeEmpty(), "and no longer reported")
 }
 
 // conflictCounter counts the API server's 409 answers to one client's
