@@ -34,6 +34,8 @@ import (
 	"github.com/claimscale/claimscale/internal/operator"
 	"github.com/claimscale/claimscale/internal/scheme"
 	"github.com/claimscale/claimscale/internal/testenv"
+	"github.com/claimscale/claimscale/pkg/provider"
+	"github.com/claimscale/claimscale/pkg/provider/simulated"
 )
 
 // grpcServing is an operator in externalgrpc mode on 127.0.0.1: the
@@ -256,6 +258,68 @@ func TestExternalGRPCRegistrationTimeoutsAreReportedUntilTheAutoscalerDeletes(t 
 	s.g.Expect(err).NotTo(HaveOccurred())
 	s.g.Eventually(func() int { return len(s.claims()) }).Should(BeZero(), "deleted once the autoscaler asked")
 	s.g.Eventually(instances).Should(BeEmpty(), "and no longer reported")
+}
+
+// A shape the provider has no capacity for: the claim is kept, Failed,
+// and reported as an out-of-resources instance (class 1, which backs the
+// group off) until the autoscaler deletes it; the other shape's group is
+// untouched.
+func TestExternalGRPCNoCapacityIsReportedAsOutOfResources(t *testing.T) {
+	full := provider.NewRegistry()
+	realFactory := simulated.NewFactory(simulated.Config{ExternalRegistrar: true})
+	full.Register(v1alpha1.ProviderTypeSimulated, func(ctx context.Context, np *v1alpha1.NodeProvider, opts provider.Options) (provider.Provider, error) {
+		machines, err := realFactory(ctx, np, opts)
+		if err != nil {
+			return nil, err
+		}
+		return &noCapacityFor{Provider: machines, shape: "c8"}, nil
+	})
+	serving := startExternalGRPC(t, operatorOptions{registry: full})
+	s := newScenario(t, "ca-full")
+	defer s.cleanup()
+	s.createProvider(v1alpha1.SimulatedSettings{})
+	s.createPool(func(pool *v1alpha1.NodePool) {
+		pool.Spec.Shapes.Fixed = append(pool.Spec.Shapes.Fixed, v1alpha1.Shape{Name: "c8", CPU: qty("8"), Memory: qty("32Gi"), Price: "0.2"})
+	})
+	ca := newFakeAutoscaler(t, s, serving).ca
+	_, err := ca.NodeGroupIncreaseSize(s.ctx, &protos.NodeGroupIncreaseSizeRequest{Id: s.name + "/c8", Delta: 1})
+	s.g.Expect(err).NotTo(HaveOccurred())
+	instances := func() []*protos.Instance {
+		response, err := ca.NodeGroupNodes(s.ctx, &protos.NodeGroupNodesRequest{Id: s.name + "/c8"})
+		s.g.Expect(err).NotTo(HaveOccurred())
+		return response.GetInstances()
+	}
+	s.g.Eventually(instances).Should(ConsistOf(And(
+		HaveField("Status.ErrorInfo.ErrorCode", externalgrpc.ErrorCodeInsufficientCapacity),
+		HaveField("Status.ErrorInfo.InstanceErrorClass", BeEquivalentTo(1)),
+	)))
+	s.g.Eventually(func() bool {
+		claims := s.claims()
+		return len(claims) == 1 && meta.IsStatusConditionTrue(claims[0].Status.Conditions, v1alpha1.ConditionFailed)
+	}).Should(BeTrue(), "the claim is kept, Failed")
+	s.g.Consistently(func() int { return len(s.claims()) }, 2*time.Second, 250*time.Millisecond).Should(Equal(1),
+		"neither deleted nor replaced before the autoscaler says so")
+	s.g.Expect(s.machines()).To(BeEmpty())
+
+	id := instances()[0].GetId()
+	_, err = ca.NodeGroupDeleteNodes(s.ctx, &protos.NodeGroupDeleteNodesRequest{Id: s.name + "/c8", Nodes: []*protos.ExternalGrpcNode{{
+		Name: id, ProviderID: id, Annotations: map[string]string{"k8s.io/cluster-autoscaler/fake-node-reason": "create-error"},
+	}}})
+	s.g.Expect(err).NotTo(HaveOccurred())
+	s.g.Eventually(func() int { return len(s.claims()) }).Should(BeZero())
+}
+
+// noCapacityFor is a provider with no capacity for one shape.
+type noCapacityFor struct {
+	provider.Provider
+	shape string
+}
+
+func (n *noCapacityFor) Create(ctx context.Context, claim *v1alpha1.NodeClaim, opts provider.CreateOptions) (*provider.Instance, error) {
+	if claim.Spec.Shape.Name == n.shape {
+		return nil, provider.NewInsufficientCapacity(fmt.Errorf("no host has room for shape %s", n.shape))
+	}
+	return n.Provider.Create(ctx, claim, opts)
 }
 
 // conflictCounter counts the API server's 409 answers to one client's
