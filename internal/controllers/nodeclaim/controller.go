@@ -170,12 +170,13 @@ func (c *Controller) summarizeReady(claim *v1alpha1.NodeClaim) {
 	c.setCondition(claim, v1alpha1.ConditionReady, metav1.ConditionTrue, "Ready", "node "+claim.Status.NodeName+" is ready")
 }
 
-// lifecycleConditions are the claim conditions this controller writes.
-// Disruption writes the others (Drifted, Empty, Consolidatable,
-// Disrupting) into the same list.
-var lifecycleConditions = map[string]bool{
-	v1alpha1.ConditionLaunched: true, v1alpha1.ConditionRegistered: true, v1alpha1.ConditionInitialized: true,
-	v1alpha1.ConditionReady: true, v1alpha1.ConditionFailed: true, v1alpha1.ConditionTerminating: true,
+// disruptionConditions are the claim conditions the disruption controller
+// writes into the same list. Every other status field and condition is the
+// lifecycle's, so a field added to the status later is applied without
+// anyone having to remember a list.
+var disruptionConditions = map[string]bool{
+	v1alpha1.ConditionDrifted: true, v1alpha1.ConditionEmpty: true,
+	v1alpha1.ConditionConsolidatable: true, v1alpha1.ConditionDisrupting: true,
 }
 
 // statusWriteSettle bounds how long a status write waits for the cache to
@@ -220,14 +221,13 @@ func (c *Controller) writeStatus(ctx context.Context, stored, claim *v1alpha1.No
 	return nil
 }
 
-// ownedStatus is the part of a claim's status this controller writes.
+// ownedStatus is the part of a claim's status the lifecycle applies: all of
+// it but disruption's conditions.
 func ownedStatus(claim *v1alpha1.NodeClaim) v1alpha1.NodeClaimStatus {
-	owned := v1alpha1.NodeClaimStatus{
-		ProviderID: claim.Status.ProviderID, NodeName: claim.Status.NodeName,
-		Capacity: claim.Status.Capacity, Allocatable: claim.Status.Allocatable,
-	}
+	owned := *claim.Status.DeepCopy()
+	owned.Conditions = nil
 	for _, condition := range claim.Status.Conditions {
-		if lifecycleConditions[condition.Type] {
+		if !disruptionConditions[condition.Type] {
 			owned.Conditions = append(owned.Conditions, condition)
 		}
 	}
