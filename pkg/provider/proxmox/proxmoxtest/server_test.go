@@ -77,7 +77,7 @@ func TestServerAnswersLikeProxmox(t *testing.T) {
 	}
 
 	resp, env = call(http.MethodPost, "/nodes/pve/qemu/9000/clone", `{"newid":100}`, true)
-	if resp.StatusCode != http.StatusInternalServerError || resp.Status != "500 VM 100 already exists on node 'pve'" || env["data"] != nil {
+	if resp.StatusCode != http.StatusInternalServerError || resp.Status != "500 unable to create VM 100: config file already exists" || env["data"] != nil {
 		t.Errorf("cloning onto a taken ID answered %q with %v, want the reason in the status line and data null", resp.Status, env)
 	}
 }
