@@ -191,7 +191,20 @@ func cloudInitISO(userData []byte, metaData string) ([]byte, error) {
 	if _, err := img.Seek(0, io.SeekStart); err != nil {
 		return nil, err
 	}
-	return io.ReadAll(img)
+	image, err := io.ReadAll(img)
+	if err != nil {
+		return nil, err
+	}
+	// ISO 9660 pads identifiers with spaces; go-diskfs pads the volume
+	// identifier (primary volume descriptor, sector 16, bytes 40-71) with
+	// NULs, which some readers keep in the label.
+	const volumeID = 16*2048 + 40
+	if len(image) >= volumeID+32 {
+		for i := volumeID + len("cidata"); i < volumeID+32; i++ {
+			if image[i] == 0 {
+				image[i] = ' '
+			}
+		}
+	}
+	return image, nil
 }
-
-

@@ -517,7 +517,8 @@ func (p *Provider) setTags(ctx context.Context, node string, vmid int, tags stri
 var tagRefused = regexp.MustCompile(`Sys\.Modify for modifying tag '([^']*)'`)
 
 // classifyTags is classify with a clear message for tags the datacenter's
-// tag policy refuses: retrying cannot help until the policy changes.
+// tag policy refuses and for a missing resource pool: retrying cannot help
+// until the policy or the pool changes.
 func (p *Provider) classifyTags(err error, format string, args ...any) error {
 	var failed *apiError
 	if errors.As(err, &failed) && failed.Code == 403 {
@@ -525,6 +526,9 @@ func (p *Provider) classifyTags(err error, format string, args ...any) error {
 			return provider.NewTerminal(fmt.Errorf("%s: the Proxmox datacenter's tag policy refuses tag %q to the %s: allow the claimscale-cluster., claimscale-pool. and claimscale-claim. tags (Datacenter > Options > User Tag Access: user-allow free, or list them), or grant Sys.Modify on /; a VM already made keeps its ownership in its description and is removed with its claim",
 				fmt.Sprintf(format, args...), m[1], p.api.principal))
 		}
+	}
+	if errors.As(err, &failed) && strings.Contains(failed.Message, "pool '") && strings.Contains(failed.Message, "does not exist") {
+		return provider.NewTerminal(fmt.Errorf("%s: spec.proxmox.pool %q is not a resource pool of the Proxmox cluster (create it under Datacenter > Permissions > Pools): %s", fmt.Sprintf(format, args...), p.settings.pool, failed.Message))
 	}
 	return p.api.classify(err, format, args...)
 }

@@ -104,6 +104,11 @@ type Node struct {
 	UsedMemoryMiB int64
 	// CPULoad is the share of the CPUs in use, 0 to 1.
 	CPULoad float64
+	// StartableMemoryMiB is the memory QEMU can really get on the node
+	// (page cache, a ZFS ARC or hugepages may hold what the node reports
+	// free); a start beyond it fails. 0 means MemoryMiB. An assumption:
+	// the kernel's overcommit rules decide this on a real host.
+	StartableMemoryMiB int64
 }
 
 // VM is a guest of the fake cluster. Config holds its options as Proxmox
@@ -1142,7 +1147,7 @@ func (s *Server) startVM(c *call) (any, *apiError) {
 		t := s.tasks[upid]
 		t.exit = fmt.Sprintf("volume '%s' does not exist", missing)
 		t.log = append(t.log, "TASK ERROR: "+t.exit)
-	} else if n := s.node(vm.Node); n != nil && s.usedMemory(n)+atoi(vm.Config["memory"], 512)*mib > n.MemoryMiB*mib {
+	} else if n := s.node(vm.Node); n != nil && s.usedMemory(n)+atoi(vm.Config["memory"], 512)*mib > orDefaultInt(n.StartableMemoryMiB, n.MemoryMiB)*mib {
 		t := s.tasks[upid]
 		t.exit = "start failed: QEMU exited with code 1"
 		t.log = append(t.log, "kvm: cannot set up guest memory 'pc.ram': Cannot allocate memory", "TASK ERROR: "+t.exit)
@@ -1472,6 +1477,13 @@ func atoi(s string, def int64) int64 {
 		return def
 	}
 	return n
+}
+
+func orDefaultInt(v, def int64) int64 {
+	if v == 0 {
+		return def
+	}
+	return v
 }
 
 func boolInt(b bool) int {
