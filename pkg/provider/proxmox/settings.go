@@ -331,9 +331,15 @@ func parseCredentials(data map[string][]byte) (*credentials, error) {
 	return c, nil
 }
 
+// ceilDiv divides rounding up, without the overflow of (a+b-1)/b near the
+// int64 bound.
 func ceilDiv(a, b int64) int64 {
 	if a <= 0 {
 		return 0
 	}
-	return (a + b - 1) / b
+	q := a / b
+	if a%b != 0 {
+		q++
+	}
+	return q
 }
