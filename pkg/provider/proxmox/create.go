@@ -114,8 +114,11 @@ func (p *Provider) launch(ctx context.Context, log logr.Logger, claim *v1alpha1.
 		return nil, p.api.classify(err, "listing VMs")
 	}
 	existing, err := p.findClaimVM(ctx, log, vms, claim.Name)
-	if err != nil || existing != nil {
-		return &launch{existing: existing}, err
+	if err != nil {
+		return nil, err
+	}
+	if existing != nil {
+		return &launch{existing: existing}, nil
 	}
 
 	var nodes pmx.NodeStatuses
