@@ -314,13 +314,15 @@ func (p *Provider) templates(vms []vmResource) map[string]*vmResource {
 	out := map[string]*vmResource{}
 	for i := range vms {
 		vm := &vms[i]
-		if vm.Type != "qemu" || vm.Template == 0 {
+		if vm.Type != "qemu" {
 			continue
 		}
+		// The template flag and the name come from pvestatd and lag; a
+		// template named by ID is taken without its flag.
 		switch {
 		case c.templateID != 0 && vm.VMID == c.templateID:
 			out[""] = vm
-		case c.templateName != "" && vm.Name == c.templateName:
+		case c.templateName != "" && vm.Template != 0 && vm.Name == c.templateName:
 			if prev := out[vm.Node]; prev == nil || vm.VMID < prev.VMID {
 				out[vm.Node] = vm
 			}
@@ -582,14 +584,30 @@ func (p *Provider) start(ctx context.Context, node string, vmid int) error {
 		return nil
 	}
 	if p.outOfMemory(ctx, err) {
-		// The VM is ours and stopped; it goes, so that the claim's next
-		// VM can be made on another node.
-		if derr := p.destroy(ctx, node, vmid); derr != nil {
-			return p.api.classify(derr, "removing VM %d on %s, which could not start for lack of memory", vmid, node)
+		// The VM is ours and stopped; it goes, with its cloud-init ISO, so
+		// that the claim's next VM can be made on another node.
+		if derr := p.discard(ctx, node, vmid); derr != nil {
+			return derr
 		}
 		return &memoryShortError{node: node, vmid: vmid}
 	}
 	return p.api.classify(err, "starting VM %d on %s", vmid, node)
+}
+
+// discard removes a stopped VM of ours that could not start, and its
+// cloud-init ISO.
+func (p *Provider) discard(ctx context.Context, node string, vmid int) error {
+	cfg, err := p.vmConfig(ctx, node, vmid)
+	if err == nil {
+		err = p.removeUserData(ctx, node, cfg)
+	}
+	if err == nil {
+		err = p.destroy(ctx, node, vmid)
+	}
+	if err != nil && !notExists(err) {
+		return p.api.classify(err, "removing VM %d on %s, which could not start for lack of memory", vmid, node)
+	}
+	return nil
 }
 
 // outOfMemory says whether a failed start failed because QEMU could not

@@ -130,8 +130,9 @@ func newProvider(np *v1alpha1.NodeProvider, opts provider.Options, t Tuning) (*P
 	}
 	redact := strings.NewReplacer(redactions...)
 
+	httpClient := newHTTPClient(s, creds, t.Clock, redact)
 	clientOpts := []pmx.Option{
-		pmx.WithHTTPClient(newHTTPClient(s, creds, t.Clock, redact)),
+		pmx.WithHTTPClient(httpClient),
 		pmx.WithUserAgent("claimscale"),
 		pmx.WithLogger(discardLogger{}),
 	}
@@ -140,8 +141,6 @@ func newProvider(np *v1alpha1.NodeProvider, opts provider.Options, t Tuning) (*P
 		clientOpts = append(clientOpts, pmx.WithAPIToken(creds.tokenID, creds.tokenSecret))
 		principal = "token"
 	}
-	httpClient := newHTTPClient(s, creds, t.Clock, redact)
-	clientOpts[0] = pmx.WithHTTPClient(httpClient)
 	a := &api{pve: pmx.NewClient(s.endpoint, clientOpts...), principal: principal, redact: redact, http: httpClient, endpoint: s.endpoint}
 	if creds.tokenID != "" {
 		a.token = creds.tokenID + "=" + creds.tokenSecret
@@ -371,13 +370,15 @@ func (p *Provider) Delete(ctx context.Context, providerID string) error {
 		}
 	}
 
+	// The cloud-init ISO goes first: once the VM is gone, nothing would
+	// name it any more.
+	if err := p.removeUserData(ctx, vm.Node, cfg); err != nil {
+		return err
+	}
 	if err := p.destroy(ctx, vm.Node, vmid); err != nil && !notExists(err) {
 		return p.api.classify(err, "destroying VM %d on %s", vmid, vm.Node)
 	}
 	log.Info("destroyed VM", "nodeclaim", m.claim)
-	if err := p.removeUserData(ctx, vm.Node, cfg); err != nil {
-		return err
-	}
 	return nil
 }
 

@@ -212,10 +212,14 @@ func TestAStartShortOfMemoryMovesToAnotherNode(t *testing.T) {
 	nodes := defaultNodes()
 	nodes[0].StartableMemoryMiB = 9 << 10 // pve1 reports 56 GiB free, QEMU gets 1 GiB
 	api := fakeAPI(t, nodes...)
+	api.AddStorage(proxmoxtest.Storage{Name: "local", Content: []string{"iso"}})
 	p := newProvider(t, api, cloneProvider(api.Endpoint()))
-	inst, err := p.Create(ctx, claim("workers-mem", "2", "4Gi"), provider.CreateOptions{})
+	inst, err := p.Create(ctx, claim("workers-mem", "2", "4Gi"), provider.CreateOptions{UserData: []byte("#cloud-config\n")})
 	if err != nil {
 		t.Fatalf("Create: %v", err)
+	}
+	if got := api.RequestsTo(http.MethodDelete, `^/nodes/pve1/storage/local/content/`); len(got) != 1 {
+		t.Errorf("the cloud-init ISO of the VM that could not start was deleted %d times, want once", len(got))
 	}
 	got := vmsInRange(api)
 	if len(got) != 1 || got[0].Node != "pve2" || got[0].Status != "running" || inst.Labels["topology.kubernetes.io/zone"] != "pve2" {
