@@ -223,6 +223,9 @@ func (p *Provider) findClaimVM(ctx context.Context, log logr.Logger, vms []vmRes
 		if vm.Type != "qemu" {
 			continue
 		}
+		if vm.Lock == "clone" || vm.Lock == "create" {
+			locked[vm.VMID] = true
+		}
 		if m := markersFromTags(vm.Tags); m.cluster != "" {
 			if m.ownedBy(p.cluster) && m.claim == claim && (found == nil || vm.VMID < found.vm.VMID) {
 				found = &claimVM{vm: vm}
@@ -239,17 +242,19 @@ func (p *Provider) findClaimVM(ctx context.Context, log logr.Logger, vms []vmRes
 		if err != nil {
 			return nil, p.api.classify(err, "reading VM %d on %s", vm.VMID, vm.Node)
 		}
+		lock := orDefault(cfg.Lock, vm.Lock)
+		if lock == "clone" || lock == "create" {
+			locked[vm.VMID] = true
+		}
 		if m := cfg.markers(); m.cluster != "" {
 			if m.ownedBy(p.cluster) && m.claim == claim && (found == nil || vm.VMID < found.vm.VMID) {
 				found = &claimVM{vm: vm, cfg: cfg}
 			}
 			continue
 		}
-		lock := orDefault(cfg.Lock, vm.Lock)
-		if lock != "clone" && lock != "create" {
+		if !locked[vm.VMID] {
 			continue
 		}
-		locked[vm.VMID] = true
 		if owner, ok := p.launched[vm.VMID]; ok && owner != claim {
 			continue
 		}
@@ -288,8 +293,8 @@ func (p *Provider) staleLock(vmid int) bool {
 	return p.clock.Since(first) >= p.staleLockAfter
 }
 
-// forgetLocks drops what is remembered of VMs no longer locked. Callers
-// hold p.mu.
+// forgetLocks drops what is remembered of VMs no longer locked (or gone).
+// Callers hold p.mu.
 func (p *Provider) forgetLocks(locked map[int]bool) {
 	for vmid := range p.lockSeen {
 		if !locked[vmid] {

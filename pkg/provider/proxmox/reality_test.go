@@ -150,6 +150,30 @@ func TestAStaleCloneLockBlocksCreateOnlyUntilTheDeadline(t *testing.T) {
 	}
 }
 
+func TestTheClaimsOwnStaleLockedVMIsReported(t *testing.T) {
+	ctx, _ := loggingContext(t)
+	api := fakeAPI(t)
+	clk := clocktesting.NewFakeClock(time.Now())
+	p := clockedProvider(t, api, cloneProvider(api.Endpoint()), clk)
+	// The claim's clone got its first disk and description, then its node
+	// crashed (before a restart of claimscale).
+	api.AddVM(proxmoxtest.VM{VMID: 1002, Node: "pve1", Lock: "clone", Config: map[string]string{
+		"name": "workers-stuck", "description": "claimscale.io/cluster=" + clusterName + "\nclaimscale.io/nodepool=workers\nclaimscale.io/nodeclaim=workers-stuck\n",
+	}})
+	_, err := p.Create(ctx, claim("workers-stuck", "2", "4Gi"), provider.CreateOptions{})
+	if !provider.IsRetryable(err) || !strings.Contains(err.Error(), "still working on it") {
+		t.Fatalf("Create while the claim's clone is locked = %v, want a wait", err)
+	}
+	clk.Step(5 * time.Minute)
+	_, err = p.Create(ctx, claim("workers-stuck", "2", "4Gi"), provider.CreateOptions{})
+	if !provider.IsRetryable(err) || !strings.Contains(err.Error(), "qm unlock 1002") {
+		t.Fatalf("Create past the deadline = %v, want a report saying to run qm unlock 1002", err)
+	}
+	if got := vmsInRange(api); len(got) != 1 {
+		t.Fatalf("VMs = %+v, want no second VM for the claim", got)
+	}
+}
+
 func TestAStaleLockedVMOfOursIsListedAndDeletedOnceUnlocked(t *testing.T) {
 	ctx, _ := loggingContext(t)
 	api := fakeAPI(t)
