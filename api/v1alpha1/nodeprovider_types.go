@@ -108,10 +108,31 @@ type ProxmoxSettings struct {
 	NetworkInterfaces []ProxmoxNetworkInterface `json:"networkInterfaces,omitempty"`
 
 	// CICustom is passed as the VM's cicustom option, e.g.
-	// "user=local:snippets/join.yaml": one snippet shared by all VMs, so no
-	// secret is baked into the image.
+	// "user=local:snippets/join.yaml": one snippet shared by all VMs, used
+	// when the pool renders no per-claim user data.
 	// +optional
 	CICustom string `json:"cicustom,omitempty"`
+
+	// CloudInitStorage is the storage (with content type iso) the per-claim
+	// cloud-init drive is uploaded to, when the pool renders user data: an
+	// ISO with the volume label cidata, attached as a CD-ROM and deleted
+	// with the VM. Defaults to local.
+	// +optional
+	// +kubebuilder:validation:MaxLength=64
+	CloudInitStorage string `json:"cloudInitStorage,omitempty"`
+
+	// CloudInitDrive is the VM option the cloud-init ISO is attached as.
+	// Defaults to ide3 (templates often hold their own cloud-init drive in
+	// ide2).
+	// +optional
+	// +kubebuilder:validation:Pattern=`^(ide[0-3]|sata[0-5]|scsi([0-9]|[12][0-9]|30))$`
+	CloudInitDrive string `json:"cloudInitDrive,omitempty"`
+
+	// Pool is the Proxmox resource pool every VM is added to, so that the
+	// API token's privileges can be granted on the pool alone.
+	// +optional
+	// +kubebuilder:validation:MaxLength=64
+	Pool string `json:"pool,omitempty"`
 
 	// MemoryOverhead is added to each VM's memory on top of the shape's, for
 	// what the guest kernel keeps to itself.
@@ -139,15 +160,47 @@ type VMIDRange struct {
 	Upper int32 `json:"upper"`
 }
 
-// ProxmoxClone clones each VM from a template.
+// ProxmoxClone clones each VM from a template: one template for the
+// whole cluster (templateID, on shared storage), a template per Proxmox
+// node (nodeTemplates, for local storage), or the template of a given name
+// on the node the VM goes to (templateName).
+//
+// +kubebuilder:validation:XValidation:rule="has(self.templateID) || has(self.templateName) || (has(self.nodeTemplates) && size(self.nodeTemplates) > 0)",message="one of templateID, templateName or nodeTemplates must be set"
+// +kubebuilder:validation:XValidation:rule="!(has(self.templateID) && has(self.templateName))",message="templateID and templateName are exclusive"
 type ProxmoxClone struct {
-	// TemplateID is the VM ID of the template to clone.
+	// TemplateID is the VM ID of the template to clone, for nodes that
+	// nodeTemplates does not name.
+	// +optional
 	// +kubebuilder:validation:Minimum=100
-	TemplateID int32 `json:"templateID"`
+	TemplateID int32 `json:"templateID,omitempty"`
+	// TemplateName is the name of the template to clone, looked up on the
+	// Proxmox node the VM goes to; only nodes with such a template are used.
+	// +optional
+	// +kubebuilder:validation:MaxLength=128
+	TemplateName string `json:"templateName,omitempty"`
+	// NodeTemplates names the template of each Proxmox node, for clusters
+	// whose templates sit on local storage: a VM is cloned from the
+	// template of the node it goes to, and only these nodes (or every node,
+	// when templateID is set too) are used.
+	// +optional
+	// +listType=map
+	// +listMapKey=node
+	// +kubebuilder:validation:MaxItems=64
+	NodeTemplates []ProxmoxNodeTemplate `json:"nodeTemplates,omitempty"`
 	// Full makes a full clone; false makes a linked clone.
 	// +optional
 	// +kubebuilder:default=true
 	Full *bool `json:"full,omitempty"`
+}
+
+// ProxmoxNodeTemplate is the template of one Proxmox node.
+type ProxmoxNodeTemplate struct {
+	// Node is the Proxmox node's name.
+	// +kubebuilder:validation:MinLength=1
+	Node string `json:"node"`
+	// TemplateID is the VM ID of the template on that node.
+	// +kubebuilder:validation:Minimum=100
+	TemplateID int32 `json:"templateID"`
 }
 
 // ProxmoxNetboot makes blank VMs that boot from the network.

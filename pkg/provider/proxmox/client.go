@@ -283,6 +283,11 @@ type api struct {
 	// redact replaces the credentials' values, which may turn up in a
 	// message (a task's UPID names the token, for one).
 	redact *strings.Replacer
+	// http, endpoint and token make the requests go-proxmox cannot (a
+	// multipart upload with a context).
+	http     *http.Client
+	endpoint string
+	token    string
 }
 
 // do runs one call against the API and returns the failed response it

@@ -6,6 +6,8 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
+	"net/url"
+	"regexp"
 	"strconv"
 	"strings"
 	"time"
@@ -26,20 +28,39 @@ const lockedRetryAfter = 10 * time.Second
 // VM of the claim that exists already, or a new one whose making has begun.
 type launch struct {
 	// existing is set when the claim's VM exists already.
-	existing    *vmResource
-	existingCfg *vmConfig
+	existing *claimVM
 
 	vmid int
 	node string
 	task *pmx.Task
-	// templateTags are the tags a clone inherits.
-	templateTags string
+	// template is what the VM is cloned from, nil for netboot.
+	template *templateInfo
+}
+
+// claimVM is a VM found to carry a claim's markers.
+type claimVM struct {
+	vm  vmResource
+	cfg *vmConfig
+}
+
+// templateInfo is the template a clone copies, with what the clone
+// inherits from it.
+type templateInfo struct {
+	vmid int
+	node string
+	tags string
+	// protected templates make protected clones, which cannot be destroyed
+	// until the flag is cleared.
+	protected bool
 }
 
 // Create makes the claim's VM, or adopts it when it exists already (a retry
-// or a restart after a crash): a VM named after the claim that carries our
-// markers. A new VM is cloned from the template or made blank for netboot,
-// with the markers in the call that makes it, then sized and started.
+// or a restart after a crash): a VM whose tags, or whose description, carry
+// the claim's markers. /cluster/resources shows names late (pvestatd
+// publishes them every 10 s), so a VM is never found by its name. A new VM
+// is cloned from the chosen node's template or made blank for netboot, with
+// the markers in the call that makes it, then tagged, sized, given its
+// cloud-init drive and started.
 func (p *Provider) Create(ctx context.Context, claim *v1alpha1.NodeClaim, opts provider.CreateOptions) (*provider.Instance, error) {
 	want, err := p.sizeOf(claim)
 	if err != nil {
@@ -49,34 +70,42 @@ func (p *Provider) Create(ctx context.Context, claim *v1alpha1.NodeClaim, opts p
 	log := logf.FromContext(ctx).WithValues("nodeclaim", claim.Name)
 
 	taken := map[int]bool{}
+	avoid := map[string]bool{}
 	for {
-		l, err := p.launch(ctx, claim, m, want, taken)
+		l, err := p.launch(ctx, log, claim, m, want, taken, avoid)
 		if err != nil {
 			return nil, err
 		}
+		var inst *provider.Instance
 		if l.existing != nil {
-			return p.adopt(ctx, log, *l.existing, l.existingCfg, m, want)
+			inst, err = p.adopt(ctx, log, l.existing, m, want, opts)
+		} else {
+			inst, err = p.finish(ctx, log, l, m, want, opts)
+			p.release(l.vmid)
 		}
-		inst, err := p.finish(ctx, log, l, m, want)
-		p.release(l.vmid)
-		// Proxmox may find the ID taken only inside the task, when another
-		// client made that VM after it checked; the next ID is tried then.
-		if err != nil && idTaken(err) && len(taken) < maxIDConflicts {
-			log.V(1).Info("VM ID taken while the VM was made, trying the next", "vmid", l.vmid)
+		var short *memoryShortError
+		switch {
+		case err == nil:
+			return inst, nil
+		case l.existing == nil && idTaken(err) && len(taken) < maxIDConflicts:
+			// Proxmox finds an ID taken on another node only inside the
+			// clone task, when pmxcfs refuses the config file.
+			log.V(1).Info("VM ID taken on another node, trying the next", "vmid", l.vmid)
 			taken[l.vmid] = true
-			continue
-		}
-		if err != nil {
+			p.forget(l.vmid)
+		case errors.As(err, &short):
+			log.Info("Proxmox node lacks the memory to start the VM; the VM is removed and another node tried", "proxmoxNode", short.node)
+			avoid[short.node] = true
+		default:
 			return nil, err
 		}
-		return inst, nil
 	}
 }
 
 // launch looks for the claim's VM and, when there is none, chooses a node
 // and a free VM ID and calls Proxmox to make the VM. It holds p.mu so that
 // concurrent Creates see each other's choices.
-func (p *Provider) launch(ctx context.Context, claim *v1alpha1.NodeClaim, m markers, want size, taken map[int]bool) (*launch, error) {
+func (p *Provider) launch(ctx context.Context, log logr.Logger, claim *v1alpha1.NodeClaim, m markers, want size, taken map[int]bool, avoid map[string]bool) (*launch, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 
@@ -84,41 +113,49 @@ func (p *Provider) launch(ctx context.Context, claim *v1alpha1.NodeClaim, m mark
 	if err != nil {
 		return nil, p.api.classify(err, "listing VMs")
 	}
-	if err := p.waitForNamelessVMs(vms, claim.Name); err != nil {
+	existing, err := p.findClaimVM(ctx, log, vms, claim.Name)
+	if err != nil {
 		return nil, err
 	}
-	for _, vm := range vms {
-		if !vm.isVM() || vm.Name != claim.Name {
-			continue
-		}
-		found, cfg, err := p.ownership(ctx, vm)
-		if err != nil {
-			return nil, p.api.classify(err, "reading VM %d on %s, named like NodeClaim %s", vm.VMID, vm.Node, claim.Name)
-		}
-		if found.ownedBy(p.cluster) && found.claim == claim.Name {
-			return &launch{existing: &vm, existingCfg: cfg}, nil
-		}
+	if existing != nil {
+		return &launch{existing: existing}, nil
 	}
 
 	var nodes pmx.NodeStatuses
 	if err := p.api.do(ctx, func(ctx context.Context) (err error) { nodes, err = p.api.pve.Nodes(ctx); return err }); err != nil {
 		return nil, p.api.classify(err, "listing Proxmox nodes")
 	}
-	node, err := placement{nodes: nodes, vms: vms, inflight: p.inflight}.choose(p.settings.allows(claim), want)
+	allowed := p.settings.allows(claim)
+	templates := p.templates(vms)
+	if p.settings.clone != nil && len(templates) == 0 {
+		return nil, provider.NewTerminal(fmt.Errorf("no template of spec.proxmox.clone found in the Proxmox cluster (%s), or the %s lacks VM.Audit on it", p.settings.clone.describe(), p.api.principal))
+	}
+	usable := func(node string) bool {
+		if !allowed(node) || avoid[node] {
+			return false
+		}
+		if p.settings.clone == nil {
+			return true
+		}
+		_, ok := templates[node]
+		return ok || templates[""] != nil
+	}
+	node, err := placement{nodes: nodes, vms: vms, inflight: p.inflight, pool: m.pool, avoid: avoid}.choose(usable, want)
 	if err != nil {
 		return nil, provider.NewInsufficientCapacity(err)
 	}
 
-	var template *vmResource
+	var template *templateInfo
 	if p.settings.clone != nil {
-		for i := range vms {
-			if vms[i].VMID == p.settings.clone.templateID && vms[i].Type == "qemu" {
-				template = &vms[i]
-			}
+		t := templates[node]
+		if t == nil {
+			t = templates[""]
 		}
-		if template == nil {
-			return nil, provider.NewTerminal(fmt.Errorf("template VM %d not found in the Proxmox cluster (or the %s lacks VM.Audit on it)", p.settings.clone.templateID, p.api.principal))
+		cfg, err := p.vmConfig(ctx, t.Node, t.VMID)
+		if err != nil {
+			return nil, p.api.classify(err, "reading template %d on %s", t.VMID, t.Node)
 		}
+		template = &templateInfo{vmid: t.VMID, node: t.Node, tags: cfg.Tags, protected: cfg.Protection != 0}
 	}
 
 	used := map[int]bool{}
@@ -132,11 +169,19 @@ func (p *Provider) launch(ctx context.Context, claim *v1alpha1.NodeClaim, m mark
 		if used[vmid] || taken[vmid] {
 			continue
 		}
+		// Noted before the call: when its answer is lost, the VM it made
+		// is still known to be this claim's.
+		p.launched[vmid] = claim.Name
 		var task *pmx.Task
 		if template != nil {
-			task, err = p.cloneCall(ctx, *template, vmid, node, m)
+			task, err = p.cloneCall(ctx, template, vmid, node, m)
 		} else {
 			task, err = p.createCall(ctx, vmid, node, m, want)
+		}
+		var refused *apiError
+		if errors.As(err, &refused) {
+			// Proxmox answered: nothing was made.
+			delete(p.launched, vmid)
 		}
 		if err != nil && idTaken(err) && len(taken) < maxIDConflicts {
 			// Taken between our listing and the call, by someone else.
@@ -146,17 +191,12 @@ func (p *Provider) launch(ctx context.Context, claim *v1alpha1.NodeClaim, m mark
 		if err != nil {
 			what := "creating"
 			if template != nil {
-				what = fmt.Sprintf("cloning template %d to", template.VMID)
+				what = fmt.Sprintf("cloning template %d to", template.vmid)
 			}
-			return nil, p.api.classify(err, "%s VM %d on %s for NodeClaim %s", what, vmid, node, claim.Name)
+			return nil, p.classifyTags(err, "%s VM %d on %s for NodeClaim %s", what, vmid, node, claim.Name)
 		}
-		p.inflight[vmid] = reservation{node: node, cores: want.cores, memMiB: want.vmMemMiB}
-		p.launched[vmid] = claim.Name
-		l := &launch{vmid: vmid, node: node, task: task}
-		if template != nil {
-			l.templateTags = template.Tags
-		}
-		return l, nil
+		p.inflight[vmid] = reservation{node: node, pool: m.pool, cores: want.cores, memMiB: want.vmMemMiB}
+		return &launch{vmid: vmid, node: node, task: task, template: template}, nil
 	}
 	if len(taken) >= maxIDConflicts {
 		return nil, provider.NewRetryable(fmt.Errorf("%d VM IDs in %d-%d were taken by someone else while NodeClaim %s's VM was made", len(taken), p.settings.lower, p.settings.upper, claim.Name), 0)
@@ -164,33 +204,148 @@ func (p *Provider) launch(ctx context.Context, claim *v1alpha1.NodeClaim, m mark
 	return nil, provider.NewInsufficientCapacity(fmt.Errorf("no free VM ID left in spec.proxmox.vmIDRange %d-%d", p.settings.lower, p.settings.upper))
 }
 
-// waitForNamelessVMs refuses to go on while a VM in the range is being
-// made and does not show its name yet, unless this provider began it for
-// another claim: it may be this claim's VM, begun before a restart or by a
-// call that gave up waiting, and a second one must not be made. It also
-// forgets the VMs that show their names by now. Callers hold p.mu.
-func (p *Provider) waitForNamelessVMs(vms []vmResource, claim string) error {
-	seen := map[int]bool{}
-	for _, vm := range vms {
-		seen[vm.VMID] = true
-		nameless := vm.Name == "" || vm.Name == "VM "+strconv.Itoa(vm.VMID)
-		if !nameless {
-			delete(p.launched, vm.VMID)
+// findClaimVM returns the claim's VM: one whose tags (which
+// /cluster/resources reads fresh from the config) carry the claim's
+// markers, or, for a VM of the ID range without tags, whose configuration
+// does (tags, else the description the clone call wrote). A VM of the range
+// that Proxmox is still making and that shows no markers yet may be this
+// claim's (begun before a restart, or by a call whose answer was lost): it
+// is waited for, unless this provider began it for another claim or it has
+// been locked longer than the stale-lock deadline. Callers hold p.mu.
+func (p *Provider) findClaimVM(ctx context.Context, log logr.Logger, vms []vmResource, claim string) (*claimVM, error) {
+	var (
+		found   *claimVM
+		blocker *vmResource
+		locked  = map[int]bool{}
+	)
+	for i := range vms {
+		vm := vms[i]
+		if vm.Type != "qemu" {
+			continue
 		}
-		if vm.Type != "qemu" || !nameless || (vm.Lock != "clone" && vm.Lock != "create") || vm.VMID < p.settings.lower || vm.VMID > p.settings.upper {
+		if vm.Lock == "clone" || vm.Lock == "create" {
+			locked[vm.VMID] = true
+		}
+		if m := markersFromTags(vm.Tags); m.cluster != "" {
+			if m.ownedBy(p.cluster) && m.claim == claim && (found == nil || vm.VMID < found.vm.VMID) {
+				found = &claimVM{vm: vm}
+			}
+			continue
+		}
+		if !p.inRange(vm.VMID) {
+			continue
+		}
+		cfg, err := p.vmConfig(ctx, vm.Node, vm.VMID)
+		if notExists(err) {
+			continue // gone since the listing: a failed clone cleans up
+		}
+		if err != nil {
+			return nil, p.api.classify(err, "reading VM %d on %s", vm.VMID, vm.Node)
+		}
+		lock := orDefault(cfg.Lock, vm.Lock)
+		if lock == "clone" || lock == "create" {
+			locked[vm.VMID] = true
+		}
+		if m := cfg.markers(); m.cluster != "" {
+			if m.ownedBy(p.cluster) && m.claim == claim && (found == nil || vm.VMID < found.vm.VMID) {
+				found = &claimVM{vm: vm, cfg: cfg}
+			}
+			continue
+		}
+		if !locked[vm.VMID] {
 			continue
 		}
 		if owner, ok := p.launched[vm.VMID]; ok && owner != claim {
 			continue
 		}
-		return provider.NewRetryable(fmt.Errorf("VM %d on %s is being made (lock %s) and does not show whose it is yet; waiting for it so that NodeClaim %s does not get a second VM", vm.VMID, vm.Node, vm.Lock, claim), lockedRetryAfter)
+		if _, ours := p.launched[vm.VMID]; !ours && p.staleLock(vm.VMID) {
+			if !p.reported[vm.VMID] {
+				p.reported[vm.VMID] = true
+				log.Info("ignoring a stale locked VM in the VM ID range: it shows no owner and has been locked for longer than the stale-lock deadline; if nobody is making it, run `qm unlock` and `qm destroy` on its node",
+					"vmid", vm.VMID, "proxmoxNode", vm.Node, "lock", lock, "deadline", p.staleLockAfter)
+			}
+			continue
+		}
+		if blocker == nil {
+			blocker = &vms[i]
+		}
 	}
+	p.forgetLocks(locked)
 	for vmid := range p.launched {
-		if !seen[vmid] {
+		if _, making := p.inflight[vmid]; !making && !locked[vmid] {
 			delete(p.launched, vmid)
 		}
 	}
-	return nil
+	if found != nil || blocker == nil {
+		return found, nil
+	}
+	return nil, provider.NewRetryable(fmt.Errorf("VM %d on %s is being made (lock %s) and does not show whose it is yet; waiting for it (at most %s) so that NodeClaim %s does not get a second VM", blocker.VMID, blocker.Node, orDefault(blocker.Lock, "clone"), p.staleLockAfter, claim), lockedRetryAfter)
+}
+
+// staleLock notes when a locked VM was first seen and says whether that is
+// longer ago than the stale-lock deadline. Callers hold p.mu.
+func (p *Provider) staleLock(vmid int) bool {
+	first, ok := p.lockSeen[vmid]
+	if !ok {
+		first = p.clock.Now()
+		p.lockSeen[vmid] = first
+	}
+	return p.clock.Since(first) >= p.staleLockAfter
+}
+
+// forgetLocks drops what is remembered of VMs no longer locked (or gone).
+// Callers hold p.mu.
+func (p *Provider) forgetLocks(locked map[int]bool) {
+	for vmid := range p.lockSeen {
+		if !locked[vmid] {
+			delete(p.lockSeen, vmid)
+			delete(p.reported, vmid)
+		}
+	}
+}
+
+func (p *Provider) inRange(vmid int) bool {
+	return vmid >= p.settings.lower && vmid <= p.settings.upper
+}
+
+// templates returns the templates by Proxmox node: from nodeTemplates, by
+// name on each node, and the one of templateID under "" for every other
+// node.
+func (p *Provider) templates(vms []vmResource) map[string]*vmResource {
+	c := p.settings.clone
+	if c == nil {
+		return nil
+	}
+	out := map[string]*vmResource{}
+	for i := range vms {
+		vm := &vms[i]
+		if vm.Type != "qemu" {
+			continue
+		}
+		// The template flag and the name come from pvestatd and lag; a
+		// template named by ID is taken without its flag.
+		switch {
+		case c.templateID != 0 && vm.VMID == c.templateID:
+			out[""] = vm
+		case c.templateName != "" && vm.Template != 0 && vm.Name == c.templateName:
+			if prev := out[vm.Node]; prev == nil || vm.VMID < prev.VMID {
+				out[vm.Node] = vm
+			}
+		}
+		for node, id := range c.nodeTemplates {
+			if vm.VMID == id && vm.Node == node {
+				out[node] = vm
+			}
+		}
+	}
+	return out
+}
+
+// forget drops a VM ID noted for a claim.
+func (p *Provider) forget(vmid int) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	delete(p.launched, vmid)
 }
 
 func (p *Provider) release(vmid int) {
@@ -200,24 +355,26 @@ func (p *Provider) release(vmid int) {
 }
 
 // cloneCall starts cloning the template. The clone call takes no tags, so
-// the markers go into the description; the tags follow right after.
-func (p *Provider) cloneCall(ctx context.Context, template vmResource, vmid int, node string, m markers) (*pmx.Task, error) {
+// the markers (and the creation time, since a clone inherits its template's
+// meta ctime) go into the description; the tags follow right after.
+func (p *Provider) cloneCall(ctx context.Context, template *templateInfo, vmid int, node string, m markers) (*pmx.Task, error) {
 	opts := &pmx.VirtualMachineCloneOptions{
 		NewID:       vmid,
 		Name:        m.claim,
-		Description: m.description(),
+		Description: m.description(p.clock.Now()),
+		Pool:        p.settings.pool,
 	}
 	if p.settings.clone.full {
 		opts.Full = 1
 		// A linked clone stays on its template's storage.
 		opts.Storage = p.settings.storage
 	}
-	if node != template.Node {
+	if node != template.node {
 		opts.Target = node
 	}
 	var task *pmx.Task
 	err := p.api.do(ctx, func(ctx context.Context) (err error) {
-		_, task, err = p.vm(template.Node, template.VMID).Clone(ctx, opts)
+		_, task, err = p.vm(template.node, template.vmid).Clone(ctx, opts)
 		return err
 	})
 	return task, err
@@ -230,11 +387,14 @@ func (p *Provider) createCall(ctx context.Context, vmid int, node string, m mark
 	opts := []pmx.VirtualMachineOption{
 		{Name: "name", Value: m.claim},
 		{Name: "tags", Value: mergeTags("", m)},
-		{Name: "description", Value: m.description()},
+		{Name: "description", Value: m.description(p.clock.Now())},
 		{Name: "ostype", Value: nb.osType},
 		{Name: "boot", Value: nb.boot},
 		{Name: "scsihw", Value: "virtio-scsi-single"},
 		{Name: "scsi0", Value: nb.disk},
+	}
+	if p.settings.pool != "" {
+		opts = append(opts, pmx.VirtualMachineOption{Name: "pool", Value: p.settings.pool})
 	}
 	opts = append(opts, p.vmOptions(want, vmid, m.claim)...)
 	handle := &pmx.Node{}
@@ -269,25 +429,28 @@ func (p *Provider) vmOptions(want size, vmid int, name string) []pmx.VirtualMach
 }
 
 // finish waits for the VM to be made, then (for a clone) tags and sizes it,
-// and starts it.
-func (p *Provider) finish(ctx context.Context, log logr.Logger, l *launch, m markers, want size) (*provider.Instance, error) {
+// gives it its cloud-init drive and starts it.
+func (p *Provider) finish(ctx context.Context, log logr.Logger, l *launch, m markers, want size, opts provider.CreateOptions) (*provider.Instance, error) {
 	log = log.WithValues("vmid", l.vmid, "proxmoxNode", l.node)
 	if err := p.tasks.wait(ctx, l.task); err != nil {
-		if p.settings.clone != nil {
-			return nil, p.api.classify(err, "cloning template %d to VM %d on %s", p.settings.clone.templateID, l.vmid, l.node)
+		if l.template != nil {
+			return nil, p.api.classify(err, "cloning template %d to VM %d on %s", l.template.vmid, l.vmid, l.node)
 		}
-		return nil, p.api.classify(err, "creating VM %d on %s", l.vmid, l.node)
+		return nil, p.classifyTags(err, "creating VM %d on %s", l.vmid, l.node)
 	}
-	if p.settings.clone != nil {
-		log.Info("cloned VM", "template", p.settings.clone.templateID)
-		if err := p.setTags(ctx, l.node, l.vmid, mergeTags(l.templateTags, m)); err != nil {
+	if l.template != nil {
+		log.Info("cloned VM", "template", l.template.vmid)
+		if err := p.setTags(ctx, l.node, l.vmid, mergeTags(l.template.tags, m)); err != nil {
 			return nil, err
 		}
-		if err := p.configure(ctx, l.node, l.vmid, m.claim, want); err != nil {
+		if err := p.configure(ctx, l.node, l.vmid, m.claim, want, l.template.protected); err != nil {
 			return nil, err
 		}
 	} else {
 		log.Info("created VM for netboot")
+	}
+	if err := p.attachUserData(ctx, l.node, l.vmid, m, nil, opts.UserData); err != nil {
+		return nil, err
 	}
 	if err := p.start(ctx, l.node, l.vmid); err != nil {
 		return nil, err
@@ -297,10 +460,13 @@ func (p *Provider) finish(ctx context.Context, log logr.Logger, l *launch, m mar
 }
 
 // adopt finishes a VM a previous Create began: it sets the tags if they are
-// missing, sizes it if it is not sized yet, and starts it if it is not
-// running. A VM Proxmox still holds a lock on is waited for.
-func (p *Provider) adopt(ctx context.Context, log logr.Logger, vm vmResource, cfg *vmConfig, m markers, want size) (*provider.Instance, error) {
+// missing, sizes it if it is not sized yet, gives it its cloud-init drive
+// and starts it if it is not running. A VM Proxmox still holds a lock on is
+// waited for, unless the lock is stale, which is reported.
+func (p *Provider) adopt(ctx context.Context, log logr.Logger, found *claimVM, m markers, want size, opts provider.CreateOptions) (*provider.Instance, error) {
+	vm := found.vm
 	log = log.WithValues("vmid", vm.VMID, "proxmoxNode", vm.Node)
+	cfg := found.cfg
 	if cfg == nil {
 		var err error
 		if cfg, err = p.vmConfig(ctx, vm.Node, vm.VMID); err != nil {
@@ -308,6 +474,13 @@ func (p *Provider) adopt(ctx context.Context, log logr.Logger, vm vmResource, cf
 		}
 	}
 	if lock := orDefault(cfg.Lock, vm.Lock); lock != "" {
+		p.mu.Lock()
+		_, ours := p.launched[vm.VMID]
+		stale := !ours && (lock == "clone" || lock == "create") && p.staleLock(vm.VMID)
+		p.mu.Unlock()
+		if stale {
+			return nil, provider.NewRetryable(fmt.Errorf("VM %d on %s for NodeClaim %s has held the Proxmox lock %q for longer than %s: a %s that never finished (its node crashed mid-task?); run `qm unlock %d` on %s so that it can be finished or removed", vm.VMID, vm.Node, m.claim, lock, p.staleLockAfter, lock, vm.VMID, vm.Node), lockedRetryAfter)
+		}
 		return nil, provider.NewRetryable(fmt.Errorf("VM %d on %s for NodeClaim %s is locked (%s): Proxmox is still working on it", vm.VMID, vm.Node, m.claim, lock), lockedRetryAfter)
 	}
 	log.V(1).Info("adopting the claim's existing VM")
@@ -316,14 +489,19 @@ func (p *Provider) adopt(ctx context.Context, log logr.Logger, vm vmResource, cf
 			return nil, err
 		}
 	}
+	// The status in /cluster/resources may be old; starting a running VM
+	// answers "already running", which is fine.
 	if vm.Status != "running" {
 		// A VM that already has the wanted size was sized (or made with
 		// it); sizing it again could allocate extra disks named in
 		// extraOptions a second time.
 		if cfg.vcpus() != int64(want.cores) || int64(cfg.Memory) != want.vmMemMiB {
-			if err := p.configure(ctx, vm.Node, vm.VMID, m.claim, want); err != nil {
+			if err := p.configure(ctx, vm.Node, vm.VMID, m.claim, want, cfg.Protection != 0); err != nil {
 				return nil, err
 			}
+		}
+		if err := p.attachUserData(ctx, vm.Node, vm.VMID, m, cfg, opts.UserData); err != nil {
+			return nil, err
 		}
 		if err := p.start(ctx, vm.Node, vm.VMID); err != nil {
 			return nil, err
@@ -341,16 +519,41 @@ func (p *Provider) setTags(ctx context.Context, node string, vmid int, tags stri
 		return p.api.pve.Put(ctx, path, map[string]string{"tags": tags}, nil)
 	})
 	if err != nil {
-		return p.api.classify(err, "tagging VM %d on %s", vmid, node)
+		return p.classifyTags(err, "tagging VM %d on %s", vmid, node)
 	}
 	return nil
 }
 
-// configure sizes, connects and identifies a cloned VM.
-func (p *Provider) configure(ctx context.Context, node string, vmid int, name string, want size) error {
+var tagRefused = regexp.MustCompile(`Sys\.Modify for modifying tag '([^']*)'`)
+
+// classifyTags is classify with a clear message for tags the datacenter's
+// tag policy refuses and for a missing resource pool: retrying cannot help
+// until the policy or the pool changes.
+func (p *Provider) classifyTags(err error, format string, args ...any) error {
+	var failed *apiError
+	if errors.As(err, &failed) && failed.Code == 403 {
+		if m := tagRefused.FindStringSubmatch(failed.Message); m != nil {
+			return provider.NewTerminal(fmt.Errorf("%s: the Proxmox datacenter's tag policy refuses tag %q to the %s: allow the claimscale-cluster., claimscale-pool. and claimscale-claim. tags (Datacenter > Options > User Tag Access: user-allow free, or list them), or grant Sys.Modify on /; a VM already made keeps its ownership in its description and is removed with its claim",
+				fmt.Sprintf(format, args...), m[1], p.api.principal))
+		}
+	}
+	if errors.As(err, &failed) && strings.Contains(failed.Message, "pool '") && strings.Contains(failed.Message, "does not exist") {
+		return provider.NewTerminal(fmt.Errorf("%s: spec.proxmox.pool %q is not a resource pool of the Proxmox cluster (create it under Datacenter > Permissions > Pools): %s", fmt.Sprintf(format, args...), p.settings.pool, failed.Message))
+	}
+	return p.api.classify(err, format, args...)
+}
+
+// configure sizes, connects and identifies a cloned VM. A clone of a
+// protected template is protected too, which would keep it from being
+// destroyed; the flag is cleared.
+func (p *Provider) configure(ctx context.Context, node string, vmid int, name string, want size, protected bool) error {
+	opts := p.vmOptions(want, vmid, name)
+	if protected {
+		opts = append(opts, pmx.VirtualMachineOption{Name: "protection", Value: 0})
+	}
 	var task *pmx.Task
 	err := p.api.do(ctx, func(ctx context.Context) (err error) {
-		task, err = p.vm(node, vmid).Config(ctx, p.vmOptions(want, vmid, name)...)
+		task, err = p.vm(node, vmid).Config(ctx, opts...)
 		return err
 	})
 	if err == nil {
@@ -362,6 +565,17 @@ func (p *Provider) configure(ctx context.Context, node string, vmid int, name st
 	return nil
 }
 
+// memoryShortError says a VM could not start because its node lacked the
+// memory; the VM has been removed so that another node can be tried.
+type memoryShortError struct {
+	node string
+	vmid int
+}
+
+func (e *memoryShortError) Error() string {
+	return fmt.Sprintf("Proxmox node %s could not give VM %d its memory", e.node, e.vmid)
+}
+
 func (p *Provider) start(ctx context.Context, node string, vmid int) error {
 	var task *pmx.Task
 	err := p.api.do(ctx, func(ctx context.Context) (err error) {
@@ -371,10 +585,57 @@ func (p *Provider) start(ctx context.Context, node string, vmid int) error {
 	if err == nil {
 		err = p.tasks.wait(ctx, task)
 	}
-	if err != nil && !alreadyRunning(err) {
-		return p.api.classify(err, "starting VM %d on %s", vmid, node)
+	if err == nil || alreadyRunning(err) {
+		return nil
+	}
+	if p.outOfMemory(ctx, err) {
+		// The VM is ours and stopped; it goes, with its cloud-init ISO, so
+		// that the claim's next VM can be made on another node.
+		if derr := p.discard(ctx, node, vmid); derr != nil {
+			return derr
+		}
+		return &memoryShortError{node: node, vmid: vmid}
+	}
+	return p.api.classify(err, "starting VM %d on %s", vmid, node)
+}
+
+// discard removes a stopped VM of ours that could not start, and its
+// cloud-init ISO.
+func (p *Provider) discard(ctx context.Context, node string, vmid int) error {
+	cfg, err := p.vmConfig(ctx, node, vmid)
+	if err == nil {
+		err = p.removeUserData(ctx, node, cfg)
+	}
+	if err == nil {
+		err = p.destroy(ctx, node, vmid)
+	}
+	if err != nil && !notExists(err) {
+		return p.api.classify(err, "removing VM %d on %s, which could not start for lack of memory", vmid, node)
 	}
 	return nil
+}
+
+// outOfMemory says whether a failed start failed because QEMU could not
+// allocate the guest's memory: the task's exit status only says that QEMU
+// exited, its log says why.
+func (p *Provider) outOfMemory(ctx context.Context, err error) bool {
+	var task *taskError
+	if !errors.As(err, &task) || !strings.Contains(task.ExitStatus, "QEMU exited") {
+		return false
+	}
+	var lines []struct {
+		T string `json:"t"`
+	}
+	path := fmt.Sprintf("/nodes/%s/tasks/%s/log?limit=200", task.Node, url.PathEscape(task.UPID))
+	if p.api.get(ctx, path, &lines) != nil {
+		return false
+	}
+	for _, l := range lines {
+		if strings.Contains(l.T, "Cannot allocate memory") || strings.Contains(l.T, "cannot set up guest memory") {
+			return true
+		}
+	}
+	return false
 }
 
 // smbios1 tells the guest its name and providerID through SMBIOS: a

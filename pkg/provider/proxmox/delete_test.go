@@ -53,7 +53,7 @@ func TestDelete(t *testing.T) {
 				api.AddVM(foreign)
 				return "proxmox://test-cluster/1005"
 			},
-			wantRefusal: "refusing to delete VM 1005 (workers-a1) on pve1: it carries no claimscale.io/cluster marker of cluster test-cluster",
+			wantRefusal: "refusing to delete VM 1005 on pve1: it carries no claimscale.io/cluster marker of cluster test-cluster",
 			keep:        1005,
 		},
 		{

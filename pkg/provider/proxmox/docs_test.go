@@ -75,7 +75,7 @@ func TestDocumentedManifestsAreValid(t *testing.T) {
 			}
 		}
 	}
-	if kinds["Secret"] != 1 || kinds["NodeProvider"] != 2 || kinds["NodePool"] != 2 {
-		t.Errorf("documented manifests = %v, want a Secret, two NodeProviders (clone and netboot) and two NodePools", kinds)
+	if kinds["Secret"] != 1 || kinds["NodeProvider"] != 4 || kinds["NodePool"] != 2 {
+		t.Errorf("documented manifests = %v, want a Secret, four NodeProviders (clone, per-node templates, bootstrap and netboot) and two NodePools", kinds)
 	}
 }

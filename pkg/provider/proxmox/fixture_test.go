@@ -92,7 +92,7 @@ func tokenCredentials(api *proxmoxtest.Server) map[string][]byte {
 
 // fakeAPI starts the fake Proxmox API with the default nodes, the template
 // and the test token.
-func fakeAPI(t *testing.T, nodes ...proxmoxtest.Node) *proxmoxtest.Server {
+func fakeAPI(t testing.TB, nodes ...proxmoxtest.Node) *proxmoxtest.Server {
 	t.Helper()
 	if len(nodes) == 0 {
 		nodes = defaultNodes()
@@ -107,7 +107,7 @@ func fakeAPI(t *testing.T, nodes ...proxmoxtest.Node) *proxmoxtest.Server {
 var fastTasks = proxmox.Tuning{TaskPollInterval: time.Millisecond, TaskTimeout: 10 * time.Second}
 
 // newProvider builds the provider against the fake API.
-func newProvider(t *testing.T, api *proxmoxtest.Server, np *v1alpha1.NodeProvider) provider.Provider {
+func newProvider(t testing.TB, api *proxmoxtest.Server, np *v1alpha1.NodeProvider) provider.Provider {
 	t.Helper()
 	p, err := proxmox.NewFactory(fastTasks)(context.Background(), np, provider.Options{ClusterName: clusterName, Credentials: tokenCredentials(api)})
 	if err != nil {

@@ -3,6 +3,7 @@ package proxmox
 import (
 	"encoding/json"
 	"testing"
+	"time"
 )
 
 func TestMarkersSurviveTagsAndDescription(t *testing.T) {
@@ -14,7 +15,7 @@ func TestMarkersSurviveTagsAndDescription(t *testing.T) {
 		{name: "tags as they are written", got: markersFromTags(mergeTags("", m))},
 		{name: "tags Proxmox separated with commas and spaces", got: markersFromTags("claimscale-claim.workers-x7k2p, claimscale-cluster.prod claimscale-pool.workers")},
 		{name: "tags merged with a template's", got: markersFromTags(mergeTags("ubuntu;claimscale-claim.old;claimscale-cluster.old", m))},
-		{name: "the description", got: markersFromDescription(m.description())},
+		{name: "the description", got: markersFromDescription(m.description(time.Unix(1700000000, 0)))},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -5,6 +5,7 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/claimscale/claimscale/api/v1alpha1"
 )
@@ -33,14 +34,31 @@ func (m markers) tags() []string {
 	return []string{tagPrefixClaim + m.claim, tagPrefixCluster + m.cluster, tagPrefixPool + m.pool}
 }
 
+// descriptionCreated is the description line with the VM's creation time.
+const descriptionCreated = "claimscale.io/created"
+
 // description is the VM description carrying the markers, for the clone
-// call, which takes no tags; the tags follow right after.
-func (m markers) description() string {
-	return fmt.Sprintf("Made by claimscale for NodeClaim %s; it is deleted with the claim.\n%s=%s\n%s=%s\n%s=%s\n",
+// call, which takes no tags (the tags follow right after), and for VMs
+// whose tags the datacenter's tag policy refuses. It carries the creation
+// time as well: a clone copies its template's meta ctime.
+func (m markers) description(created time.Time) string {
+	return fmt.Sprintf("Made by claimscale for NodeClaim %s; it is deleted with the claim.\n%s=%s\n%s=%s\n%s=%s\n%s=%s\n",
 		m.claim,
 		v1alpha1.TagCluster, m.cluster,
 		v1alpha1.TagNodePool, m.pool,
-		v1alpha1.TagNodeClaim, m.claim)
+		v1alpha1.TagNodeClaim, m.claim,
+		descriptionCreated, created.UTC().Format(time.RFC3339))
+}
+
+// createdFromDescription reads the creation time from a description.
+func createdFromDescription(description string) (time.Time, bool) {
+	for _, line := range strings.Split(description, "\n") {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), descriptionCreated+"="); ok {
+			t, err := time.Parse(time.RFC3339, v)
+			return t, err == nil
+		}
+	}
+	return time.Time{}, false
 }
 
 // asTags returns the markers as the provider's ownership tags.

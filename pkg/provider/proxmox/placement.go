@@ -24,6 +24,7 @@ type size struct {
 // size.
 type reservation struct {
 	node   string
+	pool   string
 	cores  int
 	memMiB int64
 }
@@ -33,10 +34,17 @@ type placement struct {
 	nodes    pmx.NodeStatuses
 	vms      []vmResource
 	inflight map[int]reservation
+	// pool is the NodePool whose VMs are spread over the nodes.
+	pool string
+	// avoid are nodes where a VM of this claim could not start for lack
+	// of memory.
+	avoid map[string]bool
 }
 
-// choose returns the allowed, online node with room for the VM, the one with
-// the most free memory, and else explains per node why none has room.
+// choose returns the allowed, online node with room for the VM that holds
+// the fewest VMs of the pool (so a pool spreads over the hosts, and a host
+// failure takes few of its nodes), the one with the most free memory among
+// those, and else explains per node why none has room.
 //
 // Free memory is the node's memory less the larger of what it reports in use
 // and what its running VMs were given, because a guest that just started has
@@ -60,6 +68,22 @@ func (pl placement) choose(allowed func(node string) bool, want size) (string, e
 		reservedCores[r.node] += float64(r.cores)
 	}
 
+	// The pool's VMs per node, by their tags (fresh in the listing),
+	// and the ones being made.
+	poolVMs := map[string]int{}
+	for _, vm := range pl.vms {
+		if m := markersFromTags(vm.Tags); m.pool != "" && m.pool == pl.pool {
+			if _, making := pl.inflight[vm.VMID]; !making {
+				poolVMs[vm.Node]++
+			}
+		}
+	}
+	for _, r := range pl.inflight {
+		if r.pool == pl.pool {
+			poolVMs[r.node]++
+		}
+	}
+
 	var (
 		best     string
 		bestFree uint64
@@ -68,6 +92,9 @@ func (pl placement) choose(allowed func(node string) bool, want size) (string, e
 	need := uint64(want.vmMemMiB) * mib
 	for _, n := range nodes {
 		if n == nil || !allowed(n.Node) {
+			if n != nil && pl.avoid[n.Node] {
+				reasons = append(reasons, n.Node+": could not start the VM for lack of memory")
+			}
 			continue
 		}
 		if n.Status != "online" {
@@ -87,7 +114,7 @@ func (pl placement) choose(allowed func(node string) bool, want size) (string, e
 			reasons = append(reasons, fmt.Sprintf("%s: %d MiB free", n.Node, free/mib))
 		case idle < float64(want.cores):
 			reasons = append(reasons, fmt.Sprintf("%s: %.1f CPUs idle", n.Node, max(idle, 0)))
-		case best == "" || free > bestFree:
+		case best == "" || poolVMs[n.Node] < poolVMs[best] || (poolVMs[n.Node] == poolVMs[best] && free > bestFree):
 			best, bestFree = n.Node, free
 		}
 	}

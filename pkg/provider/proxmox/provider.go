@@ -42,6 +42,10 @@ type Tuning struct {
 	// TaskTimeout is how long one task may run before the call gives up on
 	// it (the task itself runs on; its VM is adopted by the next Create).
 	TaskTimeout time.Duration
+	// StaleLockAfter is how long a VM of the ID range may show a clone or
+	// create lock without saying whose it is before Create stops waiting
+	// for it and reports it as a leftover (default: TaskTimeout).
+	StaleLockAfter time.Duration
 	// Clock is the time source; tests pass a fake one.
 	Clock clock.WithTicker
 }
@@ -60,9 +64,14 @@ type Provider struct {
 	mu       sync.Mutex
 	inflight map[int]reservation
 	// launched maps the VMs this provider began to the claims they are
-	// for, until they show their names: Proxmox writes a clone's name (and
-	// description) only when its disks are copied.
+	// for, while they are locked without markers: Proxmox writes a clone's
+	// name and description only when its first disk is copied.
 	launched map[int]string
+	// lockSeen is when each locked VM without markers was first seen, for
+	// the stale-lock deadline; reported, which of them were logged.
+	lockSeen       map[int]time.Time
+	reported       map[int]bool
+	staleLockAfter time.Duration
 }
 
 var _ provider.Provider = (*Provider)(nil)
@@ -111,6 +120,9 @@ func newProvider(np *v1alpha1.NodeProvider, opts provider.Options, t Tuning) (*P
 	if t.Clock == nil {
 		t.Clock = clock.RealClock{}
 	}
+	if t.StaleLockAfter <= 0 {
+		t.StaleLockAfter = t.TaskTimeout
+	}
 
 	var redactions []string
 	for _, v := range creds.values() {
@@ -118,8 +130,9 @@ func newProvider(np *v1alpha1.NodeProvider, opts provider.Options, t Tuning) (*P
 	}
 	redact := strings.NewReplacer(redactions...)
 
+	httpClient := newHTTPClient(s, creds, t.Clock, redact)
 	clientOpts := []pmx.Option{
-		pmx.WithHTTPClient(newHTTPClient(s, creds, t.Clock, redact)),
+		pmx.WithHTTPClient(httpClient),
 		pmx.WithUserAgent("claimscale"),
 		pmx.WithLogger(discardLogger{}),
 	}
@@ -128,7 +141,10 @@ func newProvider(np *v1alpha1.NodeProvider, opts provider.Options, t Tuning) (*P
 		clientOpts = append(clientOpts, pmx.WithAPIToken(creds.tokenID, creds.tokenSecret))
 		principal = "token"
 	}
-	a := &api{pve: pmx.NewClient(s.endpoint, clientOpts...), principal: principal, redact: redact}
+	a := &api{pve: pmx.NewClient(s.endpoint, clientOpts...), principal: principal, redact: redact, http: httpClient, endpoint: s.endpoint}
+	if creds.tokenID != "" {
+		a.token = creds.tokenID + "=" + creds.tokenSecret
+	}
 	return &Provider{
 		settings: s,
 		cluster:  opts.ClusterName,
@@ -137,6 +153,10 @@ func newProvider(np *v1alpha1.NodeProvider, opts provider.Options, t Tuning) (*P
 		clock:    t.Clock,
 		inflight: map[int]reservation{},
 		launched: map[int]string{},
+		lockSeen: map[int]time.Time{},
+		reported: map[int]bool{},
+
+		staleLockAfter: t.StaleLockAfter,
 	}, nil
 }
 
@@ -244,11 +264,16 @@ func (p *Provider) describe(ctx context.Context, vm vmResource, cfg *vmConfig, m
 			return nil, p.api.classify(err, "reading VM %d on %s", vm.VMID, vm.Node)
 		}
 	}
-	lock := cfg.Lock
-	if lock == "" {
-		lock = vm.Lock
+	lock := orDefault(cfg.Lock, vm.Lock)
+	created := cfg.created()
+	if created.IsZero() {
+		// A clone locked before its first disk was copied has no meta yet.
+		p.mu.Lock()
+		p.staleLock(vm.VMID)
+		created = p.lockSeen[vm.VMID]
+		p.mu.Unlock()
 	}
-	return p.instance(vm.VMID, vm.Node, size{cores: int(cfg.vcpus()), memMiB: int64(cfg.Memory) - p.settings.overheadMiB}, m, state(vm.Status, lock), cfg.created()), nil
+	return p.instance(vm.VMID, vm.Node, size{cores: int(cfg.vcpus()), memMiB: int64(cfg.Memory) - p.settings.overheadMiB}, m, state(vm.Status, lock), created), nil
 }
 
 func (p *Provider) instance(vmid int, node string, sz size, m markers, st provider.InstanceState, created time.Time) *provider.Instance {
@@ -306,15 +331,25 @@ func (p *Provider) Delete(ctx context.Context, providerID string) error {
 	if !vm.isVM() {
 		return provider.NewTerminal(fmt.Errorf("refusing to delete guest %d on %s: it is a template or a container, not a claimscale VM", vmid, vm.Node))
 	}
-	m, _, err := p.ownership(ctx, vm)
+	cfg, err := p.vmConfig(ctx, vm.Node, vmid)
 	if err != nil {
 		if notExists(err) {
 			return nil
 		}
 		return p.api.classify(err, "reading VM %d on %s", vmid, vm.Node)
 	}
+	m := markersFromTags(vm.Tags)
+	if m.cluster == "" {
+		m = cfg.markers()
+	}
 	if !m.ownedBy(p.cluster) {
-		return provider.NewTerminal(fmt.Errorf("refusing to delete VM %d (%s) on %s: it carries no %s marker of cluster %s", vmid, vm.Name, vm.Node, v1alpha1.TagCluster, p.cluster))
+		return provider.NewTerminal(fmt.Errorf("refusing to delete VM %d on %s: it carries no %s marker of cluster %s", vmid, vm.Node, v1alpha1.TagCluster, p.cluster))
+	}
+	switch {
+	case cfg.Lock == "clone" || cfg.Lock == "create":
+		return provider.NewRetryable(fmt.Errorf("VM %d on %s for NodeClaim %s is locked (%s): a clone or create that is running or never finished; if no task is running for it, run `qm unlock %d` on %s and it is removed on the next try", vmid, vm.Node, m.claim, cfg.Lock, vmid, vm.Node), lockedRetryAfter)
+	case cfg.Protection != 0:
+		return provider.NewTerminal(fmt.Errorf("VM %d on %s for NodeClaim %s has protection set, so Proxmox refuses to destroy it: clear it (qm set %d --protection 0) if the VM is to go", vmid, vm.Node, m.claim, vmid))
 	}
 	log := logf.FromContext(ctx).WithValues("vmid", vmid, "proxmoxNode", vm.Node)
 
@@ -335,11 +370,25 @@ func (p *Provider) Delete(ctx context.Context, providerID string) error {
 		}
 	}
 
-	// purge drops the VM from backup jobs, replication and HA as well, and
-	// destroy-unreferenced-disks removes disks the config no longer names.
+	// The cloud-init ISO goes first: once the VM is gone, nothing would
+	// name it any more.
+	if err := p.removeUserData(ctx, vm.Node, cfg); err != nil {
+		return err
+	}
+	if err := p.destroy(ctx, vm.Node, vmid); err != nil && !notExists(err) {
+		return p.api.classify(err, "destroying VM %d on %s", vmid, vm.Node)
+	}
+	log.Info("destroyed VM", "nodeclaim", m.claim)
+	return nil
+}
+
+// destroy removes a stopped VM with its disks. purge drops it from backup
+// jobs, replication and HA as well, and destroy-unreferenced-disks removes
+// disks the config no longer names.
+func (p *Provider) destroy(ctx context.Context, node string, vmid int) error {
 	var task *pmx.Task
-	path := fmt.Sprintf("/nodes/%s/qemu/%d?purge=1&destroy-unreferenced-disks=1", vm.Node, vmid)
-	err = p.api.do(ctx, func(ctx context.Context) error {
+	path := fmt.Sprintf("/nodes/%s/qemu/%d?purge=1&destroy-unreferenced-disks=1", node, vmid)
+	err := p.api.do(ctx, func(ctx context.Context) error {
 		var upid pmx.UPID
 		if err := p.api.pve.Delete(ctx, path, &upid); err != nil {
 			return err
@@ -350,11 +399,7 @@ func (p *Provider) Delete(ctx context.Context, providerID string) error {
 	if err == nil {
 		err = p.tasks.wait(ctx, task)
 	}
-	if err != nil && !notExists(err) {
-		return p.api.classify(err, "destroying VM %d on %s", vmid, vm.Node)
-	}
-	log.Info("destroyed VM", "nodeclaim", m.claim)
-	return nil
+	return err
 }
 
 // vm returns a go-proxmox handle on a VM without asking the API.
@@ -385,12 +430,19 @@ func notRunning(err error) bool {
 	return errors.As(err, &task) && strings.Contains(task.ExitStatus, "not running")
 }
 
-// idTaken says whether an error is Proxmox refusing a VM ID that exists.
+// idTaken says whether an error is Proxmox refusing a VM ID that exists:
+// on the node the call ran on, the clone call says "config file already
+// exists" (qemu-server clone_vm) and create "already exists"; on another
+// node, the clone task fails when pmxcfs refuses to rename its temporary
+// config: "close (rename) atomic file '…/<id>.conf' failed: File exists".
 func idTaken(err error) bool {
+	taken := func(msg string) bool {
+		return strings.Contains(msg, "already exists") || (strings.Contains(msg, "atomic file") && strings.Contains(msg, "File exists"))
+	}
 	var failed *apiError
 	if errors.As(err, &failed) {
-		return strings.Contains(failed.Message, "already exists")
+		return taken(failed.Message)
 	}
 	var task *taskError
-	return errors.As(err, &task) && strings.Contains(task.ExitStatus, "already exists")
+	return errors.As(err, &task) && taken(task.ExitStatus)
 }

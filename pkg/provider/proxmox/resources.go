@@ -2,6 +2,7 @@ package proxmox
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"strconv"
 	"strings"
@@ -36,6 +37,17 @@ type vmConfig struct {
 	Memory      memoryMB `json:"memory"`
 	Meta        string   `json:"meta"`
 	Lock        string   `json:"lock"`
+	Protection  flexInt  `json:"protection"`
+	// options holds every option as text, for the drives.
+	options map[string]string
+}
+
+// markers reads the VM's markers from its tags, else from its description.
+func (c *vmConfig) markers() markers {
+	if m := markersFromTags(c.Tags); m.cluster != "" {
+		return m
+	}
+	return markersFromDescription(c.Description)
 }
 
 // vcpus is what the guest sees: cores times sockets, each defaulting to 1.
@@ -50,9 +62,14 @@ func (c *vmConfig) vcpus() int64 {
 	return cores * sockets
 }
 
-// created reads the creation time Proxmox records in the meta option
-// ("creation-qemu=8.1.2,ctime=1700000000").
+// created is when the VM was made: the time claimscale wrote into its
+// description, else the ctime Proxmox records in the meta option
+// ("creation-qemu=8.1.2,ctime=1700000000"), which a clone copies from its
+// template and so is only right for VMs made blank.
 func (c *vmConfig) created() time.Time {
+	if t, ok := createdFromDescription(c.Description); ok {
+		return t
+	}
 	for _, part := range strings.Split(c.Meta, ",") {
 		if v, ok := strings.CutPrefix(part, "ctime="); ok {
 			if secs, err := strconv.ParseInt(v, 10, 64); err == nil {
@@ -113,9 +130,21 @@ func (p *Provider) listVMs(ctx context.Context) ([]vmResource, error) {
 
 // vmConfig reads a VM's configuration.
 func (p *Provider) vmConfig(ctx context.Context, node string, vmid int) (*vmConfig, error) {
-	var cfg vmConfig
-	if err := p.api.get(ctx, fmt.Sprintf("/nodes/%s/qemu/%d/config", node, vmid), &cfg); err != nil {
+	var raw json.RawMessage
+	if err := p.api.get(ctx, fmt.Sprintf("/nodes/%s/qemu/%d/config", node, vmid), &raw); err != nil {
 		return nil, err
+	}
+	var cfg vmConfig
+	if err := json.Unmarshal(raw, &cfg); err != nil {
+		return nil, fmt.Errorf("decoding the config of VM %d: %w", vmid, err)
+	}
+	var all map[string]any
+	_ = json.Unmarshal(raw, &all)
+	cfg.options = map[string]string{}
+	for k, v := range all {
+		if s, ok := v.(string); ok {
+			cfg.options[k] = s
+		}
 	}
 	return &cfg, nil
 }
@@ -131,8 +160,5 @@ func (p *Provider) ownership(ctx context.Context, vm vmResource) (markers, *vmCo
 	if err != nil {
 		return markers{}, nil, err
 	}
-	if m := markersFromTags(cfg.Tags); m.cluster != "" {
-		return m, cfg, nil
-	}
-	return markersFromDescription(cfg.Description), cfg, nil
+	return cfg.markers(), cfg, nil
 }

@@ -7,6 +7,7 @@ import (
 	"math"
 	"net/url"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -42,11 +43,39 @@ type settings struct {
 	cicustom    string
 	overheadMiB int64
 	extra       []v1alpha1.NameValue
+	// pool is the resource pool VMs are added to.
+	pool string
+	// cloudInitStorage and cloudInitDrive say where a claim's cloud-init
+	// ISO goes.
+	cloudInitStorage string
+	cloudInitDrive   string
 }
 
 type cloneSettings struct {
+	// templateID is the template for nodes not in nodeTemplates; 0 when
+	// there is none.
 	templateID int
-	full       bool
+	// templateName finds the template on the chosen node by name.
+	templateName string
+	// nodeTemplates is the template of each node.
+	nodeTemplates map[string]int
+	full          bool
+}
+
+// describe names the configured templates, for messages.
+func (c *cloneSettings) describe() string {
+	var parts []string
+	if c.templateID != 0 {
+		parts = append(parts, fmt.Sprintf("templateID %d", c.templateID))
+	}
+	if c.templateName != "" {
+		parts = append(parts, fmt.Sprintf("templateName %q", c.templateName))
+	}
+	for node, id := range c.nodeTemplates {
+		parts = append(parts, fmt.Sprintf("template %d on %s", id, node))
+	}
+	slices.Sort(parts)
+	return strings.Join(parts, ", ")
 }
 
 type netbootSettings struct {
@@ -88,6 +117,7 @@ var reservedOptions = map[string]string{
 	"cores":       "cores come from the claim's shape",
 	"sockets":     "cores come from the claim's shape",
 	"memory":      "memory comes from the claim's shape and memoryOverhead",
+	"pool":        "the pool comes from spec.proxmox.pool",
 }
 
 var diskSizePattern = regexp.MustCompile(`^([0-9]+)([KMGT]?)$`)
@@ -105,6 +135,10 @@ func parseSettings(np *v1alpha1.NodeProvider) (*settings, error) {
 		upper:       int(px.VMIDRange.Upper),
 		storage:     px.Storage,
 		cicustom:    px.CICustom,
+		pool:        px.Pool,
+
+		cloudInitStorage: orDefault(px.CloudInitStorage, "local"),
+		cloudInitDrive:   orDefault(px.CloudInitDrive, "ide3"),
 	}
 	endpoint, err := apiBase(px.Endpoint)
 	if err != nil {
@@ -126,7 +160,20 @@ func parseSettings(np *v1alpha1.NodeProvider) (*settings, error) {
 	case px.Clone != nil && px.Netboot != nil, px.Clone == nil && px.Netboot == nil:
 		return nil, provider.NewTerminal(errors.New("exactly one of spec.proxmox.clone and spec.proxmox.netboot must be set"))
 	case px.Clone != nil:
-		s.clone = &cloneSettings{templateID: int(px.Clone.TemplateID), full: px.Clone.Full == nil || *px.Clone.Full}
+		c := px.Clone
+		s.clone = &cloneSettings{templateID: int(c.TemplateID), templateName: c.TemplateName, full: c.Full == nil || *c.Full}
+		if len(c.NodeTemplates) > 0 {
+			s.clone.nodeTemplates = map[string]int{}
+			for _, nt := range c.NodeTemplates {
+				s.clone.nodeTemplates[nt.Node] = int(nt.TemplateID)
+			}
+		}
+		switch {
+		case c.TemplateID != 0 && c.TemplateName != "":
+			return nil, provider.NewTerminal(errors.New("spec.proxmox.clone.templateID and templateName are exclusive"))
+		case c.TemplateID == 0 && c.TemplateName == "" && len(c.NodeTemplates) == 0:
+			return nil, provider.NewTerminal(errors.New("spec.proxmox.clone needs templateID, templateName or nodeTemplates"))
+		}
 	default:
 		nb, err := parseNetboot(px.Netboot, px.Storage)
 		if err != nil {
@@ -160,6 +207,9 @@ func parseSettings(np *v1alpha1.NodeProvider) (*settings, error) {
 	for _, o := range px.ExtraOptions {
 		if why, ok := reservedOptions[o.Name]; ok {
 			return nil, provider.NewTerminal(fmt.Errorf("spec.proxmox.extraOptions may not set %q: %s", o.Name, why))
+		}
+		if o.Name == s.cloudInitDrive {
+			return nil, provider.NewTerminal(fmt.Errorf("spec.proxmox.extraOptions sets %q, which carries the per-claim cloud-init drive (spec.proxmox.cloudInitDrive)", o.Name))
 		}
 		if i, ok := nicIndex(o.Name); ok && i < len(s.nics) {
 			return nil, provider.NewTerminal(fmt.Errorf("spec.proxmox.extraOptions sets %q, which spec.proxmox.networkInterfaces already sets", o.Name))
@@ -281,9 +331,15 @@ func parseCredentials(data map[string][]byte) (*credentials, error) {
 	return c, nil
 }
 
+// ceilDiv divides rounding up, without the overflow of (a+b-1)/b near the
+// int64 bound.
 func ceilDiv(a, b int64) int64 {
 	if a <= 0 {
 		return 0
 	}
-	return (a + b - 1) / b
+	q := a / b
+	if a%b != 0 {
+		q++
+	}
+	return q
 }

@@ -81,12 +81,50 @@ func flexibleShapes(f *v1alpha1.FlexibleShape) ([]provider.Shape, error) {
 		return nil, err
 	}
 
-	cpuAxis := axis{min: f.MinCPU.MilliValue(), max: f.MaxCPU.MilliValue(), step: cpuStep.MilliValue()}
-	memAxis := axis{min: f.MinMemory.Value(), max: f.MaxMemory.Value(), step: memStep.Value()}
+	// A quantity beyond int64 converts to garbage: each is checked against
+	// the bounds before it is converted, and a step beyond them is as good
+	// as the bound (a single step over the whole range).
+	cpuBound := resource.NewMilliQuantity(maxFlexibleMilliCPU, resource.DecimalSI)
+	memBound := resource.NewQuantity(maxFlexibleMemory, resource.BinarySI)
+	if f.MaxCPU.Cmp(*cpuBound) > 0 || f.MaxMemory.Cmp(*memBound) > 0 {
+		return nil, provider.NewTerminal(fmt.Errorf("flexible shapes reach beyond what a VM can have (at most %d CPUs and %d EiB of memory)", maxFlexibleMilliCPU/1000, maxFlexibleMemory>>60))
+	}
+	if cpuStep.Cmp(*cpuBound) > 0 {
+		cpuStep = *cpuBound
+	}
+	if memStep.Cmp(*memBound) > 0 {
+		memStep = *memBound
+	}
+	return expandFlexible(
+		axis{min: f.MinCPU.MilliValue(), max: f.MaxCPU.MilliValue(), step: cpuStep.MilliValue()},
+		axis{min: f.MinMemory.Value(), max: f.MaxMemory.Value(), step: memStep.Value()},
+		perCPU, perGiB)
+}
+
+// Bounds of a flexible range, far beyond any Proxmox VM (which has at most
+// a few hundred cores and a few TiB), so that the arithmetic on them can
+// never overflow int64.
+const (
+	maxFlexibleMilliCPU = 1 << 40
+	maxFlexibleMemory   = 1 << 62
+)
+
+// expandFlexible turns a range of milli-CPU and bytes into at most
+// maxFlexibleShapes shapes; the bounds above keep every sum below the int64
+// bound.
+func expandFlexible(cpuAxis, memAxis axis, perCPU, perGiB float64) ([]provider.Shape, error) {
 	if cpuAxis.min <= 0 || memAxis.min <= 0 || cpuAxis.step <= 0 || memAxis.step <= 0 || cpuAxis.max < cpuAxis.min || memAxis.max < memAxis.min {
 		return nil, provider.NewTerminal(fmt.Errorf("flexible shapes need positive minimums and steps, and maximums no smaller than the minimums"))
 	}
-	for cpuAxis.count()*memAxis.count() > maxFlexibleShapes {
+	if cpuAxis.max > maxFlexibleMilliCPU || memAxis.max > maxFlexibleMemory {
+		return nil, provider.NewTerminal(fmt.Errorf("flexible shapes reach beyond what a VM can have (at most %d CPUs and %d EiB of memory)", maxFlexibleMilliCPU/1000, maxFlexibleMemory>>60))
+	}
+	cpuAxis.step = min(cpuAxis.step, cpuAxis.max)
+	memAxis.step = min(memAxis.step, memAxis.max)
+	// Counts are at most 2^62 each: their product is compared in float64,
+	// which cannot overflow. A step doubled is below twice the range,
+	// which is below 2^63.
+	for float64(cpuAxis.count())*float64(memAxis.count()) > maxFlexibleShapes {
 		if cpuAxis.count() >= memAxis.count() {
 			cpuAxis.step *= 2
 		} else {
@@ -127,9 +165,12 @@ func (a axis) count() int64 {
 // roundedValues lists the axis's values rounded up to whole units (cores,
 // MiB), without duplicates, always including the maximum.
 func roundedValues(a axis, unit int64) []int64 {
-	var out []int64
-	for v := a.min; v <= a.max; v += a.step {
+	out := make([]int64, 0, min(a.count(), maxFlexibleShapes)+1)
+	for v := a.min; ; v += a.step {
 		out = append(out, ceilDiv(v, unit))
+		if a.max-v < a.step {
+			break
+		}
 	}
 	out = append(out, ceilDiv(a.max, unit))
 	slices.Sort(out)

@@ -4,18 +4,29 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"regexp"
 	"time"
 
 	pmx "github.com/luthermonson/go-proxmox"
 	"k8s.io/utils/clock"
 )
 
-// taskError is a Proxmox task that ended with an exit status other than
-// OK; the exit status is its text.
+// taskError is a Proxmox task that failed; the exit status is its text.
 type taskError struct {
 	UPID       string
+	Node       string
 	ExitStatus string
 }
+
+// taskSucceeded says whether a stopped task's exit status is success:
+// "OK", or "WARNINGS: N" for a task that logged warnings and finished
+// (pve-common PVE::UPID::status_is_error). go-proxmox v0.4.0 counts only
+// "OK" as success, so its IsSuccessful is not used.
+func taskSucceeded(exitStatus string) bool {
+	return exitStatus == "OK" || taskWarnings.MatchString(exitStatus)
+}
+
+var taskWarnings = regexp.MustCompile(`^WARNINGS: \d+$`)
 
 func (e *taskError) Error() string { return e.ExitStatus }
 
@@ -63,10 +74,10 @@ func (t *tasks) wait(ctx context.Context, task *pmx.Task) error {
 		err := t.api.do(ctx, task.Ping)
 		switch {
 		case err == nil && task.IsCompleted:
-			if task.IsSuccessful {
+			if taskSucceeded(task.ExitStatus) {
 				return nil
 			}
-			return &taskError{UPID: string(task.UPID), ExitStatus: task.ExitStatus}
+			return &taskError{UPID: string(task.UPID), Node: task.Node, ExitStatus: task.ExitStatus}
 		case err != nil && (ctx.Err() != nil || !pollRetryable(err)):
 			return err
 		case err != nil:

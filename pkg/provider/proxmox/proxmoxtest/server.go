@@ -3,6 +3,68 @@
 // (nodes, guests, clone, create, config, start, stop, destroy, tasks, login
 // tickets and API tokens) the way Proxmox does, with fault injection and
 // inspection, for the provider's tests and for end-to-end tests.
+//
+// The behaviours that matter, and where they come from (commits of the
+// public repositories: pve-manager 14a22df3, qemu-server e6352be6,
+// pve-common f665029e, pve-cluster 7091d92e, pve-guest-common 4a8f6cbf):
+//
+//   - /cluster/resources?type=vm lags. pve-manager PVE/API2/Cluster.pm
+//     (resources) builds each guest with PVE::API2Tools::extract_vm_stats
+//     from PVE::Cluster::rrd_dump(), the data pvestatd publishes every
+//     $updatetime = 10 seconds (PVE/Service/pvestatd.pm): name, status,
+//     template, maxcpu, maxmem and uptime come from there, and a guest with
+//     no published data yet has status "unknown" and no name. Only lock and
+//     tags are read fresh from the config (get_guest_config_properties([qw(lock
+//     tags)])). SetStatsLag turns the lag on; without it the fake publishes
+//     on every request (a test convenience, not Proxmox's behaviour).
+//   - Task exit status: pve-common src/PVE/RESTEnvironment.pm (fork_worker)
+//     ends a task that logged warnings with "TASK WARNINGS: N" and exit code
+//     0, and src/PVE/UPID.pm read_status turns that into the exitstatus
+//     "WARNINGS: N", which status_is_error counts as success, like "OK". A
+//     task whose worker died (a node crash) has a log without a TASK line:
+//     read_status answers "unexpected status".
+//   - Clone (qemu-server src/PVE/API2/Qemu.pm clone_vm): the early check
+//     refuses a newid whose config exists on the node the call runs on
+//     ("unable to create VM N: config file already exists"), synchronously.
+//     The worker first writes "# qmclone temporary file\nlock: clone\n"
+//     (a config with a lock and no name or description) with
+//     PVE::Tools::file_set_contents; when the ID exists on another node,
+//     pmxcfs refuses the rename and the task fails with "close (rename)
+//     atomic file '/etc/pve/nodes/<node>/qemu-server/<id>.conf' failed: File
+//     exists" (pve-common src/PVE/File.pm). The name and description are
+//     written only with the first copied disk, the lock goes with the last.
+//     Every option of the template but disks, nets, snapshots and unused
+//     volumes is copied as is, so the clone carries the template's meta
+//     (with its ctime) and its protection flag. A worker that dies mid-clone
+//     leaves the temporary config, locked, forever (TaskFault.Crash).
+//     The pool parameter must name an existing pool (check_pool_exist).
+//   - Locks: PVE::AbstractConfig::check_lock (pve-guest-common) refuses
+//     config, start, stop and destroy on a locked VM: "VM is locked (clone)";
+//     only root@pam may pass skiplock.
+//   - Protection: destroy_vm calls check_protection, which dies with "can't
+//     remove VM N - protection mode enabled".
+//   - Tags: assert_tag_permissions (pve-guest-common src/PVE/GuestHelpers.pm)
+//     checks every added or removed tag against datacenter.cfg's
+//     user-tag-access (pve-cluster src/PVE/DataCenterConfig.pm: user-allow
+//     none, list, existing or free, and user-allow-list) for a user without
+//     Sys.Modify on /, and refuses with 403 "Permission check failed (/,
+//     Sys.Modify for modifying tag 'T')". Tags are stored sorted, unique
+//     and lower-cased (get_unique_tags, tag-style case-sensitive unset).
+//   - Start: qemu-server's vm_start dies with "start failed: QEMU exited
+//     with code 1" when QEMU exits; QEMU logs why into the task log. That a
+//     start fails when the node's memory cannot hold the VM, and the log line
+//     "kvm: cannot set up guest memory 'pc.ram': Cannot allocate memory",
+//     are an assumption (QEMU's message; Linux overcommit decides when).
+//   - Upload (pve-manager PVE/API2/Storage/Status.pm upload): a multipart
+//     POST to /nodes/{node}/storage/{storage}/upload with content and
+//     filename fields and the file; content must be iso (or vztmpl, import)
+//     and the storage must allow that content, else 400 "storage 'S' does
+//     not support 'iso' content"; the file becomes the volume
+//     S:iso/<filename>; the task is imgcopy. Deleting it is DELETE
+//     /nodes/{node}/storage/{storage}/content/{volume}.
+//
+// Authentication follows pveproxy: an API token header, or a ticket cookie
+// with a CSRF token for requests that change something.
 package proxmoxtest
 
 import (
@@ -11,10 +73,13 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"encoding/pem"
+	"errors"
 	"fmt"
 	"io"
 	"log"
 	"maps"
+	"mime"
+	"mime/multipart"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -24,6 +89,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"k8s.io/utils/clock"
 )
 
 // Node is a Proxmox node of the fake cluster.
@@ -37,6 +104,11 @@ type Node struct {
 	UsedMemoryMiB int64
 	// CPULoad is the share of the CPUs in use, 0 to 1.
 	CPULoad float64
+	// StartableMemoryMiB is the memory QEMU can really get on the node
+	// (page cache, a ZFS ARC or hugepages may hold what the node reports
+	// free); a start beyond it fails. 0 means MemoryMiB. An assumption:
+	// the kernel's overcommit rules decide this on a real host.
+	StartableMemoryMiB int64
 }
 
 // VM is a guest of the fake cluster. Config holds its options as Proxmox
@@ -53,6 +125,8 @@ type VM struct {
 	// "destroyed".
 	Lock   string
 	Config map[string]string
+	// Pool is the resource pool the VM was added to.
+	Pool string
 }
 
 // Tags returns the VM's tags.
@@ -85,6 +159,10 @@ type Fault struct {
 	// Before runs before the request is answered, without the server's
 	// lock: it may change the server, e.g. add a VM that takes an ID.
 	Before func()
+	// LoseResponse handles the request and then drops the connection
+	// without answering, as a proxy or network failure would: the change
+	// is made, the client never learns of it.
+	LoseResponse bool
 
 	re *regexp.Regexp
 }
@@ -101,6 +179,26 @@ type TaskFault struct {
 	Polls int
 	// Times is how many matching tasks the fault hits; 0 means one.
 	Times int
+	// Crash makes the worker die (its node crashed): the task ends with
+	// "unexpected status" and a clone keeps its temporary config, locked.
+	Crash bool
+}
+
+// Storage is a storage of the fake cluster, available on every node.
+type Storage struct {
+	Name string
+	// Content lists the content types the storage allows: images, iso,
+	// vztmpl, snippets, import.
+	Content []string
+}
+
+// UserTagAccess is datacenter.cfg's user-tag-access for users without
+// Sys.Modify on /, which the API token and user of the fake are.
+type UserTagAccess struct {
+	// Allow is none, list, existing or free (the default).
+	Allow string
+	// List is user-allow-list.
+	List []string
 }
 
 // Server is the fake Proxmox VE API.
@@ -124,6 +222,28 @@ type Server struct {
 	password    string
 	tickets     map[string]string // ticket → CSRF token
 	pid         int
+
+	// statsClock and statsInterval make /cluster/resources lag as pvestatd
+	// does; a zero interval publishes on every request.
+	statsClock    clock.PassiveClock
+	statsInterval time.Duration
+	lastPublish   time.Time
+	published     map[int]vmStats
+
+	tagAccess UserTagAccess
+	pools     map[string]bool
+	storages  map[string]Storage
+	// volumes are uploaded files by volume ID (storage:iso/name).
+	volumes map[string][]byte
+}
+
+// vmStats is what pvestatd publishes about a guest.
+type vmStats struct {
+	name     string
+	status   string
+	template bool
+	maxcpu   int64
+	maxmem   int64
 }
 
 type task struct {
@@ -135,6 +255,8 @@ type task struct {
 	started   time.Time
 	pollsLeft int
 	exit      string
+	crash     bool
+	log       []string
 	done      bool
 	finish    func(ok bool)
 }
@@ -154,6 +276,10 @@ func NewServer(nodes ...Node) *Server {
 		tickets:   map[string]string{},
 		taskPolls: 1,
 		pid:       0x1000,
+		published: map[int]vmStats{},
+		pools:     map[string]bool{},
+		storages:  map[string]Storage{},
+		volumes:   map[string][]byte{},
 	}
 	s.srv = httptest.NewUnstartedServer(s)
 	// Clients that refuse the certificate are part of the tests; their
@@ -215,6 +341,79 @@ func (s *Server) SetTaskPolls(n int) {
 	s.taskPolls = n
 }
 
+// SetStatsLag makes /cluster/resources show guests' names, status,
+// template flag and size as they were when they were last published, every
+// interval of clk, as pvestatd does (every 10 s in Proxmox).
+func (s *Server) SetStatsLag(clk clock.PassiveClock, interval time.Duration) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.statsClock, s.statsInterval = clk, interval
+	s.publishLocked()
+}
+
+// PublishStats publishes the guests' stats now, as a pvestatd round does.
+func (s *Server) PublishStats() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.publishLocked()
+}
+
+func (s *Server) publishLocked() {
+	s.published = map[int]vmStats{}
+	for id, vm := range s.vms {
+		s.published[id] = statsOf(vm)
+	}
+	if s.statsClock != nil {
+		s.lastPublish = s.statsClock.Now()
+	}
+}
+
+func (s *Server) maybePublish() {
+	if s.statsInterval <= 0 || s.statsClock == nil {
+		s.publishLocked()
+		return
+	}
+	if s.statsClock.Since(s.lastPublish) >= s.statsInterval {
+		s.publishLocked()
+	}
+}
+
+func statsOf(vm *VM) vmStats {
+	return vmStats{
+		name: vm.Config["name"], status: vm.Status, template: vm.Config["template"] == "1",
+		maxcpu: atoi(vm.Config["cores"], 1) * atoi(vm.Config["sockets"], 1),
+		maxmem: atoi(vm.Config["memory"], 512) * mib,
+	}
+}
+
+// SetUserTagAccess sets datacenter.cfg's user-tag-access.
+func (s *Server) SetUserTagAccess(a UserTagAccess) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.tagAccess = a
+}
+
+// AddPool adds a resource pool.
+func (s *Server) AddPool(name string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.pools[name] = true
+}
+
+// AddStorage adds a storage, or replaces the one of the same name.
+func (s *Server) AddStorage(st Storage) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.storages[st.Name] = st
+}
+
+// Volumes returns the uploaded files by volume ID.
+func (s *Server) Volumes() map[string][]byte {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return maps.Clone(s.volumes)
+}
+
 // SetNode adds a node or replaces the one of the same name.
 func (s *Server) SetNode(n Node) {
 	s.mu.Lock()
@@ -251,6 +450,8 @@ func (s *Server) AddVM(vm VM) {
 		c.Config["meta"] = fmt.Sprintf("creation-qemu=9.0.2,ctime=%d", time.Now().Unix())
 	}
 	s.vms[c.VMID] = &c
+	// A guest added this way has been there for a while: pvestatd knows it.
+	s.published[c.VMID] = statsOf(&c)
 }
 
 // AddTemplate adds a cloud-init template VM to clone: 2 cores, 2 GiB, a
@@ -376,7 +577,9 @@ type call struct {
 	r      *http.Request
 	args   []string
 	params map[string]string
-	user   string
+	// file is the file part of a multipart upload.
+	file []byte
+	user string
 }
 
 var routes = []route{
@@ -387,6 +590,9 @@ var routes = []route{
 	{http.MethodGet, regexp.MustCompile(`^/nodes$`), (*Server).listNodes},
 	{http.MethodGet, regexp.MustCompile(`^/nodes/([^/]+)/status$`), (*Server).nodeStatus},
 	{http.MethodGet, regexp.MustCompile(`^/nodes/([^/]+)/tasks/([^/]+)/status$`), (*Server).taskStatus},
+	{http.MethodGet, regexp.MustCompile(`^/nodes/([^/]+)/tasks/([^/]+)/log$`), (*Server).taskLog},
+	{http.MethodPost, regexp.MustCompile(`^/nodes/([^/]+)/storage/([^/]+)/upload$`), (*Server).upload},
+	{http.MethodDelete, regexp.MustCompile(`^/nodes/([^/]+)/storage/([^/]+)/content/(.+)$`), (*Server).deleteVolume},
 	{http.MethodGet, regexp.MustCompile(`^/nodes/([^/]+)/qemu$`), (*Server).listQemu},
 	{http.MethodPost, regexp.MustCompile(`^/nodes/([^/]+)/qemu$`), (*Server).createVM},
 	{http.MethodPost, regexp.MustCompile(`^/nodes/([^/]+)/qemu/(\d+)/clone$`), (*Server).cloneVM},
@@ -406,7 +612,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		writeError(w, errorf(http.StatusNotFound, "Not Found"))
 		return
 	}
-	params, err := readParams(r)
+	params, file, err := readParams(r)
 	if err != nil {
 		writeError(w, errorf(http.StatusBadRequest, "unable to parse parameters: %v", err))
 		return
@@ -423,7 +629,8 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		writeError(w, failed)
 		return
 	}
-	if fault := s.fault(r.Method, path); fault != nil {
+	fault := s.fault(r.Method, path)
+	if fault != nil {
 		if fault.Before != nil {
 			fault.Before()
 		}
@@ -433,6 +640,19 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 
+	data, failed := s.route(r, path, params, file, user)
+	if fault != nil && fault.LoseResponse {
+		if hj, ok := w.(http.Hijacker); ok {
+			if conn, _, err := hj.Hijack(); err == nil {
+				_ = conn.Close()
+				return
+			}
+		}
+	}
+	writeAnswer(w, data, failed)
+}
+
+func (s *Server) route(r *http.Request, path string, params map[string]string, file []byte, user string) (any, *apiError) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for _, rt := range routes {
@@ -443,11 +663,9 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		if rt.method != r.Method {
 			continue
 		}
-		data, failed := rt.handle(s, &call{r: r, args: m[1:], params: params, user: user})
-		writeAnswer(w, data, failed)
-		return
+		return rt.handle(s, &call{r: r, args: m[1:], params: params, file: file, user: user})
 	}
-	writeError(w, errorf(http.StatusNotImplemented, "Method '%s %s' not implemented", r.Method, path))
+	return nil, errorf(http.StatusNotImplemented, "Method '%s %s' not implemented", r.Method, path)
 }
 
 func (s *Server) record(r *http.Request, path string, params map[string]string) {
@@ -557,17 +775,36 @@ func (s *Server) nodeEntry(n *Node) map[string]any {
 	return e
 }
 
+// vmEntry is a guest as the node's own listing shows it, read fresh.
 func (s *Server) vmEntry(vm *VM) map[string]any {
-	maxmem := atoi(vm.Config["memory"], 512) * mib
+	return entryOf(vm, statsOf(vm), true)
+}
+
+// resourceEntry is a guest as /cluster/resources shows it: the published
+// stats, with lock and tags fresh.
+func (s *Server) resourceEntry(vm *VM) map[string]any {
+	st, ok := s.published[vm.VMID]
+	return entryOf(vm, st, ok)
+}
+
+func entryOf(vm *VM, st vmStats, known bool) map[string]any {
 	e := map[string]any{
 		"id": fmt.Sprintf("qemu/%d", vm.VMID), "type": "qemu", "vmid": vm.VMID,
-		"node": vm.Node, "status": vm.Status,
-		"template": boolInt(vm.Template),
-		"maxcpu":   atoi(vm.Config["cores"], 1) * atoi(vm.Config["sockets"], 1),
-		"maxmem":   maxmem, "maxdisk": 32 << 30,
+		"node": vm.Node, "status": "unknown",
 	}
-	if n := vm.Config["name"]; n != "" {
-		e["name"] = n
+	if known {
+		e["status"] = st.status
+		e["template"] = boolInt(st.template)
+		e["maxcpu"] = st.maxcpu
+		e["maxmem"] = st.maxmem
+		e["maxdisk"] = 32 << 30
+		if st.name != "" {
+			e["name"] = st.name
+		}
+		if st.status == "running" {
+			e["mem"] = st.maxmem / 2
+			e["uptime"] = 60
+		}
 	}
 	if t := vm.Config["tags"]; t != "" {
 		e["tags"] = t
@@ -575,9 +812,8 @@ func (s *Server) vmEntry(vm *VM) map[string]any {
 	if vm.Lock != "" {
 		e["lock"] = vm.Lock
 	}
-	if vm.Status == "running" {
-		e["mem"] = maxmem / 2
-		e["uptime"] = 60
+	if vm.Pool != "" {
+		e["pool"] = vm.Pool
 	}
 	return e
 }
@@ -591,8 +827,9 @@ func (s *Server) clusterResources(c *call) (any, *apiError) {
 		}
 	}
 	if typ == "" || typ == "vm" {
+		s.maybePublish()
 		for _, vmid := range slices.Sorted(maps.Keys(s.vms)) {
-			out = append(out, s.vmEntry(s.vms[vmid]))
+			out = append(out, s.resourceEntry(s.vms[vmid]))
 		}
 	}
 	return out, nil
@@ -695,6 +932,9 @@ func (s *Server) createVM(c *call) (any, *apiError) {
 		}
 	}
 	if t, ok := cfg["tags"]; ok {
+		if failed := s.checkTags("", t); failed != nil {
+			return nil, failed
+		}
 		cfg["tags"] = normalizeTags(t)
 	}
 	cfg["meta"] = fmt.Sprintf("creation-qemu=9.0.2,ctime=%d", time.Now().Unix())
@@ -719,11 +959,17 @@ func (s *Server) cloneVM(c *call) (any, *apiError) {
 	if newid < 100 {
 		return nil, errorf(http.StatusBadRequest, "Parameter verification failed.")
 	}
-	if existing, ok := s.vms[newid]; ok {
-		return nil, errorf(http.StatusInternalServerError, "VM %d already exists on node '%s'", newid, existing.Node)
+	// load_and_check: only the config file on this node is looked for.
+	existing, taken := s.vms[newid]
+	if taken && existing.Node == src.Node {
+		return nil, errorf(http.StatusInternalServerError, "unable to create VM %d: config file already exists", newid)
 	}
 	if src.Lock != "" {
 		return nil, errorf(http.StatusInternalServerError, "VM is locked (%s)", src.Lock)
+	}
+	pool := c.params["pool"]
+	if pool != "" && !s.pools[pool] {
+		return nil, errorf(http.StatusInternalServerError, "pool '%s' does not exist", pool)
 	}
 	target := src.Node
 	if t := c.params["target"]; t != "" {
@@ -732,22 +978,31 @@ func (s *Server) cloneVM(c *call) (any, *apiError) {
 		}
 		target = t
 	}
+	// Everything but the template flag is copied, meta (and its ctime)
+	// and protection included.
 	cfg := maps.Clone(src.Config)
 	delete(cfg, "template")
 	cfg["name"] = orDefault(c.params["name"], "Copy-of-VM-"+src.Config["name"])
-	if d, ok := c.params["description"]; ok {
+	if d, ok := c.params["description"]; ok && d != "" {
 		cfg["description"] = d
 	}
-	cfg["meta"] = fmt.Sprintf("creation-qemu=9.0.2,ctime=%d", time.Now().Unix())
-	// Like Proxmox, the clone holds only its lock (no name, no description)
-	// until its disks are copied and the task writes the configuration.
+	if taken {
+		// The worker's temporary config collides in pmxcfs with the
+		// VM of that ID on another node.
+		upid := s.newTask(src.Node, "qmclone", strconv.Itoa(src.VMID), c.user, func(bool) {})
+		s.tasks[upid].exit = fmt.Sprintf("close (rename) atomic file '/etc/pve/nodes/%s/qemu-server/%d.conf' failed: File exists", src.Node, newid)
+		return upid, nil
+	}
+	// The clone holds only its lock (no name, no description) until its
+	// disks are copied and the task writes the configuration.
 	vm := &VM{VMID: newid, Node: target, Status: "stopped", Lock: "clone", Config: map[string]string{}}
 	s.vms[newid] = vm
 	return s.newTask(src.Node, "qmclone", strconv.Itoa(src.VMID), c.user, func(ok bool) {
-		vm.Lock, vm.Config = "", cfg
 		if !ok {
 			delete(s.vms, newid)
+			return
 		}
+		vm.Lock, vm.Config, vm.Pool = "", cfg, pool
 	}), nil
 }
 
@@ -780,6 +1035,11 @@ func (s *Server) postConfig(c *call) (any, *apiError) {
 	if vm.Lock != "" {
 		return nil, errorf(http.StatusInternalServerError, "VM is locked (%s)", vm.Lock)
 	}
+	if t, ok := c.params["tags"]; ok {
+		if failed := s.checkTags(vm.Config["tags"], t); failed != nil {
+			return nil, failed
+		}
+	}
 	params := maps.Clone(c.params)
 	return s.newTask(vm.Node, "qmconfig", strconv.Itoa(vm.VMID), c.user, func(ok bool) {
 		if ok {
@@ -796,8 +1056,49 @@ func (s *Server) putConfig(c *call) (any, *apiError) {
 	if vm.Lock != "" {
 		return nil, errorf(http.StatusInternalServerError, "VM is locked (%s)", vm.Lock)
 	}
+	if t, ok := c.params["tags"]; ok {
+		if failed := s.checkTags(vm.Config["tags"], t); failed != nil {
+			return nil, failed
+		}
+	}
 	applyConfig(vm, c.params)
 	return nil, nil
+}
+
+// checkTags applies datacenter.cfg's user-tag-access to the tags a change
+// adds or removes, as assert_tag_permissions does for a user without
+// Sys.Modify on /.
+func (s *Server) checkTags(old, updated string) *apiError {
+	allow := orDefault(s.tagAccess.Allow, "free")
+	if allow == "free" {
+		return nil
+	}
+	allowed := map[string]bool{}
+	if allow != "none" {
+		for _, t := range s.tagAccess.List {
+			allowed[t] = true
+		}
+	}
+	if allow == "existing" {
+		for _, vm := range s.vms {
+			for _, t := range vm.Tags() {
+				allowed[t] = true
+			}
+		}
+	}
+	count := map[string]int{}
+	for _, t := range splitTags(old) {
+		count[t]++
+	}
+	for _, t := range splitTags(strings.ToLower(updated)) {
+		count[t]--
+	}
+	for _, t := range slices.Sorted(maps.Keys(count)) {
+		if count[t] != 0 && !allowed[t] {
+			return errorf(http.StatusForbidden, "Permission check failed (/, Sys.Modify for modifying tag '%s')", t)
+		}
+	}
+	return nil
 }
 
 func applyConfig(vm *VM, params map[string]string) {
@@ -837,11 +1138,21 @@ func (s *Server) startVM(c *call) (any, *apiError) {
 	case vm.Status == "running":
 		return nil, errorf(http.StatusInternalServerError, "VM %d already running", vm.VMID)
 	}
-	return s.newTask(vm.Node, "qmstart", strconv.Itoa(vm.VMID), c.user, func(ok bool) {
+	upid := s.newTask(vm.Node, "qmstart", strconv.Itoa(vm.VMID), c.user, func(ok bool) {
 		if ok {
 			vm.Status = "running"
 		}
-	}), nil
+	})
+	if missing := s.missingVolume(vm); missing != "" {
+		t := s.tasks[upid]
+		t.exit = fmt.Sprintf("volume '%s' does not exist", missing)
+		t.log = append(t.log, "TASK ERROR: "+t.exit)
+	} else if n := s.node(vm.Node); n != nil && s.usedMemory(n)+atoi(vm.Config["memory"], 512)*mib > orDefaultInt(n.StartableMemoryMiB, n.MemoryMiB)*mib {
+		t := s.tasks[upid]
+		t.exit = "start failed: QEMU exited with code 1"
+		t.log = append(t.log, "kvm: cannot set up guest memory 'pc.ram': Cannot allocate memory", "TASK ERROR: "+t.exit)
+	}
+	return upid, nil
 }
 
 func (s *Server) stopVM(c *call) (any, *apiError) {
@@ -874,6 +1185,8 @@ func (s *Server) destroyVM(c *call) (any, *apiError) {
 	switch {
 	case vm.Lock != "":
 		return nil, errorf(http.StatusInternalServerError, "VM is locked (%s)", vm.Lock)
+	case vm.Config["protection"] == "1":
+		return nil, errorf(http.StatusInternalServerError, "can't remove VM %d - protection mode enabled", vm.VMID)
 	case vm.Status == "running":
 		return nil, errorf(http.StatusInternalServerError, "VM %d is running - destroy failed", vm.VMID)
 	}
@@ -898,6 +1211,9 @@ func (s *Server) newTask(node, typ, id, user string, finish func(ok bool)) strin
 			if f.ExitStatus != "" {
 				t.exit = f.ExitStatus
 			}
+			if f.Crash {
+				t.crash, t.exit = true, "unexpected status"
+			}
 			if f.Polls > 0 {
 				t.pollsLeft = f.Polls
 			}
@@ -920,11 +1236,39 @@ func (s *Server) FinishTasks() {
 	defer s.mu.Unlock()
 	for _, t := range s.tasks {
 		t.pollsLeft = 0
-		if !t.done {
-			t.done = true
-			t.finish(t.exit == "OK")
-		}
+		t.end()
 	}
+}
+
+// end applies the task's effect once; a crashed worker applies none.
+func (t *task) end() {
+	if t.done {
+		return
+	}
+	t.done = true
+	if !t.crash {
+		t.finish(!statusIsError(t.exit))
+	}
+}
+
+// statusIsError is PVE::UPID::status_is_error: OK and WARNINGS: N are
+// success.
+func statusIsError(status string) bool {
+	return status != "OK" && !warningsStatus.MatchString(status)
+}
+
+var warningsStatus = regexp.MustCompile(`^WARNINGS: \d+$`)
+
+func (s *Server) taskLog(c *call) (any, *apiError) {
+	t, ok := s.tasks[c.args[1]]
+	if !ok || t.node != c.args[0] {
+		return nil, errorf(http.StatusInternalServerError, "unable to parse worker upid '%s'", c.args[1])
+	}
+	out := []map[string]any{}
+	for i, line := range t.log {
+		out = append(out, map[string]any{"n": i + 1, "t": line})
+	}
+	return out, nil
 }
 
 func (s *Server) taskStatus(c *call) (any, *apiError) {
@@ -941,34 +1285,55 @@ func (s *Server) taskStatus(c *call) (any, *apiError) {
 		out["status"] = "running"
 		return out, nil
 	}
-	if !t.done {
-		t.done = true
-		t.finish(t.exit == "OK")
-	}
+	t.end()
 	out["status"] = "stopped"
 	out["exitstatus"] = t.exit
 	return out, nil
 }
 
-// readParams merges the query with a JSON or form body, as strings.
-func readParams(r *http.Request) (map[string]string, error) {
+// readParams merges the query with a JSON, form or multipart body, as
+// strings; the file part of a multipart body is returned apart.
+func readParams(r *http.Request) (map[string]string, []byte, error) {
 	out := map[string]string{}
 	for k, v := range r.URL.Query() {
 		out[k] = v[0]
 	}
 	if r.Body == nil {
-		return out, nil
+		return out, nil, nil
+	}
+	if mediaType, ps, err := mime.ParseMediaType(r.Header.Get("Content-Type")); err == nil && mediaType == "multipart/form-data" {
+		var file []byte
+		mr := multipart.NewReader(io.LimitReader(r.Body, 16<<20), ps["boundary"])
+		for {
+			part, err := mr.NextPart()
+			if errors.Is(err, io.EOF) {
+				return out, file, nil
+			}
+			if err != nil {
+				return nil, nil, err
+			}
+			data, err := io.ReadAll(part)
+			if err != nil {
+				return nil, nil, err
+			}
+			if part.FileName() != "" {
+				file = data
+				out["filename"] = orDefault(out["filename"], part.FileName())
+				continue
+			}
+			out[part.FormName()] = string(data)
+		}
 	}
 	body, err := io.ReadAll(io.LimitReader(r.Body, 1<<20))
 	if err != nil || len(body) == 0 {
-		return out, err
+		return out, nil, err
 	}
 	if strings.HasPrefix(r.Header.Get("Content-Type"), "application/json") {
 		dec := json.NewDecoder(strings.NewReader(string(body)))
 		dec.UseNumber()
 		var m map[string]any
 		if err := dec.Decode(&m); err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		for k, v := range m {
 			if v == nil {
@@ -976,16 +1341,90 @@ func readParams(r *http.Request) (map[string]string, error) {
 			}
 			out[k] = fmt.Sprint(v)
 		}
-		return out, nil
+		return out, nil, nil
 	}
 	form, err := url.ParseQuery(string(body))
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	for k, v := range form {
 		out[k] = v[0]
 	}
-	return out, nil
+	return out, nil, nil
+}
+
+// upload stores a multipart upload as a volume of an ISO-capable storage,
+// checking what pve-storage's upload checks (see the package comment).
+func (s *Server) upload(c *call) (any, *apiError) {
+	if _, failed := s.onlineNode(c.args[0]); failed != nil {
+		return nil, failed
+	}
+	if mediaType, _, _ := mime.ParseMediaType(c.r.Header.Get("Content-Type")); mediaType != "multipart/form-data" || c.file == nil {
+		return nil, errorf(http.StatusBadRequest, "Parameter verification failed. (tmpfilename: missing temporary file name)")
+	}
+	content := c.params["content"]
+	if content != "iso" && content != "vztmpl" && content != "import" {
+		return nil, errorf(http.StatusBadRequest, "Parameter verification failed. (content: value '%s' does not have a value in the enumeration 'iso, vztmpl, import')", content)
+	}
+	st, ok := s.storages[c.args[1]]
+	if !ok {
+		return nil, errorf(http.StatusInternalServerError, "storage '%s' does not exist", c.args[1])
+	}
+	if !slices.Contains(st.Content, content) {
+		return nil, errorf(http.StatusInternalServerError, "storage '%s' does not support '%s' content", st.Name, content)
+	}
+	name := c.params["filename"]
+	if content == "iso" && !isoName.MatchString(name) {
+		return nil, errorf(http.StatusBadRequest, "Parameter verification failed. (filename: wrong file extension)")
+	}
+	volid := st.Name + ":" + content + "/" + name
+	data := slices.Clone(c.file)
+	return s.newTask(c.args[0], "imgcopy", "", c.user, func(ok bool) {
+		if ok {
+			s.volumes[volid] = data
+		}
+	}), nil
+}
+
+var isoName = regexp.MustCompile(`(?i)^[^/]+\.(iso|img)$`)
+
+// deleteVolume removes an uploaded volume, named storage:iso/name or
+// iso/name.
+func (s *Server) deleteVolume(c *call) (any, *apiError) {
+	if _, failed := s.onlineNode(c.args[0]); failed != nil {
+		return nil, failed
+	}
+	volid := c.args[2]
+	if !strings.Contains(volid, ":") {
+		volid = c.args[1] + ":" + volid
+	}
+	if _, ok := s.volumes[volid]; !ok {
+		return nil, errorf(http.StatusInternalServerError, "volume '%s' does not exist", volid)
+	}
+	return s.newTask(c.args[0], "imgdel", "", c.user, func(ok bool) {
+		if ok {
+			delete(s.volumes, volid)
+		}
+	}), nil
+}
+
+// missingVolume returns the first uploaded-style volume (storage:iso/…) of
+// a registered storage that a VM's config names and that does not exist.
+func (s *Server) missingVolume(vm *VM) string {
+	for _, v := range vm.Config {
+		volid, _, _ := strings.Cut(v, ",")
+		storage, rest, ok := strings.Cut(volid, ":")
+		if !ok || !strings.HasPrefix(rest, "iso/") {
+			continue
+		}
+		if _, registered := s.storages[storage]; !registered {
+			continue
+		}
+		if _, ok := s.volumes[volid]; !ok {
+			return volid
+		}
+	}
+	return ""
 }
 
 func writeAnswer(w http.ResponseWriter, data any, failed *apiError) {
@@ -1021,7 +1460,7 @@ func writeError(w http.ResponseWriter, e *apiError) {
 // normalizeTags sorts and de-duplicates tags and joins them with ';', as
 // Proxmox stores them.
 func normalizeTags(tags string) string {
-	t := splitTags(tags)
+	t := splitTags(strings.ToLower(tags))
 	slices.Sort(t)
 	return strings.Join(slices.Compact(t), ";")
 }
@@ -1038,6 +1477,13 @@ func atoi(s string, def int64) int64 {
 		return def
 	}
 	return n
+}
+
+func orDefaultInt(v, def int64) int64 {
+	if v == 0 {
+		return def
+	}
+	return v
 }
 
 func boolInt(b bool) int {

@@ -1,12 +1,18 @@
 package proxmoxtest_test
 
 import (
+	"bytes"
 	"crypto/tls"
 	"encoding/json"
+	"fmt"
 	"io"
+	"mime/multipart"
 	"net/http"
 	"strings"
 	"testing"
+	"time"
+
+	clocktesting "k8s.io/utils/clock/testing"
 
 	"github.com/claimscale/claimscale/pkg/provider/proxmox/proxmoxtest"
 )
@@ -77,7 +83,126 @@ func TestServerAnswersLikeProxmox(t *testing.T) {
 	}
 
 	resp, env = call(http.MethodPost, "/nodes/pve/qemu/9000/clone", `{"newid":100}`, true)
-	if resp.StatusCode != http.StatusInternalServerError || resp.Status != "500 VM 100 already exists on node 'pve'" || env["data"] != nil {
+	if resp.StatusCode != http.StatusInternalServerError || resp.Status != "500 unable to create VM 100: config file already exists" || env["data"] != nil {
 		t.Errorf("cloning onto a taken ID answered %q with %v, want the reason in the status line and data null", resp.Status, env)
 	}
+}
+
+// TestServerFollowsProxmoxSources checks the behaviours the package comment
+// cites, on the wire.
+func TestServerFollowsProxmoxSources(t *testing.T) {
+	api := proxmoxtest.NewServer(proxmoxtest.Node{Name: "pve", CPUs: 4, MemoryMiB: 8192}, proxmoxtest.Node{Name: "pve2", CPUs: 4, MemoryMiB: 8192})
+	defer api.Close()
+	api.AddTemplate(9000, "pve", "tmpl")
+	api.SetTaskPolls(0)
+	clk := clocktesting.NewFakeClock(time.Now())
+	api.SetStatsLag(clk, 10*time.Second)
+	client := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: api.CertPool()}}}
+	call := func(method, path, contentType string, body io.Reader) (*http.Response, map[string]any) {
+		t.Helper()
+		req, _ := http.NewRequest(method, api.Endpoint()+path, body)
+		if contentType != "" {
+			req.Header.Set("Content-Type", contentType)
+		}
+		resp, err := client.Do(req)
+		if err != nil {
+			t.Fatalf("%s %s: %v", method, path, err)
+		}
+		defer func() { _ = resp.Body.Close() }()
+		var envelope map[string]any
+		raw, _ := io.ReadAll(resp.Body)
+		_ = json.Unmarshal(raw, &envelope)
+		return resp, envelope
+	}
+	taskExit := func(upid string) string {
+		t.Helper()
+		node := strings.Split(upid, ":")[1]
+		_, env := call(http.MethodGet, "/nodes/"+node+"/tasks/"+upid+"/status", "", nil)
+		return env["data"].(map[string]any)["exitstatus"].(string)
+	}
+	resource := func(vmid float64) map[string]any {
+		_, env := call(http.MethodGet, "/cluster/resources?type=vm", "", nil)
+		for _, e := range env["data"].([]any) {
+			if m := e.(map[string]any); m["vmid"] == vmid {
+				return m
+			}
+		}
+		return nil
+	}
+
+	api.FailTask(proxmoxtest.TaskFault{Type: "qmclone", ExitStatus: "WARNINGS: 1"})
+	_, env := call(http.MethodPost, "/nodes/pve/qemu/9000/clone", "application/json", strings.NewReader(`{"newid":100,"name":"vm1","description":"d"}`))
+	if exit := taskExit(env["data"].(string)); exit != "WARNINGS: 1" {
+		t.Fatalf("exit status %q", exit)
+	}
+	if vm, _ := api.VM(100); vm.Name != "vm1" || vm.Lock != "" || vm.Config["meta"] == "" || vm.Config["meta"] != mustVM(t, api, 9000).Config["meta"] {
+		t.Errorf("a clone ending with warnings is made, with its template's meta: %+v", vm)
+	}
+	call(http.MethodPut, "/nodes/pve/qemu/100/config", "application/json", strings.NewReader(`{"tags":"Mine"}`))
+	if r := resource(100); r["name"] != nil || r["status"] != "unknown" || r["tags"] != "mine" {
+		t.Errorf("before pvestatd publishes: %v, want no name, status unknown, fresh lower-cased tags", r)
+	}
+	clk.Step(10 * time.Second)
+	if r := resource(100); r["name"] != "vm1" || r["status"] != "stopped" {
+		t.Errorf("after pvestatd publishes: %v", r)
+	}
+
+	api.AddVM(proxmoxtest.VM{VMID: 101, Node: "pve2", Name: "elsewhere"})
+	_, env = call(http.MethodPost, "/nodes/pve/qemu/9000/clone", "application/json", strings.NewReader(`{"newid":101}`))
+	if exit := taskExit(env["data"].(string)); exit != "close (rename) atomic file '/etc/pve/nodes/pve/qemu-server/101.conf' failed: File exists" {
+		t.Errorf("clone onto an ID of another node: %q", exit)
+	}
+
+	api.SetUserTagAccess(proxmoxtest.UserTagAccess{Allow: "list", List: []string{"ok"}})
+	if resp, _ := call(http.MethodPut, "/nodes/pve/qemu/100/config", "application/json", strings.NewReader(`{"tags":"mine;ok;other"}`)); resp.Status != "403 Permission check failed (/, Sys.Modify for modifying tag 'other')" {
+		t.Errorf("tag policy: %q", resp.Status)
+	}
+
+	api.AddStorage(proxmoxtest.Storage{Name: "local", Content: []string{"iso"}})
+	api.AddStorage(proxmoxtest.Storage{Name: "local-lvm", Content: []string{"images"}})
+	upload := func(storage string) (*http.Response, map[string]any) {
+		var body bytes.Buffer
+		w := multipart.NewWriter(&body)
+		_ = w.WriteField("content", "iso")
+		part, _ := w.CreateFormFile("filename", "seed.iso")
+		_, _ = part.Write([]byte("ISO"))
+		_ = w.Close()
+		return call(http.MethodPost, "/nodes/pve/storage/"+storage+"/upload", w.FormDataContentType(), &body)
+	}
+	if resp, _ := upload("local-lvm"); resp.Status != "500 storage 'local-lvm' does not support 'iso' content" {
+		t.Errorf("upload to a storage without iso: %q", resp.Status)
+	}
+	if resp, _ := call(http.MethodPost, "/nodes/pve/storage/local/upload", "application/json", strings.NewReader(`{"content":"iso","filename":"seed.iso"}`)); resp.StatusCode != http.StatusBadRequest {
+		t.Errorf("upload without a multipart body: %q", resp.Status)
+	}
+	_, env = upload("local")
+	if exit := taskExit(env["data"].(string)); exit != "OK" || string(api.Volumes()["local:iso/seed.iso"]) != "ISO" {
+		t.Errorf("upload: %q, volumes %v", exit, api.Volumes())
+	}
+
+	api.SetNode(proxmoxtest.Node{Name: "pve", CPUs: 4, MemoryMiB: 8192, StartableMemoryMiB: 1024})
+	_, env = call(http.MethodPost, "/nodes/pve/qemu/100/status/start", "", nil)
+	upid := env["data"].(string)
+	if exit := taskExit(upid); exit != "start failed: QEMU exited with code 1" {
+		t.Errorf("start beyond the startable memory: %q", exit)
+	}
+	if _, env := call(http.MethodGet, "/nodes/pve/tasks/"+upid+"/log", "", nil); !strings.Contains(fmt.Sprint(env["data"]), "Cannot allocate memory") {
+		t.Errorf("task log %v", env["data"])
+	}
+
+	vm := mustVM(t, api, 100)
+	vm.Config["protection"] = "1"
+	api.AddVM(vm)
+	if resp, _ := call(http.MethodDelete, "/nodes/pve/qemu/100", "", nil); resp.Status != "500 can't remove VM 100 - protection mode enabled" {
+		t.Errorf("destroy of a protected VM: %q", resp.Status)
+	}
+}
+
+func mustVM(t *testing.T, api *proxmoxtest.Server, vmid int) proxmoxtest.VM {
+	t.Helper()
+	vm, ok := api.VM(vmid)
+	if !ok {
+		t.Fatalf("no VM %d", vmid)
+	}
+	return vm
 }

@@ -1,0 +1,210 @@
+package proxmox
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"mime/multipart"
+	"net/http"
+	"net/url"
+	"os"
+	"strings"
+
+	"github.com/diskfs/go-diskfs/backend/file"
+	"github.com/diskfs/go-diskfs/filesystem/iso9660"
+	pmx "github.com/luthermonson/go-proxmox"
+)
+
+// cloudInitPrefix starts the name of every cloud-init ISO the provider
+// uploads; only such volumes are ever deleted.
+const cloudInitPrefix = "claimscale-"
+
+// cloudInitVolume is the ISO's file name: one per VM, so that a VM's drive
+// never shows another claim's user data.
+func (p *Provider) cloudInitVolume(vmid int, claim string) string {
+	return fmt.Sprintf("%s%s-%d-%s.iso", cloudInitPrefix, p.cluster, vmid, claim)
+}
+
+// attachUserData delivers a claim's rendered user data as a NoCloud
+// cloud-init drive: an ISO9660 image with the volume label cidata holding
+// user-data and meta-data, uploaded to the ISO storage and attached as a
+// CD-ROM. Without user data the VM keeps the cicustom snippet of the
+// settings. A VM whose drive is attached already (an adopted VM) is left
+// as it is.
+func (p *Provider) attachUserData(ctx context.Context, node string, vmid int, m markers, cfg *vmConfig, userData []byte) error {
+	if len(userData) == 0 {
+		return nil
+	}
+	name := p.cloudInitVolume(vmid, m.claim)
+	volume := p.settings.cloudInitStorage + ":iso/" + name
+	if cfg != nil && strings.HasPrefix(cfg.options[p.settings.cloudInitDrive], volume+",") {
+		return nil
+	}
+	image, err := cloudInitISO(userData, fmt.Sprintf("instance-id: %s\nlocal-hostname: %s\n", ProviderID(p.cluster, vmid), m.claim))
+	if err != nil {
+		// The error names no user data: it comes from building the image.
+		return fmt.Errorf("building the cloud-init drive of VM %d: %w", vmid, err)
+	}
+	if err := p.upload(ctx, node, name, image); err != nil {
+		return p.api.classify(err, "uploading the cloud-init drive of VM %d to storage %s on %s (it needs content type iso, and the %s Datastore.AllocateTemplate on it)", vmid, p.settings.cloudInitStorage, node, p.api.principal)
+	}
+	var task *pmx.Task
+	err = p.api.do(ctx, func(ctx context.Context) (err error) {
+		task, err = p.vm(node, vmid).Config(ctx, pmx.VirtualMachineOption{Name: p.settings.cloudInitDrive, Value: volume + ",media=cdrom"})
+		return err
+	})
+	if err == nil {
+		err = p.tasks.wait(ctx, task)
+	}
+	if err != nil {
+		return p.api.classify(err, "attaching the cloud-init drive %s to VM %d on %s", volume, vmid, node)
+	}
+	return nil
+}
+
+// removeUserData deletes the cloud-init ISO a destroyed VM had attached;
+// Proxmox leaves an ISO volume in place when a VM that used it goes.
+func (p *Provider) removeUserData(ctx context.Context, node string, cfg *vmConfig) error {
+	volume, _, _ := strings.Cut(cfg.options[p.settings.cloudInitDrive], ",")
+	storage, rest, ok := strings.Cut(volume, ":")
+	if !ok || !strings.HasPrefix(rest, "iso/"+cloudInitPrefix) {
+		return nil
+	}
+	var task *pmx.Task
+	path := fmt.Sprintf("/nodes/%s/storage/%s/content/%s", node, storage, url.PathEscape(volume))
+	err := p.api.do(ctx, func(ctx context.Context) error {
+		var upid pmx.UPID
+		if err := p.api.pve.Delete(ctx, path, &upid); err != nil {
+			return err
+		}
+		if upid != "" {
+			task = pmx.NewTask(upid, p.api.pve)
+		}
+		return nil
+	})
+	if err == nil {
+		err = p.tasks.wait(ctx, task)
+	}
+	if err != nil && !notExists(err) {
+		return p.api.classify(err, "deleting the cloud-init drive %s", volume)
+	}
+	return nil
+}
+
+// upload posts a file to the ISO storage (POST
+// /nodes/{node}/storage/{storage}/upload, content iso, multipart) and waits
+// for the copy task. go-proxmox's Upload wants a file on disk and takes no
+// context, so the request is made here, through the same HTTP client.
+func (p *Provider) upload(ctx context.Context, node, name string, data []byte) error {
+	var body bytes.Buffer
+	w := multipart.NewWriter(&body)
+	_ = w.WriteField("content", "iso")
+	part, err := w.CreateFormFile("filename", name)
+	if err != nil {
+		return err
+	}
+	if _, err := part.Write(data); err != nil {
+		return err
+	}
+	if err := w.Close(); err != nil {
+		return err
+	}
+	endpoint := fmt.Sprintf("%s/nodes/%s/storage/%s/upload", p.api.endpoint, url.PathEscape(node), url.PathEscape(p.settings.cloudInitStorage))
+	var upid pmx.UPID
+	err = p.api.do(ctx, func(ctx context.Context) error {
+		req, err := http.NewRequestWithContext(ctx, http.MethodPost, endpoint, bytes.NewReader(body.Bytes()))
+		if err != nil {
+			return err
+		}
+		req.Header.Set("Content-Type", w.FormDataContentType())
+		req.Header.Set("Accept", "application/json")
+		if p.api.token != "" {
+			req.Header.Set("Authorization", "PVEAPIToken="+p.api.token)
+		}
+		resp, err := p.api.http.Do(req)
+		if err != nil {
+			return err
+		}
+		defer func() { _ = resp.Body.Close() }()
+		raw, err := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
+		if err != nil {
+			return err
+		}
+		if resp.StatusCode >= http.StatusBadRequest {
+			return errors.New(resp.Status) // the failure record holds the message
+		}
+		var answer struct {
+			Data pmx.UPID `json:"data"`
+		}
+		if err := json.Unmarshal(raw, &answer); err != nil {
+			return fmt.Errorf("decoding the upload's answer: %w", err)
+		}
+		upid = answer.Data
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	if upid == "" {
+		return nil
+	}
+	return p.tasks.wait(ctx, pmx.NewTask(upid, p.api.pve))
+}
+
+// cloudInitISO builds a NoCloud seed image: ISO9660 with Rock Ridge names,
+// volume label cidata, files user-data and meta-data. go-diskfs stages the
+// files in a private temporary directory, which is removed before return.
+func cloudInitISO(userData []byte, metaData string) ([]byte, error) {
+	dir, err := os.MkdirTemp("", "claimscale-cidata-")
+	if err != nil {
+		return nil, err
+	}
+	defer func() { _ = os.RemoveAll(dir) }()
+	img, err := os.OpenFile(dir+"/seed.iso", os.O_CREATE|os.O_RDWR|os.O_EXCL, 0o600)
+	if err != nil {
+		return nil, err
+	}
+	defer func() { _ = img.Close() }()
+	workspace := dir + "/workspace"
+	if err := os.Mkdir(workspace, 0o700); err != nil {
+		return nil, err
+	}
+	fs, err := iso9660.Create(file.New(img, false), 0, 0, 2048, workspace)
+	if err != nil {
+		return nil, err
+	}
+	for name, content := range map[string][]byte{"/user-data": userData, "/meta-data": []byte(metaData)} {
+		f, err := fs.OpenFile(name, os.O_CREATE|os.O_RDWR)
+		if err != nil {
+			return nil, err
+		}
+		if _, err := f.Write(content); err != nil {
+			return nil, err
+		}
+	}
+	if err := fs.Finalize(iso9660.FinalizeOptions{RockRidge: true, VolumeIdentifier: "cidata"}); err != nil {
+		return nil, err
+	}
+	if _, err := img.Seek(0, io.SeekStart); err != nil {
+		return nil, err
+	}
+	image, err := io.ReadAll(img)
+	if err != nil {
+		return nil, err
+	}
+	// ISO 9660 pads identifiers with spaces; go-diskfs pads the volume
+	// identifier (primary volume descriptor, sector 16, bytes 40-71) with
+	// NULs, which some readers keep in the label.
+	const volumeID = 16*2048 + 40
+	if len(image) >= volumeID+32 {
+		for i := volumeID + len("cidata"); i < volumeID+32; i++ {
+			if image[i] == 0 {
+				image[i] = ' '
+			}
+		}
+	}
+	return image, nil
+}
