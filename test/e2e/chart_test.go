@@ -120,6 +120,6 @@ func TestKustomizeInstallIsAccepted(t *testing.T) {
 	}
 	g.Expect(kinds).To(Equal(map[string]int{
 		"CustomResourceDefinition": 3, "Namespace": 1, "ServiceAccount": 1, "ClusterRole": 1, "ClusterRoleBinding": 1,
-		"Role": 1, "RoleBinding": 1, "Deployment": 1, "Service": 1,
+		"Role": 3, "RoleBinding": 3, "Deployment": 1, "Service": 1,
 	}))
 }
