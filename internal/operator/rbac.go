@@ -23,7 +23,7 @@ package operator
 // pools' user-data templates, and the simulated machines' user data.
 // +kubebuilder:rbac:groups=coordination.k8s.io,namespace=claimscale-system,resources=leases,verbs=get;list;watch;create;update;patch;delete
 // +kubebuilder:rbac:groups="",namespace=claimscale-system,resources=configmaps,verbs=get;list;watch;create;update;patch;delete
-// +kubebuilder:rbac:groups="",namespace=claimscale-system,resources=secrets,verbs=get;create;update;delete
+// +kubebuilder:rbac:groups="",namespace=claimscale-system,resources=secrets,verbs=get;list;watch;create;update;patch;delete
 //
 // Bootstrap: per-claim token Secrets in kube-system (listed by label, so
 // list is needed; only Secrets labelled claimscale.io/bootstrap-token are

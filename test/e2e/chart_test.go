@@ -63,7 +63,10 @@ func TestChartInstallsAndItsRBACIsEnough(t *testing.T) {
 	s := newScenario(t, "chart")
 	defer s.cleanup()
 	s.createProvider(v1alpha1.SimulatedSettings{})
-	s.createPool(nil)
+	// Bootstrap needs kube-system's Secrets and kube-public's cluster-info.
+	s.createPool(func(pool *v1alpha1.NodePool) {
+		pool.Spec.Template.Bootstrap = &v1alpha1.Bootstrap{Method: v1alpha1.JoinKubeadm}
+	})
 	deployment := s.createDeployment("rbac", 3, "1", nil)
 	s.g.Eventually(func() int { return s.runningPods("rbac") }).Should(Equal(3))
 	s.g.Eventually(s.readyClaims).Should(BeNumerically(">=", 1))
