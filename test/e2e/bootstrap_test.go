@@ -242,3 +242,34 @@ func assertNowhere(t *testing.T, logs string, needles map[string]string) {
 	}
 	t.Logf("searched %d bytes of logs, events and objects", size)
 }
+
+// Garbage collection deletes a claimscale bootstrap token whose claim is
+// gone, before it expires, and leaves bootstrap tokens that are not
+// claimscale's alone.
+func TestGarbageCollectionRemovesOrphanedBootstrapTokens(t *testing.T) {
+	g := NewWithT(t)
+	ctx := context.Background()
+	startOperator(t, operatorOptions{})
+	expiration := time.Now().Add(time.Hour).UTC().Format(time.RFC3339)
+	orphan := &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "kube-system", Name: "bootstrap-token-orphan",
+			Labels: map[string]string{bootstrap.LabelBootstrapToken: "true", v1alpha1.LabelNodeClaim: "claim-that-is-gone"}},
+		Type:       "bootstrap.kubernetes.io/token",
+		StringData: map[string]string{"token-id": "orphan", "token-secret": "0123456789abcdef", "expiration": expiration, "usage-bootstrap-authentication": "true"},
+	}
+	foreign := &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "kube-system", Name: "bootstrap-token-yyyyyy"},
+		Type:       "bootstrap.kubernetes.io/token",
+		StringData: map[string]string{"token-id": "yyyyyy", "token-secret": "yyyyyyyyyyyyyyyy", "expiration": expiration, "usage-bootstrap-authentication": "true"},
+	}
+	for _, secret := range []*corev1.Secret{orphan, foreign} {
+		g.Expect(env.Client.Create(ctx, secret)).To(Succeed())
+		t.Cleanup(func() { _ = env.Client.Delete(context.Background(), secret) })
+	}
+	g.Eventually(func() bool {
+		return apierrors.IsNotFound(env.Client.Get(ctx, client.ObjectKeyFromObject(orphan), &corev1.Secret{}))
+	}, time.Minute, 250*time.Millisecond).Should(BeTrue(), "the orphaned token is collected")
+	g.Consistently(func() error {
+		return env.Client.Get(ctx, client.ObjectKeyFromObject(foreign), &corev1.Secret{})
+	}, 3*time.Second, 250*time.Millisecond).Should(Succeed(), "a token that is not claimscale's stays")
+}

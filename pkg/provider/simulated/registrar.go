@@ -88,7 +88,7 @@ func (r *Registrar) register(ctx context.Context, cm *corev1.ConfigMap, m *machi
 	// A machine without user data is registered by the registrar itself; one
 	// with user data joins as its kubelet would, with its token.
 	registerer := r.kube
-	if m.userData {
+	if m.userData && !r.joinedEarlier(ctx, m) {
 		var secret corev1.Secret
 		if err := r.kube.Get(ctx, client.ObjectKey{Namespace: r.namespace, Name: m.name}, &secret); err != nil {
 			return fmt.Errorf("reading the user data of machine %s: %w", m.name, err)
@@ -135,6 +135,15 @@ func (r *Registrar) register(ctx context.Context, cm *corev1.ConfigMap, m *machi
 		return fmt.Errorf("recording that machine %s registered: %w", m.name, err)
 	}
 	return nil
+}
+
+// joinedEarlier reports whether the machine's Node exists already: an
+// earlier pass joined but could not record it, and the token it joined with
+// may be revoked by now, as it is once the Node registered.
+func (r *Registrar) joinedEarlier(ctx context.Context, m *machine) bool {
+	var node corev1.Node
+	err := r.kube.Get(ctx, client.ObjectKey{Name: m.name}, &node)
+	return err == nil && node.Spec.ProviderID == ProviderID(m.name)
 }
 
 // registrars holds the registrars New started, one per namespace and
