@@ -273,3 +273,49 @@ func TestGarbageCollectionRemovesOrphanedBootstrapTokens(t *testing.T) {
 		return env.Client.Get(ctx, client.ObjectKeyFromObject(foreign), &corev1.Secret{})
 	}, 3*time.Second, 250*time.Millisecond).Should(Succeed(), "a token that is not claimscale's stays")
 }
+
+// A custom template that cannot be read stops the launch with a condition
+// and an event that name it, and no machine is made; once the ConfigMap
+// exists, the claim launches with the template rendered, and the machine
+// joins with the token it carries.
+func TestBootstrapCustomTemplate(t *testing.T) {
+	startOperator(t, operatorOptions{})
+	s := newScenario(t, "bootstrap-custom")
+	defer s.cleanup()
+	s.createProvider(v1alpha1.SimulatedSettings{})
+	s.createPool(func(pool *v1alpha1.NodePool) {
+		pool.Spec.Template.Bootstrap = &v1alpha1.Bootstrap{
+			Method:              v1alpha1.JoinCustom,
+			UserDataTemplateRef: &v1alpha1.KeyReference{Kind: "ConfigMap", Name: "bootstrap-custom", Key: "user-data"},
+		}
+	})
+	s.createDeployment("custom", 1, "1", nil)
+
+	g := s.g
+	g.Eventually(func() string {
+		for _, claim := range s.claims() {
+			for _, condition := range claim.Status.Conditions {
+				if condition.Type == v1alpha1.ConditionLaunched && condition.Reason == "BootstrapFailed" {
+					return condition.Message
+				}
+			}
+		}
+		return ""
+	}).Should(ContainSubstring(`ConfigMap claimscale-system/bootstrap-custom`))
+	g.Expect(s.machines()).To(BeEmpty(), "no machine without its user data")
+
+	template := &corev1.ConfigMap{
+		ObjectMeta: metav1.ObjectMeta{Namespace: controllerNamespace, Name: "bootstrap-custom"},
+		Data: map[string]string{"user-data": "#!/bin/sh\n# {{ .NodeName }} in {{ .Pool }}\n" +
+			"join --server {{ .APIServerURL }} --token {{ .Token }} {{ range .KubeletArgs }}--{{ .Name }}={{ .Value }} {{ end }}\n"},
+	}
+	g.Expect(env.Client.Create(s.ctx, template)).To(Succeed())
+	t.Cleanup(func() { _ = env.Client.Delete(context.Background(), template) })
+	g.Eventually(s.readyClaims).Should(Equal(1))
+	claim := s.claims()[0]
+	var userData corev1.Secret
+	g.Expect(env.Client.Get(s.ctx, client.ObjectKey{Namespace: controllerNamespace, Name: claim.Name}, &userData)).To(Succeed())
+	g.Expect(string(userData.Data["userData"])).To(HavePrefix("#!/bin/sh\n# " + claim.Name + " in " + s.name + "\njoin --server https://"))
+	g.Expect(string(userData.Data["userData"])).To(ContainSubstring("--token " + claim.Status.BootstrapToken.ID + "."))
+	g.Expect(string(userData.Data["userData"])).To(ContainSubstring("--max-pods=110"))
+}
