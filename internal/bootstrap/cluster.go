@@ -2,6 +2,7 @@ package bootstrap
 
 import (
 	"context"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"net/url"
@@ -13,8 +14,6 @@ import (
 	certutil "k8s.io/client-go/util/cert"
 	bootstrapapi "k8s.io/cluster-bootstrap/token/api"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-
-	"crypto/x509"
 )
 
 // ClusterInfo is what a joining machine needs to find and trust the API
@@ -40,8 +39,8 @@ type ClusterSource struct {
 	CAPEM    []byte
 }
 
-// Lookup returns the cluster's endpoint and CA; poolEndpoint overrides the
-// endpoint.
+// Lookup returns the cluster's endpoint and CA (a pool's own endpoint is
+// applied with WithEndpoint).
 func (s *ClusterSource) Lookup(ctx context.Context) (ClusterInfo, error) {
 	endpoint, caPEM := s.Endpoint, s.CAPEM
 	var cm corev1.ConfigMap
@@ -54,6 +53,8 @@ func (s *ClusterSource) Lookup(ctx context.Context) (ClusterInfo, error) {
 		}
 		endpoint, caPEM = server, ca
 	case apierrors.IsNotFound(err), apierrors.IsForbidden(err):
+		// Not a kubeadm cluster, or installed without the kube-public
+		// Role: the flags say.
 	default:
 		return ClusterInfo{}, fmt.Errorf("reading kube-public/cluster-info: %w", err)
 	}
