@@ -89,12 +89,32 @@ type NodeClaimStatus struct {
 	// Allocatable resources of the node.
 	// +optional
 	Allocatable corev1.ResourceList `json:"allocatable,omitempty"`
+	// BootstrapToken is the join token the machine was given: its id and
+	// expiry, never its secret.
+	// +optional
+	BootstrapToken *BootstrapTokenStatus `json:"bootstrapToken,omitempty"`
 	// Conditions: Launched, Registered, Initialized, Ready, Drifted, Empty,
 	// Consolidatable, Disrupting, Terminating.
 	// +optional
 	// +listType=map
 	// +listMapKey=type
 	Conditions []metav1.Condition `json:"conditions,omitempty"`
+}
+
+// BootstrapTokenStatus identifies a claim's bootstrap token without its
+// secret.
+type BootstrapTokenStatus struct {
+	// ID of the token: the public half, also in the Secret's name
+	// (kube-system/bootstrap-token-<id>) and in the user name the machine
+	// authenticates as (system:bootstrap:<id>).
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]{6}$`
+	ID string `json:"id"`
+	// ExpiresAt is when the API server stops accepting the token: the
+	// claim's creation plus the pool's registration timeout.
+	ExpiresAt metav1.Time `json:"expiresAt"`
+	// RevokedAt is when the token was deleted because the node registered.
+	// +optional
+	RevokedAt *metav1.Time `json:"revokedAt,omitempty"`
 }
 
 // NodeClaim is one node wanted. The controller writes them; a person may too.

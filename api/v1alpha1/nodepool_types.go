@@ -89,6 +89,75 @@ type NodeTemplate struct {
 	// +optional
 	// +kubebuilder:default={}
 	Kubelet KubeletConfiguration `json:"kubelet,omitempty"`
+
+	// Bootstrap makes each machine join by itself: claimscale renders its
+	// user data (a join command with a bootstrap token of its own) and the
+	// provider delivers it. Unset: the provider's own user data, if any.
+	// +optional
+	Bootstrap *Bootstrap `json:"bootstrap,omitempty"`
+}
+
+// JoinMethod is how a machine joins the cluster.
+// +kubebuilder:validation:Enum=kubeadm;k3s;custom
+type JoinMethod string
+
+const (
+	// JoinKubeadm: kubeadm join with a per-claim bootstrap token.
+	JoinKubeadm JoinMethod = "kubeadm"
+	// JoinK3s: a k3s agent with a per-claim bootstrap token (k3s supports
+	// kubeadm-style bootstrap token Secrets for agents).
+	JoinK3s JoinMethod = "k3s"
+	// JoinCustom: only the referenced template, which decides what to do
+	// with the token.
+	JoinCustom JoinMethod = "custom"
+)
+
+// Bootstrap says how a pool's machines join the cluster.
+//
+// +kubebuilder:validation:XValidation:rule="self.method != 'custom' || has(self.userDataTemplateRef)",message="method custom needs a userDataTemplateRef"
+type Bootstrap struct {
+	// Method of joining: kubeadm and k3s have built-in user-data templates;
+	// custom needs userDataTemplateRef.
+	Method JoinMethod `json:"method"`
+
+	// UserDataTemplateRef names a ConfigMap or Secret key, in the
+	// controller's namespace, holding a Go text/template that renders the
+	// user data. Unset: the method's built-in template.
+	// +optional
+	UserDataTemplateRef *KeyReference `json:"userDataTemplateRef,omitempty"`
+
+	// APIServerEndpoint (host:port) the machines join. Unset: the server of
+	// kube-public/cluster-info, else the controller's
+	// --bootstrap-api-server-endpoint flag.
+	// +optional
+	// +kubebuilder:validation:MaxLength=253
+	// +kubebuilder:validation:Pattern=`^[^\s/]+:[0-9]{1,5}$`
+	APIServerEndpoint string `json:"apiServerEndpoint,omitempty"`
+
+	// SharedTokenRef names a Secret key, in the controller's namespace,
+	// holding a join token every machine of the pool shares (a k3s agent
+	// token, for k3s versions without bootstrap-token support). When set,
+	// no per-claim token is made: a leaked machine image then lets anything
+	// join until the token is rotated by hand.
+	// +optional
+	// +kubebuilder:validation:XValidation:rule="self.kind == 'Secret'",message="sharedTokenRef must name a Secret"
+	SharedTokenRef *KeyReference `json:"sharedTokenRef,omitempty"`
+}
+
+// KeyReference names one key of a ConfigMap or Secret in the controller's
+// namespace.
+type KeyReference struct {
+	// Kind of the object: ConfigMap or Secret.
+	// +kubebuilder:validation:Enum=ConfigMap;Secret
+	Kind string `json:"kind"`
+	// Name of the object.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	Name string `json:"name"`
+	// Key within the object's data.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	Key string `json:"key"`
 }
 
 // KubeletConfiguration is the part of the kubelet's configuration that decides

@@ -34,6 +34,7 @@ func main() {
 		gcInterval, gcGrace time.Duration
 		printVersion        bool
 		grpcOptions         externalgrpc.Options
+		bootstrapOptions    operator.BootstrapOptions
 	)
 	flag.StringVar(&mode, "mode", string(operator.ModeNative), "native: claimscale provisions and disrupts; externalgrpc: serve cluster-autoscaler's externalgrpc protocol and let it decide")
 	flag.StringVar(&clusterName, "cluster-name", "", "name of this cluster, tagged on every machine; machines without it are never touched (required)")
@@ -55,6 +56,8 @@ func main() {
 	flag.StringVar(&grpcOptions.ExpanderBindAddress, "grpc-expander-bind-address", "", "externalgrpc mode: also serve cluster-autoscaler's gRPC expander (--expander=grpc) at this address, over TLS without client certificates (off when empty)")
 	flag.StringVar(&grpcOptions.ExpanderCertFile, "grpc-expander-cert", "", "externalgrpc mode: the expander's TLS certificate (PEM), reloaded when it changes; --grpc-cert when empty")
 	flag.StringVar(&grpcOptions.ExpanderKeyFile, "grpc-expander-key", "", "externalgrpc mode: the expander certificate's key (PEM); --grpc-key when empty")
+	flag.StringVar(&bootstrapOptions.APIServerEndpoint, "bootstrap-api-server-endpoint", "", "host:port new machines join, for pools with a bootstrap section, when neither the pool nor kube-public/cluster-info says")
+	flag.StringVar(&bootstrapOptions.CAFile, "bootstrap-ca-file", "", "cluster CA (PEM) new machines trust, when kube-public/cluster-info is missing (default: the CA the controller trusts)")
 	flag.BoolVar(&printVersion, "version", false, "print the version and exit")
 	zapOptions := zap.Options{}
 	zapOptions.BindFlags(flag.CommandLine)
@@ -69,7 +72,7 @@ func main() {
 	if err := run(logger, operator.Options{
 		Mode: operator.Mode(mode), ClusterName: clusterName, Namespace: namespace,
 		BatchIdle: batchIdle, BatchMax: batchMax, GCInterval: gcInterval, GCGracePeriod: gcGrace,
-		Registry: operator.DefaultRegistry(), ExternalGRPC: grpcOptions,
+		Registry: operator.DefaultRegistry(), ExternalGRPC: grpcOptions, Bootstrap: bootstrapOptions,
 	}, metricsAddress, healthAddress, leaderElect, leaderElectionNS); err != nil {
 		logger.Error(err, "exiting")
 		os.Exit(1)

@@ -135,6 +135,19 @@ func run() error {
 		return err
 	}
 
+	step("each node joined with a bootstrap token of its own: a CSR as system:bootstrap:<id>, approved and signed; the tokens are gone once the nodes registered")
+	if err := kubectl("get", "nodeclaims", "-o",
+		"custom-columns=CLAIM:.metadata.name,TOKEN-ID:.status.bootstrapToken.id,EXPIRES:.status.bootstrapToken.expiresAt,REVOKED:.status.bootstrapToken.revokedAt"); err != nil {
+		return err
+	}
+	if err := kubectl("get", "csr", "-o",
+		"custom-columns=NAME:.metadata.name,REQUESTOR:.spec.username,SIGNER:.spec.signerName,CONDITION:.status.conditions[*].type"); err != nil {
+		return err
+	}
+	if err := kubectl("get", "secrets", "-n", "kube-system", "-l", "claimscale.io/bootstrap-token"); err != nil {
+		return err
+	}
+
 	step("scaling the Deployment to zero; empty nodes go after the pool's consolidateAfter (10s)")
 	scaleDown := client.MergeFrom(deployment.DeepCopy())
 	deployment.Spec.Replicas = ptr(int32(0))

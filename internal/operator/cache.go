@@ -2,15 +2,23 @@ package operator
 
 import (
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/claimscale/claimscale/pkg/provider/simulated"
 )
 
 // CacheOptions limit the informer of ConfigMaps (the simulated provider's
-// machine records) to the controller's namespace: the controller has no
-// permission, and no business, watching them cluster-wide.
+// machine records) to the controller's namespace, and that of Secrets to
+// the simulated machines' user data there: the controller has no
+// permission, and no business, watching them cluster-wide. Other Secrets
+// (credentials, bootstrap tokens) are read uncached.
 func CacheOptions(namespace string) cache.Options {
 	return cache.Options{ByObject: map[client.Object]cache.ByObject{
 		&corev1.ConfigMap{}: {Namespaces: map[string]cache.Config{namespace: {}}},
+		&corev1.Secret{}: {Namespaces: map[string]cache.Config{namespace: {
+			LabelSelector: labels.SelectorFromSet(labels.Set{simulated.LabelMachine: "true"}),
+		}}},
 	}}
 }

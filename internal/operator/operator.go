@@ -6,12 +6,15 @@ package operator
 import (
 	"context"
 	"fmt"
+	"os"
 	"time"
 
+	"k8s.io/client-go/rest"
 	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 
+	"github.com/claimscale/claimscale/internal/bootstrap"
 	"github.com/claimscale/claimscale/internal/capacity"
 	"github.com/claimscale/claimscale/internal/controllers/disruption"
 	"github.com/claimscale/claimscale/internal/controllers/garbagecollection"
@@ -58,6 +61,19 @@ type Options struct {
 	Clock clock.WithTicker
 	// ExternalGRPC configures the externalgrpc server of ModeExternalGRPC.
 	ExternalGRPC externalgrpc.Options
+	// Bootstrap is the fallback API endpoint and CA for pools that render
+	// user data.
+	Bootstrap BootstrapOptions
+}
+
+// BootstrapOptions are where joining machines find the API server when
+// kube-public/cluster-info does not say.
+type BootstrapOptions struct {
+	// APIServerEndpoint is host:port.
+	APIServerEndpoint string
+	// CAFile is the cluster CA (PEM); empty is the CA the controller itself
+	// trusts the API server with.
+	CAFile string
 }
 
 // Operator is the assembled controllers, for callers that need a piece
@@ -91,11 +107,16 @@ func Setup(ctx context.Context, mgr manager.Manager, opts Options) (*Operator, e
 	capacityBackoff := capacity.NewBackoff(opts.Clock)
 	op := &Operator{Providers: resolver, Capacity: capacityBackoff}
 
+	bootstrapper, err := newBootstrapper(mgr, opts)
+	if err != nil {
+		return nil, err
+	}
 	setups := []interface{ SetupWithManager(ctrl.Manager) error }{
 		&nodeclaim.Controller{
 			Kube: mgr.GetClient(), Providers: resolver, Capacity: capacityBackoff,
 			Recorder: mgr.GetEventRecorder(nodeclaim.Name), Clock: opts.Clock,
 			KeepFailedClaims: opts.Mode == ModeExternalGRPC,
+			Bootstrap:        bootstrapper,
 		},
 		&nodepool.Controller{Kube: mgr.GetClient(), Providers: resolver},
 		&nodeprovider.Controller{Kube: mgr.GetClient(), Providers: resolver},
@@ -124,6 +145,7 @@ func Setup(ctx context.Context, mgr manager.Manager, opts Options) (*Operator, e
 		Kube: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Providers: resolver,
 		Recorder: mgr.GetEventRecorder(garbagecollection.Name), Clock: opts.Clock,
 		Interval: opts.GCInterval, GracePeriod: opts.GCGracePeriod,
+		Tokens: bootstrapper.Tokens,
 	}
 	if err := mgr.Add(gc); err != nil {
 		return nil, err
@@ -143,8 +165,48 @@ func Setup(ctx context.Context, mgr manager.Manager, opts Options) (*Operator, e
 	}
 	// Simulated machines "boot" by this registrar registering their Nodes;
 	// it stands in for the machines themselves, so it runs on every replica.
+	if opts.Simulated.RESTConfig == nil {
+		opts.Simulated.RESTConfig = mgr.GetConfig()
+	}
 	if err := mgr.Add(simulated.NewRegistrar(mgr.GetClient(), opts.Namespace, opts.ClusterName, opts.Simulated)); err != nil {
 		return nil, err
 	}
 	return op, nil
+}
+
+// newBootstrapper builds the user-data renderer and token keeper. Secrets
+// and kube-public are read uncached: the controller keeps no informer of
+// kube-system's Secrets.
+func newBootstrapper(mgr manager.Manager, opts Options) (*bootstrap.Bootstrapper, error) {
+	caPEM, err := bootstrapCA(mgr.GetConfig(), opts.Bootstrap.CAFile)
+	if err != nil {
+		return nil, err
+	}
+	return &bootstrap.Bootstrapper{
+		Tokens: &bootstrap.Tokens{Kube: mgr.GetClient(), Reader: mgr.GetAPIReader(), Clock: opts.Clock},
+		Cluster: &bootstrap.ClusterSource{
+			Reader: mgr.GetAPIReader(), Endpoint: opts.Bootstrap.APIServerEndpoint, CAPEM: caPEM,
+		},
+		Reader: mgr.GetAPIReader(), Namespace: opts.Namespace,
+	}, nil
+}
+
+// bootstrapCA reads the CA joining machines are told to trust: the file
+// given, else the one the controller trusts the API server with (in a pod,
+// the service account's ca.crt: the cluster CA).
+func bootstrapCA(cfg *rest.Config, caFile string) ([]byte, error) {
+	switch {
+	case caFile != "":
+	case len(cfg.CAData) > 0:
+		return cfg.CAData, nil
+	case cfg.CAFile != "":
+		caFile = cfg.CAFile
+	default:
+		return nil, nil
+	}
+	ca, err := os.ReadFile(caFile)
+	if err != nil {
+		return nil, fmt.Errorf("reading the bootstrap CA: %w", err)
+	}
+	return ca, nil
 }

@@ -18,8 +18,15 @@ package operator
 // +kubebuilder:rbac:groups=claimscale.io,resources=nodeclaims/finalizers,verbs=update
 //
 // In the controller's namespace: leader election, the simulated provider's
-// machine records, and the credentials Secrets of NodeProviders (the chart
-// adds a Role for each other namespace that holds such a Secret).
+// machine records, the credentials Secrets of NodeProviders (the chart
+// adds a Role for each other namespace that holds such a Secret), the
+// pools' user-data templates, and the simulated machines' user data.
 // +kubebuilder:rbac:groups=coordination.k8s.io,namespace=claimscale-system,resources=leases,verbs=get;list;watch;create;update;patch;delete
 // +kubebuilder:rbac:groups="",namespace=claimscale-system,resources=configmaps,verbs=get;list;watch;create;update;patch;delete
-// +kubebuilder:rbac:groups="",namespace=claimscale-system,resources=secrets,verbs=get
+// +kubebuilder:rbac:groups="",namespace=claimscale-system,resources=secrets,verbs=get;list;watch;create;update;patch;delete
+//
+// Bootstrap: per-claim token Secrets in kube-system (listed by label, so
+// list is needed; only Secrets labelled claimscale.io/bootstrap-token are
+// ever deleted), and kubeadm's public cluster-info for the endpoint and CA.
+// +kubebuilder:rbac:groups="",namespace=kube-system,resources=secrets,verbs=list;create;delete
+// +kubebuilder:rbac:groups="",namespace=kube-public,resources=configmaps,verbs=get

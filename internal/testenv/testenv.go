@@ -2,7 +2,9 @@
 // real kube-apiserver and etcd (controller-runtime envtest) with claimscale's
 // CRDs installed, and optionally a kube-controller-manager, a kube-scheduler
 // and kwok, so Deployments make pods, pods bind to the nodes claimscale makes
-// and become Running. Everything listens on 127.0.0.1 on ports chosen at run
+// and become Running. The API server accepts bootstrap tokens and kubeadm's
+// bootstrap RBAC and kube-public/cluster-info are published, so a node can
+// join by TLS bootstrap. Everything listens on 127.0.0.1 on ports chosen at run
 // time; binaries come from bin/ (built by hack/tools.sh).
 package testenv
 
@@ -31,7 +33,8 @@ import (
 type Options struct {
 	// ControllerManager starts kube-controller-manager with the controllers
 	// a workload needs without kubelets: deployments, replicasets,
-	// daemonsets, disruption (PDB status), garbage collection.
+	// daemonsets, disruption (PDB status), garbage collection; and the
+	// kubelet TLS bootstrap's CSR approval and signing.
 	ControllerManager bool
 	// Scheduler starts kube-scheduler.
 	Scheduler bool
@@ -54,6 +57,7 @@ type Environment struct {
 	KubeconfigPath string
 
 	env       *envtest.Environment
+	clientCA  *clientCA
 	workDir   string
 	processes []*exec.Cmd
 }
@@ -109,8 +113,21 @@ func Start(opts Options) (*Environment, error) {
 	// tokens to admit.
 	env.ControlPlane.GetAPIServer().Configure().
 		Set("disable-admission-plugins", "ServiceAccount,TaintNodesByCondition")
+	// Nodes join as kubelets do: a bootstrap token, a CSR the controller
+	// manager approves and signs with the client CA, then the Node created
+	// under its own identity, which the Node authorizer and NodeRestriction
+	// admit (kubeadm's defaults).
+	ca, err := newClientCA()
+	if err != nil {
+		return nil, err
+	}
+	env.ControlPlane.GetAPIServer().SecureServing.Authn = ca
+	env.ControlPlane.GetAPIServer().Configure().
+		Set("enable-bootstrap-token-auth", "true").
+		Set("authorization-mode", "Node,RBAC").
+		Set("enable-admission-plugins", "NodeRestriction")
 
-	e := &Environment{Scheme: scheme, env: env, workDir: workDir}
+	e := &Environment{Scheme: scheme, env: env, workDir: workDir, clientCA: ca}
 	cfg, err := env.Start()
 	if err != nil {
 		// envtest may have started etcd and the API server before failing
@@ -135,6 +152,10 @@ func Start(opts Options) (*Environment, error) {
 	}
 	e.KubeconfigPath = filepath.Join(workDir, "kubeconfig")
 	if err := os.WriteFile(e.KubeconfigPath, kubeconfig, 0o600); err != nil {
+		_ = e.Stop()
+		return nil, err
+	}
+	if err := e.publishKubeadmBootstrap(); err != nil {
 		_ = e.Stop()
 		return nil, err
 	}
@@ -170,7 +191,10 @@ func (e *Environment) startExtras(opts Options, binDir string) error {
 	}
 	if opts.ControllerManager {
 		if err := e.startComponent(logs, filepath.Join(binDir, "kube-controller-manager"),
-			"--controllers=deployment-controller,replicaset-controller,daemonset-controller,disruption-controller,garbage-collector-controller,statefulset-controller,job-controller",
+			"--controllers=deployment-controller,replicaset-controller,daemonset-controller,disruption-controller,garbage-collector-controller,statefulset-controller,job-controller,"+
+				"certificatesigningrequest-approving-controller,certificatesigningrequest-signing-controller",
+			"--cluster-signing-cert-file="+e.clientCA.certPath(),
+			"--cluster-signing-key-file="+e.clientCA.keyPath(),
 			"--use-service-account-credentials=false",
 			"--concurrent-deployment-syncs=10",
 			"--concurrent-replicaset-syncs=10",

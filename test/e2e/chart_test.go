@@ -63,7 +63,10 @@ func TestChartInstallsAndItsRBACIsEnough(t *testing.T) {
 	s := newScenario(t, "chart")
 	defer s.cleanup()
 	s.createProvider(v1alpha1.SimulatedSettings{})
-	s.createPool(nil)
+	// Bootstrap needs kube-system's Secrets and kube-public's cluster-info.
+	s.createPool(func(pool *v1alpha1.NodePool) {
+		pool.Spec.Template.Bootstrap = &v1alpha1.Bootstrap{Method: v1alpha1.JoinKubeadm}
+	})
 	deployment := s.createDeployment("rbac", 3, "1", nil)
 	s.g.Eventually(func() int { return s.runningPods("rbac") }).Should(Equal(3))
 	s.g.Eventually(s.readyClaims).Should(BeNumerically(">=", 1))
@@ -120,6 +123,6 @@ func TestKustomizeInstallIsAccepted(t *testing.T) {
 	}
 	g.Expect(kinds).To(Equal(map[string]int{
 		"CustomResourceDefinition": 3, "Namespace": 1, "ServiceAccount": 1, "ClusterRole": 1, "ClusterRoleBinding": 1,
-		"Role": 1, "RoleBinding": 1, "Deployment": 1, "Service": 1,
+		"Role": 3, "RoleBinding": 3, "Deployment": 1, "Service": 1,
 	}))
 }

@@ -1,9 +1,11 @@
 package e2e
 
 import (
+	"bytes"
 	"context"
 	"io"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -31,12 +33,67 @@ import (
 )
 
 func init() {
-	// The controllers' logs go to stderr with E2E_LOGS set, for debugging.
-	var sink io.Writer = io.Discard
+	// The controllers' logs go to stderr with E2E_LOGS set, for debugging,
+	// and to whatever a test taps.
 	if os.Getenv("E2E_LOGS") != "" {
-		sink = os.Stderr
+		controllerLogs.tap(os.Stderr)
 	}
-	log.SetLogger(zap.New(zap.WriteTo(sink), zap.UseDevMode(true)))
+	log.SetLogger(zap.New(zap.WriteTo(controllerLogs), zap.UseDevMode(true)))
+}
+
+// controllerLogs receives every log line of the in-process controllers.
+var controllerLogs = &logTee{}
+
+// logTee copies writes to the writers tapped into it.
+type logTee struct {
+	mu      sync.Mutex
+	writers []io.Writer
+}
+
+func (l *logTee) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, w := range l.writers {
+		_, _ = w.Write(p)
+	}
+	return len(p), nil
+}
+
+func (l *logTee) tap(w io.Writer) (untap func()) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.writers = append(l.writers, w)
+	return func() {
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		l.writers = slices.DeleteFunc(l.writers, func(have io.Writer) bool { return have == w })
+	}
+}
+
+// lockedBuffer is a buffer safe to write from the controllers and read
+// from the test.
+type lockedBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *lockedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *lockedBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+// tapControllerLogs collects the controllers' logs until the test ends.
+func tapControllerLogs(t *testing.T) *lockedBuffer {
+	buf := &lockedBuffer{}
+	t.Cleanup(controllerLogs.tap(buf))
+	return buf
 }
 
 // operatorOptions tune the in-process controllers per test.

@@ -36,9 +36,10 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{/* The generated RBAC (config/rbac/role.yaml, copied by `make manifests`): the rules of its ClusterRole, or of its namespaced Role. */}}
 {{- define "claimscale.generatedRules" -}}
 {{- $kind := .kind -}}
+{{- $namespace := .namespace | default "claimscale-system" -}}
 {{- range $document := splitList "\n---\n" (.root.Files.Get "files/role.yaml") -}}
 {{- $object := fromYaml $document -}}
-{{- if eq (get $object "kind") $kind -}}
+{{- if and (eq (get $object "kind") $kind) (or (eq $kind "ClusterRole") (eq (get (get $object "metadata") "namespace") $namespace)) -}}
 {{- toYaml (get $object "rules") -}}
 {{- end -}}
 {{- end -}}

@@ -1,6 +1,7 @@
 // Package garbagecollection removes what a crash or a person left behind:
 // machines tagged for this cluster that no claim owns (after a grace
-// period), and claims whose machine is gone while their node is not Ready.
+// period), claims whose machine is gone while their node is not Ready, and
+// claimscale's bootstrap tokens that expired or lost their claim.
 // It lists each provider's machines once per pass, never per claim.
 package garbagecollection
 
@@ -45,6 +46,15 @@ type Controller struct {
 	// Create runs after the claim is written, so a young machine's claim
 	// may just not be visible yet.
 	GracePeriod time.Duration
+	// Tokens deletes claimscale's bootstrap tokens that expired or whose
+	// claim is gone; nil skips that.
+	Tokens TokenCollector
+}
+
+// TokenCollector deletes claimscale's bootstrap tokens (only those, by
+// label) that expired or whose claim live says is gone.
+type TokenCollector interface {
+	Collect(ctx context.Context, live func(claimName string) bool) (int, error)
 }
 
 // NeedLeaderElection: only the leader deletes machines.
@@ -106,6 +116,9 @@ func (c *Controller) Pass(ctx context.Context) error {
 				log.FromContext(ctx).Error(err, "collecting machine", "providerID", instance.ProviderID)
 			}
 		}
+	}
+	if err := c.collectTokens(ctx, claimsByName); err != nil {
+		log.FromContext(ctx).Error(err, "collecting bootstrap tokens")
 	}
 	// Claims can only be judged when every provider answered: a machine is
 	// never "gone" just because its provider could not be asked.
@@ -169,6 +182,34 @@ func (c *Controller) collectClaim(ctx context.Context, claim *v1alpha1.NodeClaim
 	c.Recorder.Eventf(claim, nil, corev1.EventTypeWarning, "MachineGone", "GarbageCollect", message)
 	metrics.NodeClaimsTerminated.WithLabelValues(claim.Spec.NodePoolRef.Name, "machine_gone").Inc()
 	return client.IgnoreNotFound(c.Kube.Delete(ctx, claim))
+}
+
+// collectTokens deletes expired and orphaned bootstrap tokens. A claim the
+// cache does not know is looked up before its token goes, as for machines.
+func (c *Controller) collectTokens(ctx context.Context, claims map[string]*v1alpha1.NodeClaim) error {
+	if c.Tokens == nil {
+		return nil
+	}
+	var lookupErr error
+	deleted, err := c.Tokens.Collect(ctx, func(name string) bool {
+		if _, ok := claims[name]; ok {
+			return true
+		}
+		var claim v1alpha1.NodeClaim
+		err := c.APIReader.Get(ctx, client.ObjectKey{Name: name}, &claim)
+		if err != nil && !apierrors.IsNotFound(err) {
+			lookupErr = err
+			return true // keep it until the claim can be asked about
+		}
+		return err == nil
+	})
+	if deleted > 0 {
+		log.FromContext(ctx).Info("deleted expired or orphaned bootstrap tokens", "count", deleted)
+	}
+	if err != nil {
+		return err
+	}
+	return lookupErr
 }
 
 func nodeReady(node *corev1.Node) bool {

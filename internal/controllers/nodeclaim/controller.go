@@ -58,6 +58,8 @@ type Controller struct {
 	Capacity  CapacityRecorder
 	Recorder  events.EventRecorder
 	Clock     clock.Clock
+	// Bootstrap renders user data and join tokens; nil renders none.
+	Bootstrap Bootstrapper
 
 	// DefaultRegistrationTimeout applies when the pool is gone or says
 	// nothing.
@@ -131,6 +133,7 @@ func (c *Controller) reconcileNormal(ctx context.Context, claim *v1alpha1.NodeCl
 	stages := []subReconciler{
 		&launch{c},
 		&registration{c},
+		&tokenRevocation{c},
 		&initialization{c},
 		&liveness{c},
 	}

@@ -37,8 +37,14 @@ func (l *launch) Reconcile(ctx context.Context, claim *v1alpha1.NodeClaim) (reco
 		return reconcile.Result{RequeueAfter: l.retryAfter(claim, err, maxTerminalRetryInterval)}, nil
 	}
 
+	opts, err := l.createOptions(ctx, claim)
+	if err != nil {
+		l.setCondition(claim, v1alpha1.ConditionLaunched, metav1.ConditionFalse, "BootstrapFailed", err.Error())
+		l.eventf(ctx, claim, nil, corev1.EventTypeWarning, "BootstrapFailed", "Launch", "%v", err)
+		return reconcile.Result{RequeueAfter: l.retryAfter(claim, err, maxTerminalRetryInterval)}, nil
+	}
 	started := time.Now()
-	instance, err := machines.Create(ctx, claim, provider.CreateOptions{})
+	instance, err := machines.Create(ctx, claim, opts)
 	metrics.ObserveProviderCall(providerLabel(claim), "create", started, resultOf(err))
 	switch {
 	case err == nil:

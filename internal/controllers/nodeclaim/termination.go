@@ -38,6 +38,9 @@ func (c *Controller) reconcileDelete(ctx context.Context, claim *v1alpha1.NodeCl
 	}
 	stored := claim.DeepCopy()
 	ctx, after := withAfterStatus(ctx)
+	if err := c.revokeBootstrapToken(ctx, claim); err != nil {
+		return reconcile.Result{}, err
+	}
 	result, err := c.terminate(ctx, claim)
 	statusErr := c.writeStatus(ctx, stored, claim)
 	if statusErr == nil || !controllerutil.ContainsFinalizer(claim, v1alpha1.TerminationFinalizer) {

@@ -203,9 +203,12 @@ func (p *Provider) Create(ctx context.Context, claim *v1alpha1.NodeClaim, opts p
 	log := logf.FromContext(ctx).WithValues("nodeclaim", claim.Name, "flavor", flavor, "zone", p.settings.zone)
 
 	tags := provider.Tags(p.clusterName, claim)
-	userData, err := p.userData(ctx)
-	if err != nil {
-		return nil, err
+	// The core's per-claim user data wins over the provider's shared one.
+	userData := string(opts.UserData)
+	if userData == "" {
+		if userData, err = p.userData(ctx); err != nil {
+			return nil, err
+		}
 	}
 	req := p.settings.serverRequest(claim.Name, flavor, userData, tags)
 

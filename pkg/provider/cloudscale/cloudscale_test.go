@@ -38,6 +38,18 @@ func postBodies(t *testing.T, api *cloudscaletest.Server) []map[string]any {
 	return out
 }
 
+// The core's rendered user data is sent instead of the provider's Secret.
+func TestCreatePrefersTheClaimsUserData(t *testing.T) {
+	g := NewWithT(t)
+	e := newEnv(t)
+	rendered := "#cloud-config\nruncmd: [[kubeadm, join]]\n"
+	_, err := e.p.Create(e.ctx, claim("workers-abc12", "workers", "flex-8-4"), provider.CreateOptions{UserData: []byte(rendered)})
+	g.Expect(err).NotTo(HaveOccurred())
+	bodies := postBodies(t, e.api)
+	g.Expect(bodies).To(HaveLen(1))
+	g.Expect(bodies[0]).To(HaveKeyWithValue("user_data", rendered))
+}
+
 func TestCreateSendsEverySettingAndTagInTheOneCreateRequest(t *testing.T) {
 	g := NewWithT(t)
 	e := newEnv(t, withSettings(func(s *v1alpha1.CloudscaleSettings) {

@@ -11,6 +11,16 @@
 // boot times, whether it will never register, and the Node it will register,
 // so a restarted controller carries on where the last one stopped.
 //
+// A machine created with user data (provider.CreateOptions.UserData) keeps
+// it in a Secret of the machine's name beside the record, since it carries
+// a join token, and the record says so. Such a machine joins as a kubelet's
+// TLS bootstrap would: the registrar finds the bootstrap token in the user
+// data, authenticates with it, submits a kubelet client CSR, and once the
+// control plane has approved and signed it, creates the Node with the issued
+// certificate, as system:node:<name>. A token that is unknown, revoked or
+// expired fails, and the Node is never made. Without user data the
+// registrar creates the Node itself.
+//
 // A Registrar registers the Node of every machine whose boot time has passed.
 // New starts one per (namespace, cluster name) in the process and keeps it
 // running while any context given to New for that pair is live; pass a

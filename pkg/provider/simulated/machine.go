@@ -48,6 +48,10 @@ const (
 	dataNodeTaints      = "nodeTaints"
 	dataNodeCapacity    = "nodeCapacity"
 	dataNodeAllocatable = "nodeAllocatable"
+	// dataUserData is "secret" when the machine has user data, kept in the
+	// Secret of the machine's name: its kubelet then joins with the token
+	// in it.
+	dataUserData = "userData"
 )
 
 // machine is a simulated machine and the Node it registers.
@@ -64,6 +68,9 @@ type machine struct {
 	// registeredAt is zero until the registrar made the Node.
 	registeredAt time.Time
 	deleting     bool
+	// userData: the machine boots with user data (in its Secret) and joins
+	// with the token in it.
+	userData bool
 
 	nodeLabels      map[string]string
 	nodeTaints      []corev1.Taint
@@ -80,6 +87,7 @@ type machineParams struct {
 	createdAt     time.Time
 	bootAt        time.Time
 	neverRegister bool
+	userData      bool
 }
 
 func newMachine(claim *v1alpha1.NodeClaim, p machineParams) *machine {
@@ -96,6 +104,7 @@ func newMachine(claim *v1alpha1.NodeClaim, p machineParams) *machine {
 		createdAt:       p.createdAt.UTC().Round(0),
 		bootAt:          p.bootAt.UTC().Round(0),
 		neverRegister:   p.neverRegister,
+		userData:        p.userData,
 		nodeLabels:      nodeLabels(claim, p.zone),
 		nodeTaints:      nodeTaints(claim),
 		nodeCapacity:    capacity,
@@ -297,6 +306,9 @@ func (m *machine) configMap(namespace string) (*corev1.ConfigMap, error) {
 	for k, v := range m.tags {
 		cm.Labels[k] = labelValue(v)
 	}
+	if m.userData {
+		cm.Data[dataUserData] = "secret"
+	}
 	if !m.registeredAt.IsZero() {
 		cm.Data[dataRegisteredAt] = m.registeredAt.UTC().Format(time.RFC3339Nano)
 	}
@@ -312,6 +324,7 @@ func machineFromConfigMap(cm *corev1.ConfigMap) (*machine, error) {
 		shape:         d[dataShape],
 		zone:          d[dataZone],
 		neverRegister: d[dataNeverRegister] == "true",
+		userData:      d[dataUserData] == "secret",
 		deleting:      cm.DeletionTimestamp != nil,
 	}
 	for _, tag := range []string{v1alpha1.TagCluster, v1alpha1.TagNodePool, v1alpha1.TagNodeClaim} {

@@ -9,6 +9,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/client-go/rest"
 	"k8s.io/utils/clock"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/log"
@@ -24,13 +25,14 @@ type Registrar struct {
 	cluster   string
 	clock     clock.PassiveClock
 	interval  time.Duration
+	config    *rest.Config
 }
 
 // NewRegistrar returns the registrar for the machines of cluster kept in
 // namespace. It uses cfg's Clock and PollInterval.
 func NewRegistrar(kube client.Client, namespace, cluster string, cfg Config) *Registrar {
 	cfg = cfg.withDefaults()
-	return &Registrar{kube: kube, namespace: namespace, cluster: cluster, clock: cfg.Clock, interval: cfg.PollInterval}
+	return &Registrar{kube: kube, namespace: namespace, cluster: cluster, clock: cfg.Clock, interval: cfg.PollInterval, config: cfg.RESTConfig}
 }
 
 // Start registers due machines every poll interval until ctx ends. It is a
@@ -83,7 +85,25 @@ func (r *Registrar) RegisterDue(ctx context.Context) error {
 // not re-register it on its own.
 func (r *Registrar) register(ctx context.Context, cm *corev1.ConfigMap, m *machine, now time.Time) error {
 	node := m.node()
-	err := r.kube.Create(ctx, node)
+	// A machine without user data is registered by the registrar itself; one
+	// with user data joins as its kubelet would, with its token.
+	registerer := r.kube
+	if m.userData && !r.joinedEarlier(ctx, m) {
+		var secret corev1.Secret
+		if err := r.kube.Get(ctx, client.ObjectKey{Namespace: r.namespace, Name: m.name}, &secret); err != nil {
+			return fmt.Errorf("reading the user data of machine %s: %w", m.name, err)
+		}
+		kubelet := &bootstrapKubelet{kube: r.kube, config: r.config, secret: &secret, m: m}
+		nodeClient, err := kubelet.join(ctx)
+		if errors.Is(err, errWaitingForCertificate) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		registerer = nodeClient
+	}
+	err := registerer.Create(ctx, node)
 	switch {
 	case apierrors.IsAlreadyExists(err):
 		// Made by an earlier pass that could not record it, or by another
@@ -115,6 +135,15 @@ func (r *Registrar) register(ctx context.Context, cm *corev1.ConfigMap, m *machi
 		return fmt.Errorf("recording that machine %s registered: %w", m.name, err)
 	}
 	return nil
+}
+
+// joinedEarlier reports whether the machine's Node exists already: an
+// earlier pass joined but could not record it, and the token it joined with
+// may be revoked by now, as it is once the Node registered.
+func (r *Registrar) joinedEarlier(ctx context.Context, m *machine) bool {
+	var node corev1.Node
+	err := r.kube.Get(ctx, client.ObjectKey{Name: m.name}, &node)
+	return err == nil && node.Spec.ProviderID == ProviderID(m.name)
 }
 
 // registrars holds the registrars New started, one per namespace and

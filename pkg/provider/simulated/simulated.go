@@ -11,6 +11,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/client-go/rest"
 	"k8s.io/utils/clock"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -41,6 +42,11 @@ type Config struct {
 	// ExternalRegistrar stops New from starting a registrar: the caller runs
 	// NewRegistrar(...).Start itself, e.g. as a manager Runnable.
 	ExternalRegistrar bool
+	// RESTConfig reaches the API server; the registrar's kubelets
+	// authenticate from it (its CA, none of its credentials) with the
+	// bootstrap token of their user data. Needed only for machines created
+	// with user data.
+	RESTConfig *rest.Config
 }
 
 func (c Config) withDefaults() Config {
@@ -200,7 +206,15 @@ func (p *Provider) Create(ctx context.Context, claim *v1alpha1.NodeClaim, opts p
 		createdAt:     now,
 		bootAt:        now.Add(p.settings.bootDelay),
 		neverRegister: p.dice.roll(p.settings.neverRegisterPercent),
+		userData:      len(opts.UserData) > 0,
 	})
+	if m.userData {
+		// The user data goes first, so a machine record never exists
+		// without it.
+		if err := p.keepUserData(ctx, m, opts.UserData); err != nil {
+			return nil, err
+		}
+	}
 	cm, err := m.configMap(p.namespace)
 	if err != nil {
 		return nil, provider.NewTerminal(fmt.Errorf("encoding machine %s: %w", name, err))
@@ -220,6 +234,28 @@ func (p *Provider) Create(ctx context.Context, claim *v1alpha1.NodeClaim, opts p
 		return existing, nil
 	}
 	return m.instance(), nil
+}
+
+// keepUserData writes the machine's user-data Secret, replacing the data of
+// one an earlier attempt left.
+func (p *Provider) keepUserData(ctx context.Context, m *machine, userData []byte) error {
+	secret := userDataSecret(p.namespace, m, userData)
+	err := p.kube.Create(ctx, secret)
+	if apierrors.IsAlreadyExists(err) {
+		var have corev1.Secret
+		if err := p.kube.Get(ctx, client.ObjectKeyFromObject(secret), &have); err != nil {
+			return fmt.Errorf("reading the user-data Secret of machine %s: %w", m.name, err)
+		}
+		if have.Labels[LabelMachine] != "true" || have.Annotations[v1alpha1.TagCluster] != p.cluster {
+			return provider.NewTerminal(fmt.Errorf("Secret %s/%s exists and is not a simulated machine's of cluster %s", p.namespace, m.name, p.cluster))
+		}
+		have.Data = secret.Data
+		err = p.kube.Update(ctx, &have)
+	}
+	if err != nil {
+		return fmt.Errorf("writing the user-data Secret of machine %s: %w", m.name, err)
+	}
+	return nil
 }
 
 // existing returns the machine named name, nil if there is none, and an
@@ -288,7 +324,30 @@ func (p *Provider) Delete(ctx context.Context, providerID string) error {
 			return fmt.Errorf("deleting ConfigMap %s/%s of machine %s: %w", p.namespace, name, name, err)
 		}
 	}
+	if err := deleteUserData(ctx, p.kube, p.namespace, p.cluster, name); err != nil {
+		return err
+	}
 	return deleteMachineNode(ctx, p.kube, name)
+}
+
+// deleteUserData deletes a machine's user-data Secret, if it has one.
+func deleteUserData(ctx context.Context, kube client.Client, namespace, cluster, name string) error {
+	var secret corev1.Secret
+	err := kube.Get(ctx, client.ObjectKey{Namespace: namespace, Name: name}, &secret)
+	if apierrors.IsNotFound(err) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("reading the user-data Secret of machine %s: %w", name, err)
+	}
+	if secret.Labels[LabelMachine] != "true" || secret.Annotations[v1alpha1.TagCluster] != cluster {
+		return nil
+	}
+	err = kube.Delete(ctx, &secret, client.Preconditions{UID: &secret.UID})
+	if err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("deleting the user-data Secret of machine %s: %w", name, err)
+	}
+	return nil
 }
 
 // deleteMachineNode deletes the Node a machine registered, if there is one.

@@ -1,0 +1,321 @@
+package e2e
+
+import (
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/json"
+	"encoding/pem"
+	"strings"
+	"testing"
+	"time"
+
+	. "github.com/onsi/gomega"
+	authenticationv1 "k8s.io/api/authentication/v1"
+	certificatesv1 "k8s.io/api/certificates/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/utils/clock"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/claimscale/claimscale/api/v1alpha1"
+	"github.com/claimscale/claimscale/internal/bootstrap"
+)
+
+// A pool with a bootstrap section joins its nodes the way kubeadm's nodes
+// join: the claim gets a token of its own before the machine is made; the
+// token authenticates as system:bootstrap:<id> in kubeadm's node-token group
+// and may submit a CSR; the simulated kubelet joins with it through an
+// approved, signed CSR; once the Node has registered the token's Secret is
+// gone and the token no longer works. Nothing of the token's secret or the
+// user data shows in the controllers' logs, events or object statuses.
+func TestBootstrapTokenJoinsTheNode(t *testing.T) {
+	logs := tapControllerLogs(t)
+	startOperator(t, operatorOptions{})
+	s := newScenario(t, "bootstrap-join")
+	defer s.cleanup()
+	// The boot delay leaves time to look at the token before the node joins.
+	s.createProvider(v1alpha1.SimulatedSettings{BootDelay: &metav1.Duration{Duration: 5 * time.Second}})
+	s.createPool(func(pool *v1alpha1.NodePool) {
+		pool.Spec.Template.Bootstrap = &v1alpha1.Bootstrap{Method: v1alpha1.JoinKubeadm}
+	})
+	s.createDeployment("join", 1, "1", nil)
+
+	var claim v1alpha1.NodeClaim
+	s.g.Eventually(func() *v1alpha1.BootstrapTokenStatus {
+		claims := s.claims()
+		if len(claims) == 0 {
+			return nil
+		}
+		claim = claims[0]
+		return claim.Status.BootstrapToken
+	}).ShouldNot(BeNil())
+	tokenID := claim.Status.BootstrapToken.ID
+	g := s.g
+	g.Expect(claim.Status.BootstrapToken.ExpiresAt.Time).To(BeTemporally("~", claim.CreationTimestamp.Add(15*time.Minute), time.Second),
+		"the token expires at the pool's registration timeout")
+
+	var secret corev1.Secret
+	g.Expect(env.Client.Get(s.ctx, client.ObjectKey{Namespace: "kube-system", Name: "bootstrap-token-" + tokenID}, &secret)).To(Succeed())
+	g.Expect(secret.Type).To(Equal(corev1.SecretType("bootstrap.kubernetes.io/token")))
+	g.Expect(secret.Labels).To(HaveKeyWithValue(bootstrap.LabelBootstrapToken, "true"))
+	g.Expect(secret.Labels).To(HaveKeyWithValue(v1alpha1.LabelNodeClaim, claim.Name))
+	g.Expect(string(secret.Data["auth-extra-groups"])).To(Equal(bootstrap.GroupKubeadmNodeToken))
+	g.Expect(string(secret.Data["usage-bootstrap-authentication"])).To(Equal("true"))
+	g.Expect(string(secret.Data["usage-bootstrap-signing"])).To(Equal("true"))
+	token := tokenID + "." + string(secret.Data["token-secret"])
+
+	// The provider got the rendered user data, carrying this token.
+	var userData corev1.Secret
+	g.Expect(env.Client.Get(s.ctx, client.ObjectKey{Namespace: controllerNamespace, Name: claim.Name}, &userData)).To(Succeed())
+	g.Expect(string(userData.Data["userData"])).To(ContainSubstring(`token: "` + token + `"`))
+	g.Expect(string(userData.Data["userData"])).To(ContainSubstring("kind: JoinConfiguration"))
+
+	user, err := whoAmI(token)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(user.Username).To(Equal("system:bootstrap:" + tokenID))
+	g.Expect(user.Groups).To(ContainElements("system:bootstrappers", bootstrap.GroupKubeadmNodeToken))
+	probe := submitCSR(g, token, "claimscale-probe-"+tokenID, "system:node:probe-"+tokenID)
+	t.Cleanup(func() { _ = env.Client.Delete(context.Background(), probe) })
+
+	// The node joined by TLS bootstrap: a CSR by the token's user, approved
+	// and signed, then the Node.
+	g.Eventually(s.readyClaims).Should(Equal(1))
+	var csr certificatesv1.CertificateSigningRequest
+	g.Expect(env.Client.Get(s.ctx, client.ObjectKey{Name: "node-csr-" + claim.Name + "-" + tokenID}, &csr)).To(Succeed())
+	g.Expect(csr.Spec.Username).To(Equal("system:bootstrap:" + tokenID))
+	g.Expect(csr.Spec.SignerName).To(Equal(certificatesv1.KubeAPIServerClientKubeletSignerName))
+	g.Expect(csr.Status.Certificate).NotTo(BeEmpty())
+	g.Expect(csr.Status.Conditions).To(ContainElement(HaveField("Type", certificatesv1.CertificateApproved)))
+	t.Cleanup(func() { _ = env.Client.Delete(context.Background(), &csr) })
+
+	// Registered: the token is deleted and stops working.
+	g.Eventually(func() bool {
+		err := env.Client.Get(s.ctx, client.ObjectKeyFromObject(&secret), &corev1.Secret{})
+		return apierrors.IsNotFound(err)
+	}).Should(BeTrue(), "the token's Secret is deleted once the node registered")
+	g.Eventually(func() error { _, err := whoAmI(token); return err }).Should(Satisfy(apierrors.IsUnauthorized))
+	g.Eventually(func() *metav1.Time {
+		g.Expect(env.Client.Get(s.ctx, client.ObjectKeyFromObject(&claim), &claim)).To(Succeed())
+		return claim.Status.BootstrapToken.RevokedAt
+	}).ShouldNot(BeNil())
+
+	assertNowhere(t, logs.String(), map[string]string{
+		"the token's secret": string(secret.Data["token-secret"]),
+		"the user data":      "kubeadm.k8s.io/v1beta4",
+	})
+}
+
+// A token stops working when it expires, whether or not its Secret is
+// still there (the API server reads the Secret's expiration), and garbage
+// collection then deletes it; a bootstrap token that is not claimscale's is
+// never touched.
+func TestBootstrapTokenStopsAtExpiry(t *testing.T) {
+	g := NewWithT(t)
+	ctx := context.Background()
+	claim := &v1alpha1.NodeClaim{
+		ObjectMeta: metav1.ObjectMeta{Name: "bootstrap-expiry"},
+		Spec: v1alpha1.NodeClaimSpec{
+			NodePoolRef: v1alpha1.NodePoolReference{Name: "no-such-pool"},
+			Shape:       v1alpha1.ClaimShape{Name: "c4", CPU: *qty("4"), Memory: *qty("16Gi")},
+		},
+	}
+	g.Expect(env.Client.Create(ctx, claim)).To(Succeed())
+	t.Cleanup(func() { _ = env.Client.Delete(context.Background(), claim) })
+
+	tokens := &bootstrap.Tokens{Kube: env.Client, Reader: env.Client, Clock: clock.RealClock{}}
+	token, err := tokens.Ensure(ctx, claim, time.Now().Add(4*time.Second), []string{bootstrap.GroupKubeadmNodeToken})
+	g.Expect(err).NotTo(HaveOccurred())
+	again, err := tokens.Ensure(ctx, claim, time.Now().Add(time.Hour), []string{bootstrap.GroupKubeadmNodeToken})
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(again).To(Equal(token), "a retried launch reuses the claim's token")
+
+	user, err := whoAmI(token.String())
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(user.Username).To(Equal("system:bootstrap:" + token.ID))
+	g.Eventually(func() error { _, err := whoAmI(token.String()); return err }, 30*time.Second, 250*time.Millisecond).
+		Should(Satisfy(apierrors.IsUnauthorized))
+	secretKey := client.ObjectKey{Namespace: "kube-system", Name: "bootstrap-token-" + token.ID}
+	g.Expect(env.Client.Get(ctx, secretKey, &corev1.Secret{})).To(Succeed(), "the Secret outlives the token's validity")
+
+	foreign := &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "kube-system", Name: "bootstrap-token-zzzzzz"},
+		Type:       "bootstrap.kubernetes.io/token",
+		StringData: map[string]string{"token-id": "zzzzzz", "token-secret": "zzzzzzzzzzzzzzzz", "expiration": "2000-01-01T00:00:00Z", "usage-bootstrap-authentication": "true"},
+	}
+	g.Expect(env.Client.Create(ctx, foreign)).To(Succeed())
+	t.Cleanup(func() { _ = env.Client.Delete(context.Background(), foreign) })
+
+	deleted, err := tokens.Collect(ctx, func(string) bool { return true })
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(deleted).To(BeNumerically(">=", 1))
+	g.Expect(apierrors.IsNotFound(env.Client.Get(ctx, secretKey, &corev1.Secret{}))).To(BeTrue(), "the expired token is collected")
+	g.Expect(env.Client.Get(ctx, client.ObjectKeyFromObject(foreign), &corev1.Secret{})).To(Succeed(), "a token that is not ours stays")
+}
+
+// whoAmI authenticates with a bearer token and returns who the API server
+// says that is.
+func whoAmI(token string) (authenticationv1.UserInfo, error) {
+	cs, err := kubernetes.NewForConfig(bearer(token))
+	if err != nil {
+		return authenticationv1.UserInfo{}, err
+	}
+	review, err := cs.AuthenticationV1().SelfSubjectReviews().Create(context.Background(), &authenticationv1.SelfSubjectReview{}, metav1.CreateOptions{})
+	if err != nil {
+		return authenticationv1.UserInfo{}, err
+	}
+	return review.Status.UserInfo, nil
+}
+
+func bearer(token string) *rest.Config {
+	cfg := rest.AnonymousClientConfig(env.Config)
+	cfg.BearerToken = token
+	return cfg
+}
+
+// submitCSR creates a kubelet client CSR as the token's user.
+func submitCSR(g *WithT, token, name, commonName string) *certificatesv1.CertificateSigningRequest {
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	g.Expect(err).NotTo(HaveOccurred())
+	der, err := x509.CreateCertificateRequest(rand.Reader, &x509.CertificateRequest{
+		Subject: pkix.Name{CommonName: commonName, Organization: []string{"system:nodes"}},
+	}, key)
+	g.Expect(err).NotTo(HaveOccurred())
+	csr := &certificatesv1.CertificateSigningRequest{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec: certificatesv1.CertificateSigningRequestSpec{
+			Request:    pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE REQUEST", Bytes: der}),
+			SignerName: certificatesv1.KubeAPIServerClientKubeletSignerName,
+			Usages:     []certificatesv1.KeyUsage{certificatesv1.UsageDigitalSignature, certificatesv1.UsageClientAuth},
+		},
+	}
+	as, err := client.New(bearer(token), client.Options{Scheme: env.Scheme})
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(as.Create(context.Background(), csr)).To(Succeed(), "the token may submit a CSR")
+	return csr
+}
+
+// assertNowhere fails when a needle shows in the controllers' logs, any
+// event, or any claimscale object, Node, or simulated machine record.
+func assertNowhere(t *testing.T, logs string, needles map[string]string) {
+	t.Helper()
+	ctx := context.Background()
+	haystacks := map[string]string{"controller logs": logs}
+	add := func(what string, list client.ObjectList, opts ...client.ListOption) {
+		if err := env.Client.List(ctx, list, opts...); err != nil {
+			t.Fatalf("listing %s: %v", what, err)
+		}
+		b, err := json.Marshal(list)
+		if err != nil {
+			t.Fatal(err)
+		}
+		haystacks[what] = string(b)
+	}
+	add("events", &corev1.EventList{})
+	add("nodeclaims", &v1alpha1.NodeClaimList{})
+	add("nodepools", &v1alpha1.NodePoolList{})
+	add("nodeproviders", &v1alpha1.NodeProviderList{})
+	add("nodes", &corev1.NodeList{})
+	add("machine records", &corev1.ConfigMapList{}, client.InNamespace(controllerNamespace))
+	if len(logs) == 0 {
+		t.Errorf("no controller logs were captured: the check would pass vacuously")
+	}
+	for what, needle := range needles {
+		if needle == "" {
+			t.Fatalf("empty needle %s", what)
+		}
+		for where, haystack := range haystacks {
+			if strings.Contains(haystack, needle) {
+				t.Errorf("%s found in %s", what, where)
+			}
+		}
+	}
+	size := 0
+	for _, haystack := range haystacks {
+		size += len(haystack)
+	}
+	t.Logf("searched %d bytes of logs, events and objects", size)
+}
+
+// Garbage collection deletes a claimscale bootstrap token whose claim is
+// gone, before it expires, and leaves bootstrap tokens that are not
+// claimscale's alone.
+func TestGarbageCollectionRemovesOrphanedBootstrapTokens(t *testing.T) {
+	g := NewWithT(t)
+	ctx := context.Background()
+	startOperator(t, operatorOptions{})
+	expiration := time.Now().Add(time.Hour).UTC().Format(time.RFC3339)
+	orphan := &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "kube-system", Name: "bootstrap-token-orphan",
+			Labels: map[string]string{bootstrap.LabelBootstrapToken: "true", v1alpha1.LabelNodeClaim: "claim-that-is-gone"}},
+		Type:       "bootstrap.kubernetes.io/token",
+		StringData: map[string]string{"token-id": "orphan", "token-secret": "0123456789abcdef", "expiration": expiration, "usage-bootstrap-authentication": "true"},
+	}
+	foreign := &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "kube-system", Name: "bootstrap-token-yyyyyy"},
+		Type:       "bootstrap.kubernetes.io/token",
+		StringData: map[string]string{"token-id": "yyyyyy", "token-secret": "yyyyyyyyyyyyyyyy", "expiration": expiration, "usage-bootstrap-authentication": "true"},
+	}
+	for _, secret := range []*corev1.Secret{orphan, foreign} {
+		g.Expect(env.Client.Create(ctx, secret)).To(Succeed())
+		t.Cleanup(func() { _ = env.Client.Delete(context.Background(), secret) })
+	}
+	g.Eventually(func() bool {
+		return apierrors.IsNotFound(env.Client.Get(ctx, client.ObjectKeyFromObject(orphan), &corev1.Secret{}))
+	}, time.Minute, 250*time.Millisecond).Should(BeTrue(), "the orphaned token is collected")
+	g.Consistently(func() error {
+		return env.Client.Get(ctx, client.ObjectKeyFromObject(foreign), &corev1.Secret{})
+	}, 3*time.Second, 250*time.Millisecond).Should(Succeed(), "a token that is not claimscale's stays")
+}
+
+// A custom template that cannot be read stops the launch with a condition
+// and an event that name it, and no machine is made; once the ConfigMap
+// exists, the claim launches with the template rendered, and the machine
+// joins with the token it carries.
+func TestBootstrapCustomTemplate(t *testing.T) {
+	startOperator(t, operatorOptions{})
+	s := newScenario(t, "bootstrap-custom")
+	defer s.cleanup()
+	s.createProvider(v1alpha1.SimulatedSettings{})
+	s.createPool(func(pool *v1alpha1.NodePool) {
+		pool.Spec.Template.Bootstrap = &v1alpha1.Bootstrap{
+			Method:              v1alpha1.JoinCustom,
+			UserDataTemplateRef: &v1alpha1.KeyReference{Kind: "ConfigMap", Name: "bootstrap-custom", Key: "user-data"},
+		}
+	})
+	s.createDeployment("custom", 1, "1", nil)
+
+	g := s.g
+	g.Eventually(func() string {
+		for _, claim := range s.claims() {
+			for _, condition := range claim.Status.Conditions {
+				if condition.Type == v1alpha1.ConditionLaunched && condition.Reason == "BootstrapFailed" {
+					return condition.Message
+				}
+			}
+		}
+		return ""
+	}).Should(ContainSubstring(`ConfigMap claimscale-system/bootstrap-custom`))
+	g.Expect(s.machines()).To(BeEmpty(), "no machine without its user data")
+
+	template := &corev1.ConfigMap{
+		ObjectMeta: metav1.ObjectMeta{Namespace: controllerNamespace, Name: "bootstrap-custom"},
+		Data: map[string]string{"user-data": "#!/bin/sh\n# {{ .NodeName }} in {{ .Pool }}\n" +
+			"join --server {{ .APIServerURL }} --token {{ .Token }} {{ range .KubeletArgs }}--{{ .Name }}={{ .Value }} {{ end }}\n"},
+	}
+	g.Expect(env.Client.Create(s.ctx, template)).To(Succeed())
+	t.Cleanup(func() { _ = env.Client.Delete(context.Background(), template) })
+	g.Eventually(s.readyClaims).Should(Equal(1))
+	claim := s.claims()[0]
+	var userData corev1.Secret
+	g.Expect(env.Client.Get(s.ctx, client.ObjectKey{Namespace: controllerNamespace, Name: claim.Name}, &userData)).To(Succeed())
+	g.Expect(string(userData.Data["userData"])).To(HavePrefix("#!/bin/sh\n# " + claim.Name + " in " + s.name + "\njoin --server https://"))
+	g.Expect(string(userData.Data["userData"])).To(ContainSubstring("--token " + claim.Status.BootstrapToken.ID + "."))
+	g.Expect(string(userData.Data["userData"])).To(ContainSubstring("--max-pods=110"))
+}
