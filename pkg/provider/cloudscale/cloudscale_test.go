@@ -235,10 +235,10 @@ func TestCreateErrorsSayWhatToDo(t *testing.T) {
 		},
 		{
 			name:      "no capacity in the zone is insufficient capacity",
-			fault:     cloudscaletest.Fault{Method: http.MethodPost, Path: "/v1/servers", Status: 503, Detail: "Not enough capacity for flavor plus-32-8 in zone lpg1."},
+			fault:     cloudscaletest.OutOfCapacity("lpg1", ""),
 			shape:     "flex-4-2",
 			want:      provider.IsInsufficientCapacity,
-			wantText:  "Not enough capacity",
+			wantText:  "Insufficient capacity for servers in zone lpg1",
 			wantPOSTs: 1,
 		},
 		{
@@ -585,7 +585,7 @@ func TestShapesResolveFlavors(t *testing.T) {
 	e := newEnv(t)
 	shapes, err := e.p.Shapes(e.ctx, pool("workers",
 		v1alpha1.Shape{Name: "flex-8-4", Price: "0.12"},
-		v1alpha1.Shape{Name: "plus-32-8"},
+		v1alpha1.Shape{Name: "plus-32-8", Price: "0.55"},
 	))
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(shapes).To(HaveLen(2))
@@ -595,7 +595,35 @@ func TestShapesResolveFlavors(t *testing.T) {
 	g.Expect(shapes[0].Price).To(Equal(0.12))
 	g.Expect(shapes[1].Name).To(Equal("plus-32-8"))
 	g.Expect(shapes[1].Capacity.Cpu().Value()).To(BeEquivalentTo(8))
-	g.Expect(shapes[1].Price).To(BeZero(), "no price set, none known")
+	g.Expect(shapes[1].Price).To(Equal(0.55))
+}
+
+func TestUnpricedFlavorsAreRankedBySizeNotFree(t *testing.T) {
+	g := NewWithT(t)
+	e := newEnv(t)
+	shapes, err := e.p.Shapes(e.ctx, pool("workers",
+		v1alpha1.Shape{Name: "plus-32-8"},
+		v1alpha1.Shape{Name: "flex-4-1"},
+		v1alpha1.Shape{Name: "flex-16-4"},
+	))
+	g.Expect(err).NotTo(HaveOccurred())
+	prices := map[string]float64{}
+	for _, s := range shapes {
+		g.Expect(s.Price).To(BeNumerically(">", 0), "flavor %s must not be taken as free", s.Name)
+		prices[s.Name] = s.Price
+	}
+	g.Expect(prices).To(Equal(map[string]float64{"flex-4-1": 2, "flex-16-4": 8, "plus-32-8": 16}), "vCPUs + GiB/4")
+}
+
+func TestSomeFlavorsPricedIsRefused(t *testing.T) {
+	g := NewWithT(t)
+	e := newEnv(t)
+	_, err := e.p.Shapes(e.ctx, pool("workers",
+		v1alpha1.Shape{Name: "flex-8-4", Price: "0.12"},
+		v1alpha1.Shape{Name: "plus-32-8"},
+	))
+	g.Expect(provider.IsTerminal(err)).To(BeTrue(), "got %v", err)
+	g.Expect(err.Error()).To(ContainSubstring("prices flavors flex-8-4 but not plus-32-8"))
 }
 
 func TestShapesNamesEveryFlavorTheZoneDoesNotOffer(t *testing.T) {
@@ -687,7 +715,7 @@ func TestNew(t *testing.T) {
 		{
 			name:     "an interface needs a network or a subnet",
 			settings: func(s *v1alpha1.CloudscaleSettings) { s.Interfaces = []v1alpha1.CloudscaleInterface{{}} },
-			wantErr:  "interfaces[0] needs a network or a subnet",
+			wantErr:  "interfaces[0] of zone lpg1 needs a network or a subnet",
 		},
 		{
 			name:    "an API URL that is not http(s) is refused",

@@ -4,6 +4,38 @@
 // cloudscale account. It answers the requests the provider makes
 // (servers with tag filters, flavors) with the API's status codes and error
 // bodies, records every request, and injects faults on demand.
+//
+// What it follows, and where that comes from:
+//
+//   - Error bodies are Django REST framework's, which the API is built on
+//     (https://www.cloudscale.ch/en/api/v1 documents "detail" answers and
+//     per-field validation errors): {"detail": "..."} for authentication,
+//     permission, not-found, throttling and server errors, and
+//     {"field": ["message", ...]} for validation errors, e.g.
+//     {"tags": ["Ensure this field has no more than 255 characters."]}.
+//     The messages are DRF's defaults ("Invalid token.", "Authentication
+//     credentials were not provided.", "You do not have permission to
+//     perform this action.", "Not found.", "Request was throttled. Expected
+//     available in N seconds.", "This field is required.", "Ensure this
+//     field has no more than N characters.", "Object with slug=X does not
+//     exist."). The cloudscale Go SDK (v6, CheckResponse) decodes error
+//     bodies as a map of strings, which is why validation errors reach a
+//     client as a decoding error and must be read from the body.
+//   - 401 for a missing or wrong token, with WWW-Authenticate: Bearer
+//     (DRF's TokenAuthentication, the API's bearer tokens).
+//   - 503 {"detail": "The API is currently not available due to
+//     maintenance."} during maintenance windows (DetailMaintenance): the
+//     wording is the one operators reported; an assumption beyond that.
+//   - Tag filters on lists (tag:key=value, tag:key= for presence) as in the
+//     SDK's WithTagFilter and the API docs on tags.
+//   - Servers are "changing" until they have booted (MarkRunning), as the
+//     API reports new servers (SDK: ServerRunning/ServerStopped/
+//     ServerChanging).
+//   - Assumptions, not sourced: the wording of an out-of-capacity or quota
+//     answer (OutOfCapacity, DetailQuotaExceeded: a 400 with a detail; the
+//     API documentation and SDKs publish none), and the 400 a DELETE of a
+//     server still being created gets (WithDeleteRefusedWhileCreating,
+//     DetailDeleteWhileCreating).
 package cloudscaletest
 
 import (
@@ -26,12 +58,38 @@ import (
 // Details the fake answers with, worded like the real API's (Django REST
 // framework) messages, so tests can match on them.
 const (
-	DetailInvalidToken  = "Invalid token."
-	DetailMissingToken  = "Authentication credentials were not provided."
-	DetailNotFound      = "Not found."
+	DetailInvalidToken     = "Invalid token."
+	DetailMissingToken     = "Authentication credentials were not provided."
+	DetailPermissionDenied = "You do not have permission to perform this action."
+	DetailNotFound         = "Not found."
+	DetailThrottled        = "Request was throttled. Expected available in 7 seconds."
+	DetailServerError      = "A server error occurred."
+	DetailMaintenance      = "The API is currently not available due to maintenance."
+	// DetailQuotaExceeded is an assumption: the API's wording of an
+	// exhausted project quota is not published.
 	DetailQuotaExceeded = "Quota exceeded: the servers requested exceed the vCPU quota of this project."
-	DetailServerError   = "A server error occurred."
+	// DetailDeleteWhileCreating is an assumption: the API's wording when a
+	// server cannot be deleted before it has finished being created.
+	DetailDeleteWhileCreating = "The server is still being created. Please try again later."
+	// FieldTooLong is DRF's message for a string over its max_length.
+	FieldTooLong = "Ensure this field has no more than 255 characters."
 )
+
+// OutOfCapacity is the fault of a zone that has no room for servers: every
+// create in zone (of flavor, when not empty) is answered 400 with a detail
+// saying so, until ClearFaults. The wording is an assumption (see the
+// package comment).
+func OutOfCapacity(zone, flavor string) Fault {
+	what := "servers"
+	if flavor != "" {
+		what = "flavor " + flavor
+	}
+	return Fault{
+		Method: http.MethodPost, Path: "/v1/servers", Zone: zone, Flavor: flavor, Status: http.StatusBadRequest,
+		Detail: fmt.Sprintf("Insufficient capacity for %s in zone %s. Please try again later or choose another zone.", what, zone),
+		Times:  -1,
+	}
+}
 
 // Flavor is a server flavor and the zones it is offered in.
 type Flavor struct {
@@ -79,9 +137,15 @@ type Fault struct {
 	Path string
 	// Status code of the answer.
 	Status int
+	// Zone and Flavor, when set, restrict the fault to creates (POST
+	// /v1/servers) asking for that zone or flavor.
+	Zone, Flavor string
 	// Detail goes into the body as {"detail": Detail}. Empty leaves the body
-	// empty.
+	// empty, unless Body is set.
 	Detail string
+	// Body is sent as it is (a JSON validation error such as
+	// {"tags": ["..."]}) when Detail is empty.
+	Body string
 	// RetryAfter is sent as the Retry-After header when not empty.
 	RetryAfter string
 	// EchoAuthorization appends the request's Authorization header to the
@@ -119,6 +183,11 @@ func WithFlavors(flavors ...Flavor) Option {
 // set).
 func WithDefaultZone(zone string) Option { return func(s *Server) { s.defaultZone = zone } }
 
+// WithDeleteRefusedWhileCreating makes a DELETE of a server that is still
+// "changing" after its create answer 400 DetailDeleteWhileCreating, as the
+// API is assumed to (see the package comment).
+func WithDeleteRefusedWhileCreating() Option { return func(s *Server) { s.refuseDeleteChanging = true } }
+
 // WithServersRunning makes new servers "running" at once instead of
 // "changing" until MarkRunning.
 func WithServersRunning() Option { return func(s *Server) { s.startRunning = true } }
@@ -145,6 +214,8 @@ type Server struct {
 	flavors      []Flavor
 	defaultZone  string
 	startRunning bool
+	// refuseDeleteChanging: see WithDeleteRefusedWhileCreating.
+	refuseDeleteChanging bool
 	now          func() time.Time
 	onCreate     func(cloudscale.Server)
 	onDelete     func(cloudscale.Server)
@@ -394,7 +465,7 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 
-	if s.answerFault(w, r) {
+	if s.answerFault(w, r, body) {
 		return
 	}
 
@@ -420,11 +491,25 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-func (s *Server) answerFault(w http.ResponseWriter, r *http.Request) bool {
+func (s *Server) answerFault(w http.ResponseWriter, r *http.Request, body []byte) bool {
+	var create struct {
+		Zone   string `json:"zone"`
+		Flavor string `json:"flavor"`
+	}
+	if r.Method == http.MethodPost {
+		_ = json.Unmarshal(body, &create)
+		if create.Zone == "" {
+			create.Zone = s.defaultZone
+		}
+	}
 	s.mu.Lock()
 	var fault *Fault
 	for i, f := range s.faults {
 		if !matches(f.Method, f.Path, r.Method, r.URL.Path) {
+			continue
+		}
+		if (f.Zone != "" || f.Flavor != "") && r.Method != http.MethodPost ||
+			f.Zone != "" && f.Zone != create.Zone || f.Flavor != "" && f.Flavor != create.Flavor {
 			continue
 		}
 		fault = f
@@ -447,6 +532,12 @@ func (s *Server) answerFault(w http.ResponseWriter, r *http.Request) bool {
 	detail := fault.Detail
 	if fault.EchoAuthorization {
 		detail += " (received " + r.Header.Get("Authorization") + ")"
+	}
+	if detail == "" && fault.Body != "" {
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(fault.Status)
+		_, _ = io.WriteString(w, fault.Body)
+		return true
 	}
 	if detail == "" {
 		w.WriteHeader(fault.Status)
@@ -529,6 +620,11 @@ func (s *Server) getServer(w http.ResponseWriter, uuid string) {
 func (s *Server) deleteServer(w http.ResponseWriter, uuid string) {
 	s.mu.Lock()
 	srv, ok := s.servers[uuid]
+	if ok && s.refuseDeleteChanging && srv.Status == "changing" {
+		s.mu.Unlock()
+		writeDetail(w, http.StatusBadRequest, DetailDeleteWhileCreating)
+		return
+	}
 	delete(s.servers, uuid)
 	onDelete := s.onDelete
 	s.mu.Unlock()
@@ -562,6 +658,24 @@ func (s *Server) createServer(w http.ResponseWriter, body []byte) {
 	var tags map[string]string
 	if req.Tags != nil {
 		tags = *req.Tags
+	}
+	// Length limits: DRF's max_length message, per field.
+	tooLong := map[string][]string{}
+	if len(req.Name) > 255 {
+		tooLong["name"] = []string{FieldTooLong}
+	}
+	for k, v := range tags {
+		if len(k) > 255 || len(v) > 255 {
+			tooLong["tags"] = []string{FieldTooLong}
+		}
+	}
+	if len(tooLong) > 0 {
+		writeJSON(w, http.StatusBadRequest, tooLong)
+		return
+	}
+	if req.Zone != "" && !s.knownZone(req.Zone) {
+		writeJSON(w, http.StatusBadRequest, map[string][]string{"zone": {fmt.Sprintf("Object with slug=%s does not exist.", req.Zone)}})
+		return
 	}
 
 	s.mu.Lock()
@@ -624,6 +738,20 @@ func (s *Server) newServer(name, flavorSlug, image, zone string, tags map[string
 	}
 	s.servers[uuid] = srv
 	return srv, ""
+}
+
+// knownZone reports whether any flavor is offered in zone (the fake knows
+// zones through its flavors).
+func (s *Server) knownZone(zone string) bool {
+	if zone == s.defaultZone {
+		return true
+	}
+	for _, f := range s.flavors {
+		if slices.Contains(f.Zones, zone) {
+			return true
+		}
+	}
+	return false
 }
 
 func interfacesFor(req cloudscale.ServerRequest) []cloudscale.Interface {
