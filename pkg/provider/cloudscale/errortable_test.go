@@ -10,9 +10,9 @@ import (
 	. "github.com/onsi/gomega"
 
 	"github.com/claimscale/claimscale/api/v1alpha1"
+	"github.com/claimscale/claimscale/pkg/provider"
 	cs "github.com/claimscale/claimscale/pkg/provider/cloudscale"
 	"github.com/claimscale/claimscale/pkg/provider/cloudscale/cloudscaletest"
-	"github.com/claimscale/claimscale/pkg/provider"
 )
 
 // The error table of docs/cloudscale.md, one row per case, each against
@@ -56,7 +56,7 @@ func TestErrorTable(t *testing.T) {
 			wantText: []string{"refused the request's field tags", "tags: " + cloudscaletest.FieldTooLong},
 		},
 		{
-			name: "400 quota exceeded backs off (built-in quota row)",
+			name:  "400 quota exceeded backs off (built-in quota row)",
 			fault: &cloudscaletest.Fault{Method: http.MethodPost, Path: "/v1/servers", Status: 400, Detail: cloudscaletest.DetailQuotaExceeded},
 			op:    create, want: provider.IsInsufficientCapacity, wantText: []string{cloudscaletest.DetailQuotaExceeded},
 		},

@@ -186,7 +186,9 @@ func WithDefaultZone(zone string) Option { return func(s *Server) { s.defaultZon
 // WithDeleteRefusedWhileCreating makes a DELETE of a server that is still
 // "changing" after its create answer 400 DetailDeleteWhileCreating, as the
 // API is assumed to (see the package comment).
-func WithDeleteRefusedWhileCreating() Option { return func(s *Server) { s.refuseDeleteChanging = true } }
+func WithDeleteRefusedWhileCreating() Option {
+	return func(s *Server) { s.refuseDeleteChanging = true }
+}
 
 // WithServersRunning makes new servers "running" at once instead of
 // "changing" until MarkRunning.
@@ -216,9 +218,9 @@ type Server struct {
 	startRunning bool
 	// refuseDeleteChanging: see WithDeleteRefusedWhileCreating.
 	refuseDeleteChanging bool
-	now          func() time.Time
-	onCreate     func(cloudscale.Server)
-	onDelete     func(cloudscale.Server)
+	now                  func() time.Time
+	onCreate             func(cloudscale.Server)
+	onDelete             func(cloudscale.Server)
 
 	mu          sync.Mutex
 	servers     map[string]*cloudscale.Server
