@@ -8,9 +8,9 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/claimscale/claimscale/api/v1alpha1"
+	"github.com/claimscale/claimscale/pkg/provider"
 	cs "github.com/claimscale/claimscale/pkg/provider/cloudscale"
 	"github.com/claimscale/claimscale/pkg/provider/cloudscale/cloudscaletest"
-	"github.com/claimscale/claimscale/pkg/provider"
 )
 
 func twoZones(s *v1alpha1.CloudscaleSettings) {
