@@ -168,6 +168,16 @@ func TestCloudscaleZoneSpread(t *testing.T) {
 	z := newZonedCloudscale(t, "cloudscale-spread")
 	defer z.cleanup()
 
+	both := &v1alpha1.NodeProvider{
+		ObjectMeta: metav1.ObjectMeta{Name: "cloudscale-zone-and-zones"},
+		Spec: v1alpha1.NodeProviderSpec{Type: v1alpha1.ProviderTypeCloudscale, Cloudscale: &v1alpha1.CloudscaleSettings{
+			Zone: "lpg1", Zones: []v1alpha1.CloudscaleZone{{Name: "rma1"}}, Image: "debian-12",
+		}},
+	}
+	err := env.Client.Create(z.ctx, both)
+	z.g.Expect(apierrors.IsInvalid(err)).To(BeTrue(), "zone and zones together are refused, got %v", err)
+	z.g.Expect(err.Error()).To(ContainSubstring("set zones or zone, not both"))
+
 	z.spreadDeployment("spread", 4)
 	z.g.Eventually(func() int { return z.runningPods("spread") }).Should(Equal(4))
 	z.g.Expect(z.runningPodsByZone("spread")).To(Equal(map[string]int{"lpg1": 2, "rma1": 2}))
