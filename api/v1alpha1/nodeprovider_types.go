@@ -247,6 +247,12 @@ type CloudscaleSettings struct {
 	// Tags added to every server besides claimscale's own.
 	// +optional
 	Tags map[string]string `json:"tags,omitempty"`
+	// ManagedServerGroups, when set, has claimscale create and manage
+	// anti-affinity server groups per pool and zone: each server joins one
+	// (besides any serverGroups listed), a new group is opened when the
+	// others are full, and an empty group is deleted with its last server.
+	// +optional
+	ManagedServerGroups *CloudscaleManagedServerGroups `json:"managedServerGroups,omitempty"`
 	// ErrorPatterns classify error answers of the API that its status code
 	// alone does not: they are tried before the built-in table (see
 	// docs/cloudscale.md), first match wins. Only an answer classified
@@ -273,6 +279,21 @@ type CloudscaleZone struct {
 	// +optional
 	// +listType=set
 	ServerGroups []string `json:"serverGroups,omitempty"`
+}
+
+// CloudscaleManagedServerGroups configure the anti-affinity server groups
+// claimscale makes per pool and zone.
+type CloudscaleManagedServerGroups struct {
+	// MaxServersPerGroup is how many servers claimscale puts in one group
+	// before it opens another. cloudscale limits how many servers an
+	// anti-affinity group holds (one per physical host) but does not
+	// publish the number, so the default is an assumption: set what
+	// cloudscale tells you.
+	// +optional
+	// +kubebuilder:default=4
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=64
+	MaxServersPerGroup int32 `json:"maxServersPerGroup,omitempty"`
 }
 
 // CloudscaleErrorKind is what an error answer means for claimscale.

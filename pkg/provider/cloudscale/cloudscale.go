@@ -94,6 +94,8 @@ type Provider struct {
 	deleteSlots chan struct{}
 
 	calls   singleflight.Group
+	groupMu sync.Mutex
+	groups  managedGroups
 	mu      sync.Mutex
 	flavors flavorCache
 	servers serverCache
@@ -182,6 +184,7 @@ func NewWithConfig(_ context.Context, np *v1alpha1.NodeProvider, opts provider.O
 		secrets:     opts.Secrets,
 		token:       creds.token,
 		secretName:  secretName,
+		groups:      managedGroups{reserved: map[string][]*reservation{}},
 		createSlots: make(chan struct{}, cfg.MaxConcurrency),
 		deleteSlots: make(chan struct{}, cfg.MaxConcurrency),
 	}, nil
@@ -233,6 +236,20 @@ func (p *Provider) Create(ctx context.Context, claim *v1alpha1.NodeClaim, opts p
 		if s := oldestOwned(existing, p.clusterName, claim.Name); s != nil {
 			server, adopted = s, true
 			return nil
+		}
+		if p.settings.maxServersPerGroup > 0 {
+			group, done, err := p.serverGroupFor(ctx, claim.Spec.NodePoolRef.Name, zone.name)
+			if err != nil {
+				return err
+			}
+			defer func() {
+				made := ""
+				if server != nil {
+					made = server.UUID
+				}
+				done(made)
+			}()
+			req.ServerGroups = append(slices.Clone(zone.serverGroups), group)
 		}
 		if err := p.do(ctx, func(ctx context.Context) error {
 			var err error
@@ -361,6 +378,10 @@ func (p *Provider) Delete(ctx context.Context, providerID string) error {
 		return fmt.Errorf("deleting cloudscale server %s (%s): %w", id, server.Name, err)
 	}
 	logf.FromContext(ctx).Info("deleted cloudscale server", "server", id, "name", server.Name)
+	if pool := server.Tags[v1alpha1.TagNodePool]; p.settings.maxServersPerGroup > 0 && pool != "" {
+		p.groups.forget(id)
+		p.pruneServerGroups(ctx, pool)
+	}
 	return nil
 }
 

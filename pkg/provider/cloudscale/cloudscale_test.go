@@ -45,7 +45,7 @@ func TestCreateSendsEverySettingAndTagInTheOneCreateRequest(t *testing.T) {
 		s.VolumeSizeGB = 80
 		s.ServerGroups = []string{"6a7e7b3e-61e5-4a6e-9b5d-8d6d0e0f2a11"}
 		s.SSHKeys = []string{"ssh-ed25519 AAAAC3Nza ops@example"}
-	}))
+	}), withServerGroups(cloudscaletest.ServerGroupSpec{UUID: "6a7e7b3e-61e5-4a6e-9b5d-8d6d0e0f2a11", Name: "workers", Zone: "lpg1"}))
 
 	inst, err := e.p.Create(e.ctx, claim("workers-abc12", "workers", "flex-8-4"), provider.CreateOptions{})
 	g.Expect(err).NotTo(HaveOccurred())

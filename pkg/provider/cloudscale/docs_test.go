@@ -70,6 +70,11 @@ func TestTheDocsExampleIsValid(t *testing.T) {
 	token := creds.StringData[cs.CredentialToken]
 	api := cloudscaletest.NewServer(cloudscaletest.WithToken(token))
 	defer api.Close()
+	for _, zone := range np.Spec.Cloudscale.Zones {
+		for _, group := range zone.ServerGroups {
+			api.AddServerGroup(cloudscaletest.ServerGroupSpec{UUID: group, Name: "docs-" + zone.Name, Zone: zone.Name})
+		}
+	}
 
 	store := secretStore{}
 	for _, s := range secrets {

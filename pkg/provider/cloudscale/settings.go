@@ -47,6 +47,9 @@ type settings struct {
 	userData      *v1alpha1.SecretKeyReference
 	tags          map[string]string
 	errorPatterns []errorPattern
+	// maxServersPerGroup of the managed server groups; 0 when claimscale
+	// manages none.
+	maxServersPerGroup int
 }
 
 // zoneSettings are the zonal settings of one zone: private networks and
@@ -132,6 +135,12 @@ func parseSettings(np *v1alpha1.NodeProvider) (settings, error) {
 			return settings{}, fmt.Errorf("spec.cloudscale.tags: %q is reserved for claimscale's own tags", k)
 		}
 		s.tags[k] = v
+	}
+	if m := cs.ManagedServerGroups; m != nil {
+		s.maxServersPerGroup = int(m.MaxServersPerGroup)
+		if s.maxServersPerGroup == 0 {
+			s.maxServersPerGroup = defaultMaxServersPerGroup
+		}
 	}
 	patterns, err := parseErrorPatterns(cs.ErrorPatterns)
 	if err != nil {

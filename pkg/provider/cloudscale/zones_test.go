@@ -31,7 +31,10 @@ func inZones(c *v1alpha1.NodeClaim, op corev1.NodeSelectorOperator, zones ...str
 
 func TestServersAreMadeInTheClaimsZoneWithThatZonesSettings(t *testing.T) {
 	g := NewWithT(t)
-	e := newEnv(t, withSettings(twoZones))
+	e := newEnv(t, withSettings(twoZones), withServerGroups(
+		cloudscaletest.ServerGroupSpec{UUID: "sg-shared", Name: "shared", Zone: "lpg1"},
+		cloudscaletest.ServerGroupSpec{UUID: "sg-rma1", Name: "rma1", Zone: "rma1"},
+	))
 
 	inst, err := e.p.Create(e.ctx, inZones(claim("in-rma1", "workers", "flex-4-2"), corev1.NodeSelectorOpIn, "rma1"), provider.CreateOptions{})
 	g.Expect(err).NotTo(HaveOccurred())

@@ -31,7 +31,14 @@
 //   - Servers are "changing" until they have booted (MarkRunning), as the
 //     API reports new servers (SDK: ServerRunning/ServerStopped/
 //     ServerChanging).
-//   - Assumptions, not sourced: the wording of an out-of-capacity or quota
+//   - Server groups (GET/POST /v1/server-groups with tag filters, GET and
+//     DELETE /v1/server-groups/<uuid>; the SDK's ServerGroupService) are
+//     zonal and list their servers; a server joins groups at create time
+//     only (server_groups in the create request) and leaves them when
+//     deleted. A group of another zone is refused as a field error.
+//   - Assumptions, not sourced: how many servers an anti-affinity group may
+//     hold (WithServerGroupLimit, unlimited unless set; the limit and the
+//     wording of its refusal are not published), the wording of an out-of-capacity or quota
 //     answer (OutOfCapacity, DetailQuotaExceeded: a 400 with a detail; the
 //     API documentation and SDKs publish none), and the 400 a DELETE of a
 //     server still being created gets (WithDeleteRefusedWhileCreating,
@@ -190,6 +197,10 @@ func WithDeleteRefusedWhileCreating() Option {
 	return func(s *Server) { s.refuseDeleteChanging = true }
 }
 
+// WithServerGroupLimit refuses a create that would put more than n servers
+// into one server group (an assumption: see the package comment).
+func WithServerGroupLimit(n int) Option { return func(s *Server) { s.groupLimit = n } }
+
 // WithServersRunning makes new servers "running" at once instead of
 // "changing" until MarkRunning.
 func WithServersRunning() Option { return func(s *Server) { s.startRunning = true } }
@@ -218,12 +229,14 @@ type Server struct {
 	startRunning bool
 	// refuseDeleteChanging: see WithDeleteRefusedWhileCreating.
 	refuseDeleteChanging bool
+	groupLimit           int
 	now                  func() time.Time
 	onCreate             func(cloudscale.Server)
 	onDelete             func(cloudscale.Server)
 
 	mu          sync.Mutex
 	servers     map[string]*cloudscale.Server
+	groups      map[string]*cloudscale.ServerGroup
 	requests    []Request
 	faults      []*Fault
 	holds       []*Hold
@@ -239,6 +252,7 @@ func NewServer(opts ...Option) *Server {
 		defaultZone: "lpg1",
 		now:         time.Now,
 		servers:     map[string]*cloudscale.Server{},
+		groups:      map[string]*cloudscale.ServerGroup{},
 		inFlight:    map[string]int{},
 		maxInFlight: map[string]int{},
 	}
@@ -478,6 +492,20 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 		s.listServers(w, r.URL.Query())
 	case path == "/v1/servers" && r.Method == http.MethodPost:
 		s.createServer(w, body)
+	case path == "/v1/server-groups" && r.Method == http.MethodGet:
+		s.listServerGroups(w, r.URL.Query())
+	case path == "/v1/server-groups" && r.Method == http.MethodPost:
+		s.createServerGroup(w, body)
+	case strings.HasPrefix(path, "/v1/server-groups/") && !strings.Contains(strings.TrimPrefix(path, "/v1/server-groups/"), "/"):
+		uuid := strings.TrimPrefix(path, "/v1/server-groups/")
+		switch r.Method {
+		case http.MethodGet:
+			s.getServerGroup(w, uuid)
+		case http.MethodDelete:
+			s.deleteServerGroup(w, uuid)
+		default:
+			writeDetail(w, http.StatusMethodNotAllowed, fmt.Sprintf("Method %q not allowed.", r.Method))
+		}
 	case strings.HasPrefix(path, "/v1/servers/") && !strings.Contains(strings.TrimPrefix(path, "/v1/servers/"), "/"):
 		uuid := strings.TrimPrefix(path, "/v1/servers/")
 		switch r.Method {
@@ -628,6 +656,9 @@ func (s *Server) deleteServer(w http.ResponseWriter, uuid string) {
 		return
 	}
 	delete(s.servers, uuid)
+	if ok {
+		s.leaveGroupsLocked(srv)
+	}
 	onDelete := s.onDelete
 	s.mu.Unlock()
 	if !ok {
@@ -681,6 +712,27 @@ func (s *Server) createServer(w http.ResponseWriter, body []byte) {
 	}
 
 	s.mu.Lock()
+	zone := req.Zone
+	if zone == "" {
+		zone = s.defaultZone
+	}
+	for _, id := range req.ServerGroups {
+		g, ok := s.groups[id]
+		switch {
+		case !ok:
+			s.mu.Unlock()
+			writeJSON(w, http.StatusBadRequest, map[string][]string{"server_groups": {fmt.Sprintf("Object with uuid=%s does not exist.", id)}})
+			return
+		case g.Zone.Slug != zone:
+			s.mu.Unlock()
+			writeJSON(w, http.StatusBadRequest, map[string][]string{"server_groups": {fmt.Sprintf("Server group %s is in zone %s, not %s.", id, g.Zone.Slug, zone)}})
+			return
+		case s.groupLimit > 0 && len(g.Servers) >= s.groupLimit:
+			s.mu.Unlock()
+			writeJSON(w, http.StatusBadRequest, map[string][]string{"server_groups": {fmt.Sprintf("Server group %s already holds %d servers, the most it may.", id, s.groupLimit)}})
+			return
+		}
+	}
 	srv, problem := s.newServer(req.Name, req.Flavor, req.Image, req.Zone, tags)
 	if problem != "" {
 		s.mu.Unlock()
@@ -692,8 +744,10 @@ func (s *Server) createServer(w http.ResponseWriter, body []byte) {
 	}
 	srv.Volumes = []cloudscale.VolumeStub{{Type: "ssd", DevicePath: "/dev/vda", SizeGB: max(req.VolumeSizeGB, 10)}}
 	srv.Interfaces = interfacesFor(req)
-	for _, group := range req.ServerGroups {
-		srv.ServerGroups = append(srv.ServerGroups, cloudscale.ServerGroupStub{UUID: group})
+	for _, id := range req.ServerGroups {
+		g := s.groups[id]
+		g.Servers = append(g.Servers, cloudscale.ServerStub{HREF: srv.HREF, UUID: srv.UUID})
+		srv.ServerGroups = append(srv.ServerGroups, cloudscale.ServerGroupStub{HREF: g.HREF, UUID: g.UUID, Name: g.Name})
 	}
 	out := *srv
 	onCreate := s.onCreate
@@ -740,6 +794,149 @@ func (s *Server) newServer(name, flavorSlug, image, zone string, tags map[string
 	}
 	s.servers[uuid] = srv
 	return srv, ""
+}
+
+// ServerGroups returns every server group the fake holds, sorted by name.
+func (s *Server) ServerGroups() []cloudscale.ServerGroup {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make([]cloudscale.ServerGroup, 0, len(s.groups))
+	for _, g := range s.groups {
+		c := *g
+		c.Servers = slices.Clone(g.Servers)
+		out = append(out, c)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out
+}
+
+// ServerGroupSpec describes a server group to put into the fake directly.
+type ServerGroupSpec struct {
+	// UUID of the group; empty for a new random one.
+	UUID string
+	Name string
+	Zone string
+	Tags map[string]string
+}
+
+// AddServerGroup puts an empty anti-affinity server group into the fake,
+// as if made by someone else, and returns its UUID.
+func (s *Server) AddServerGroup(spec ServerGroupSpec) string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	uuid, name, zone, tags := spec.UUID, spec.Name, spec.Zone, spec.Tags
+	if uuid == "" {
+		uuid = newUUID()
+	}
+	if zone == "" {
+		zone = s.defaultZone
+	}
+	g := &cloudscale.ServerGroup{
+		ZonalResource:  cloudscale.ZonalResource{Zone: cloudscale.Zone{Slug: zone}},
+		TaggedResource: cloudscale.TaggedResource{Tags: cloudscale.TagMap{}},
+		HREF:           s.URL + "/v1/server-groups/" + uuid,
+		UUID:           uuid, Name: name, Type: "anti-affinity", Servers: []cloudscale.ServerStub{},
+	}
+	for k, v := range tags {
+		g.Tags[k] = v
+	}
+	s.groups[uuid] = g
+	return uuid
+}
+
+func (s *Server) leaveGroupsLocked(srv *cloudscale.Server) {
+	for _, stub := range srv.ServerGroups {
+		if g, ok := s.groups[stub.UUID]; ok {
+			g.Servers = slices.DeleteFunc(g.Servers, func(m cloudscale.ServerStub) bool { return m.UUID == srv.UUID })
+		}
+	}
+}
+
+func (s *Server) listServerGroups(w http.ResponseWriter, query url.Values) {
+	s.mu.Lock()
+	out := []cloudscale.ServerGroup{}
+	for _, g := range s.groups {
+		if hasTags(g.Tags, query) {
+			c := *g
+			c.Servers = slices.Clone(g.Servers)
+			out = append(out, c)
+		}
+	}
+	s.mu.Unlock()
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	writeJSON(w, http.StatusOK, out)
+}
+
+func (s *Server) createServerGroup(w http.ResponseWriter, body []byte) {
+	var req cloudscale.ServerGroupRequest
+	if err := json.Unmarshal(body, &req); err != nil {
+		writeDetail(w, http.StatusBadRequest, "JSON parse error - "+err.Error())
+		return
+	}
+	if req.Name == "" {
+		writeJSON(w, http.StatusBadRequest, map[string][]string{"name": {"This field is required."}})
+		return
+	}
+	if req.Type != "" && req.Type != "anti-affinity" {
+		writeJSON(w, http.StatusBadRequest, map[string][]string{"type": {fmt.Sprintf("%q is not a valid choice.", req.Type)}})
+		return
+	}
+	zone := req.Zone
+	if zone == "" {
+		zone = s.defaultZone
+	}
+	if !s.knownZone(zone) {
+		writeJSON(w, http.StatusBadRequest, map[string][]string{"zone": {fmt.Sprintf("Object with slug=%s does not exist.", zone)}})
+		return
+	}
+	uuid := newUUID()
+	g := &cloudscale.ServerGroup{
+		ZonalResource:  cloudscale.ZonalResource{Zone: cloudscale.Zone{Slug: zone}},
+		TaggedResource: cloudscale.TaggedResource{Tags: cloudscale.TagMap{}},
+		HREF:           s.URL + "/v1/server-groups/" + uuid,
+		UUID:           uuid,
+		Name:           req.Name,
+		Type:           "anti-affinity",
+		Servers:        []cloudscale.ServerStub{},
+	}
+	if req.Tags != nil {
+		for k, v := range *req.Tags {
+			g.Tags[k] = v
+		}
+	}
+	s.mu.Lock()
+	s.groups[uuid] = g
+	out := *g
+	s.mu.Unlock()
+	writeJSON(w, http.StatusCreated, out)
+}
+
+func (s *Server) getServerGroup(w http.ResponseWriter, uuid string) {
+	s.mu.Lock()
+	g, ok := s.groups[uuid]
+	var out cloudscale.ServerGroup
+	if ok {
+		out = *g
+		out.Servers = slices.Clone(g.Servers)
+	}
+	s.mu.Unlock()
+	if !ok {
+		writeDetail(w, http.StatusNotFound, DetailNotFound)
+		return
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+func (s *Server) deleteServerGroup(w http.ResponseWriter, uuid string) {
+	s.mu.Lock()
+	_, ok := s.groups[uuid]
+	delete(s.groups, uuid)
+	s.mu.Unlock()
+	if !ok {
+		writeDetail(w, http.StatusNotFound, DetailNotFound)
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
 }
 
 // knownZone reports whether any flavor is offered in zone (the fake knows
