@@ -22,11 +22,12 @@ import (
 	"github.com/claimscale/claimscale/pkg/provider/cloudscale/cloudscaletest"
 )
 
+// postBodies are the bodies of the server creates the API received.
 func postBodies(t *testing.T, api *cloudscaletest.Server) []map[string]any {
 	t.Helper()
 	var out []map[string]any
 	for _, r := range api.Requests() {
-		if r.Method != http.MethodPost {
+		if r.Method != http.MethodPost || r.Path != "/v1/servers" {
 			continue
 		}
 		var body map[string]any
