@@ -38,7 +38,9 @@ type NodeProviderSpec struct {
 	// +optional
 	Proxmox *ProxmoxSettings `json:"proxmox,omitempty"`
 
-	// Cloudscale settings, for type cloudscale.
+	// Cloudscale settings, for type cloudscale. Flavors have no price in
+	// the cloudscale API: cheapest-first needs a price on each of a pool's
+	// shapes; a pool that prices none ranks its flavors by size instead.
 	// +optional
 	Cloudscale *CloudscaleSettings `json:"cloudscale,omitempty"`
 
@@ -197,8 +199,9 @@ type NameValue struct {
 //
 // Flavors have no price in the cloudscale API: cheapest-first needs a
 // price on each of the pool's shapes (spec.shapes.fixed[].price). A pool
-// that prices none of its flavors ranks them by size instead (see
-// docs/cloudscale.md); one that prices some but not all is refused.
+// that prices none of its flavors ranks them by size instead (vCPUs plus
+// GiB of memory / 4, see docs/cloudscale.md); one that prices some but not
+// all is refused.
 // +kubebuilder:validation:XValidation:rule="has(self.zone) || has(self.zones)",message="set zones (or, for a single zone, zone)"
 // +kubebuilder:validation:XValidation:rule="!(has(self.zone) && has(self.zones))",message="set zones or zone, not both: zone is the older form of a single-entry zones"
 type CloudscaleSettings struct {
