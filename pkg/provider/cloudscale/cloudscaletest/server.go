@@ -7,20 +7,23 @@
 //
 // What it follows, and where that comes from:
 //
-//   - Error bodies are Django REST framework's, which the API is built on
-//     (https://www.cloudscale.ch/en/api/v1 documents "detail" answers and
-//     per-field validation errors): {"detail": "..."} for authentication,
-//     permission, not-found, throttling and server errors, and
-//     {"field": ["message", ...]} for validation errors, e.g.
-//     {"tags": ["Ensure this field has no more than 255 characters."]}.
-//     The messages are DRF's defaults ("Invalid token.", "Authentication
-//     credentials were not provided.", "You do not have permission to
-//     perform this action.", "Not found.", "Request was throttled. Expected
-//     available in N seconds.", "This field is required.", "Ensure this
-//     field has no more than N characters.", "Object with slug=X does not
-//     exist."). The cloudscale Go SDK (v6, CheckResponse) decodes error
-//     bodies as a map of strings, which is why validation errors reach a
-//     client as a decoding error and must be read from the body.
+//   - Error bodies have the shapes of Django REST framework, which the API's
+//     answers follow: {"detail": "..."} for authentication, permission,
+//     not-found, throttling and server errors, and {"field": ["message",
+//     ...]} for validation errors, e.g. {"tags": ["Ensure this field has no
+//     more than 255 characters."]} (the two bodies quoted in the issue that
+//     introduced this table, from the real API). The messages are DRF's
+//     defaults ("Invalid token.", "Authentication credentials were not
+//     provided.", "You do not have permission to perform this action.",
+//     "Not found.", "Request was throttled. Expected available in N
+//     seconds.", "This field is required.", "Ensure this field has no more
+//     than N characters.", "Object with slug=X does not exist."). The
+//     cloudscale Go SDK (v6, cloudscale.go CheckResponse) decodes an error
+//     body as a map of strings into ErrorResponse, so a validation error
+//     reaches a client as a json.UnmarshalTypeError and must be read from
+//     the body; its integration tests (servers_integration_test.go,
+//     volumes_integration_test.go) expect a 400 ErrorResponse whose message
+//     names the problem for a refused update.
 //   - 401 for a missing or wrong token, with WWW-Authenticate: Bearer
 //     (DRF's TokenAuthentication, the API's bearer tokens).
 //   - 503 {"detail": "The API is currently not available due to
