@@ -36,9 +36,11 @@
 //     ServerChanging).
 //   - Server groups (GET/POST /v1/server-groups with tag filters, GET and
 //     DELETE /v1/server-groups/<uuid>; the SDK's ServerGroupService) are
-//     zonal and list their servers; a server joins groups at create time
-//     only (server_groups in the create request) and leaves them when
-//     deleted. A group of another zone is refused as a field error.
+//     zonal (ZonalResource) and list their servers; a server joins groups
+//     at create time only (ServerRequest has server_groups,
+//     ServerUpdateRequest has none) and leaves them when deleted. That a
+//     group of another zone is refused, as a field error, is an
+//     assumption.
 //   - Assumptions, not sourced: how many servers an anti-affinity group may
 //     hold (WithServerGroupLimit, unlimited unless set; the limit and the
 //     wording of its refusal are not published), the wording of an out-of-capacity or quota
