@@ -204,6 +204,12 @@ func TestCloudscaleZoneOutOfCapacity(t *testing.T) {
 	triedInLPG1 := z.createsIn("lpg1")
 	z.g.Expect(triedInLPG1).To(BeNumerically(">=", 1), "lpg1 was asked and answered out of capacity")
 	z.g.Eventually(func() []string { return capacityEvents(z.g) }).Should(ContainElement(ContainSubstring("shape flex-8-2 in zone lpg1 backed off for")))
+
+	// While lpg1 is backed off, another pod needing a node gets one in
+	// rma1, and lpg1 is not asked.
+	z.scale(deployment, 3)
+	z.g.Eventually(func() int { return z.runningPods("spread") }).Should(Equal(3))
+	z.g.Expect(z.runningPodsByZone("spread")).To(Equal(map[string]int{"rma1": 3}))
 	z.g.Expect(z.createsIn("lpg1")).To(Equal(triedInLPG1), "not asked again while backed off")
 
 	// The zone has room again and its backoff passes (30 minutes is the
@@ -211,10 +217,10 @@ func TestCloudscaleZoneOutOfCapacity(t *testing.T) {
 	// servers there.
 	z.api.ClearFaults()
 	z.capacityClock.Step(30*time.Minute + time.Second)
-	z.scale(deployment, 4)
-	z.g.Eventually(func() int { return z.runningPods("spread") }).Should(Equal(4))
+	z.scale(deployment, 5)
+	z.g.Eventually(func() int { return z.runningPods("spread") }).Should(Equal(5))
 	z.g.Expect(z.createsIn("lpg1")).To(BeNumerically(">", triedInLPG1), "lpg1 is retried after its backoff")
-	z.g.Expect(z.runningPodsByZone("spread")).To(Equal(map[string]int{"lpg1": 2, "rma1": 2}))
-	z.g.Expect(z.serversByZone()).To(HaveKeyWithValue("lpg1", 2))
+	z.g.Expect(z.runningPodsByZone("spread")).To(Equal(map[string]int{"lpg1": 2, "rma1": 3}))
+	z.g.Expect(z.serversByZone()).To(Equal(map[string]int{"lpg1": 2, "rma1": 3}))
 	z.t.Logf("creates in lpg1: %d while out of capacity, %d in all", triedInLPG1, z.createsIn("lpg1"))
 }
