@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# Generates the Go code of the Cluster Autoscaler's externalgrpc protocol
-# (internal/externalgrpc/protos) from its .proto. Every generator is pinned,
-# and protoc's version is written into the output, so this refuses any
-# other protoc: the committed code is then byte-for-byte what this script
+# Generates the Go code of the Cluster Autoscaler's externalgrpc and gRPC
+# expander protocols (internal/externalgrpc/protos) from their .protos.
+# Every generator is pinned, and protoc's version is written into the
+# output, so this refuses any other protoc: the committed code is then byte-for-byte what this script
 # makes on any machine, and running it twice changes nothing.
 # Usage: hack/proto.sh
 set -euo pipefail
@@ -12,7 +12,7 @@ cd "$root"
 
 # Debian's protobuf-compiler (bookworm and trixie ship 3.21.12).
 PROTOC_VERSION=3.21.12
-PROTO_FILES=(internal/externalgrpc/protos/externalgrpc.proto)
+PROTO_FILES=(internal/externalgrpc/protos/externalgrpc.proto internal/externalgrpc/protos/expander.proto)
 
 if ! command -v protoc >/dev/null; then
   echo "protoc missing: install Debian's protobuf-compiler (apt-get install protobuf-compiler)" >&2

@@ -21,6 +21,12 @@ const (
 	ConditionDisrupting = "Disrupting"
 	// ConditionTerminating: the claim is being drained and deprovisioned.
 	ConditionTerminating = "Terminating"
+	// ConditionFailed: the claim gave up for good (its launch found no
+	// capacity, or its machine never registered) and its machine is gone;
+	// the claim stays until someone deletes it. Only where failed claims
+	// are kept (the externalgrpc mode, so cluster-autoscaler sees the
+	// failure); elsewhere a failed claim is deleted at once.
+	ConditionFailed = "Failed"
 )
 
 // Condition types of NodePool and NodeProvider.

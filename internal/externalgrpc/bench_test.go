@@ -78,7 +78,7 @@ func benchCluster(b *testing.B) []*corev1.Node {
 }
 
 func benchProvider() *cloudProvider {
-	return &cloudProvider{kube: cached, shapes: newShapeCache(resolver, clock.RealClock{}), failures: newFailures(clock.RealClock{})}
+	return &cloudProvider{kube: cached, shapes: newShapeCache(resolver, clock.RealClock{})}
 }
 
 func BenchmarkNodeGroupForNode(b *testing.B) {

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"sort"
-	"strings"
 	"sync"
 	"time"
 
@@ -17,6 +16,11 @@ import (
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/durationpb"
+	resourcehelper "k8s.io/component-helpers/resource"
+	corev1helpers "k8s.io/component-helpers/scheduling/corev1"
+	"k8s.io/klog/v2"
 
 	"github.com/claimscale/claimscale/api/v1alpha1"
 	"github.com/claimscale/claimscale/internal/controllers/provisioning"
@@ -39,7 +43,6 @@ type cloudProvider struct {
 	// kube reads through the manager's cache and writes to the API server.
 	kube     client.Client
 	shapes   *shapeCache
-	failures *failures
 	gpuLabel string
 
 	locks sync.Map // pool name → *sync.Mutex
@@ -52,107 +55,126 @@ func (c *cloudProvider) lock(pool string) func() {
 	return mu.Unlock
 }
 
-// NodeGroups lists one group per pool that has limits.nodes.
+// NodeGroups lists one group per shape of every pool with limits.nodes.
+// A pool whose shapes cannot be resolved is left out, and logged: one
+// broken pool must not hide the others.
 func (c *cloudProvider) NodeGroups(ctx context.Context, _ *protos.NodeGroupsRequest) (*protos.NodeGroupsResponse, error) {
 	var pools v1alpha1.NodePoolList
 	if err := c.kube.List(ctx, &pools); err != nil {
 		return nil, internal(fmt.Errorf("listing NodePools: %w", err))
 	}
-	response := &protos.NodeGroupsResponse{NodeGroups: make([]*protos.NodeGroup, 0, len(pools.Items))}
+	response := &protos.NodeGroupsResponse{}
 	for i := range pools.Items {
-		if isGroup(&pools.Items[i]) {
-			response.NodeGroups = append(response.NodeGroups, nodeGroup(&pools.Items[i]))
+		pool := &pools.Items[i]
+		if !isGroupPool(pool) {
+			continue
+		}
+		shapes, err := c.shapes.get(ctx, pool)
+		if err != nil {
+			log.FromContext(ctx).Error(err, "serving no node groups for the pool", "nodePool", pool.Name)
+			continue
+		}
+		usage, err := c.usageOf(ctx, pool.Name)
+		if err != nil {
+			return nil, internal(err)
+		}
+		for _, shape := range shapes.served {
+			g := &group{pool: pool, shape: shape, shapes: shapes}
+			response.NodeGroups = append(response.NodeGroups, g.message(usage))
 		}
 	}
 	sort.Slice(response.NodeGroups, func(i, j int) bool { return response.NodeGroups[i].Id < response.NodeGroups[j].Id })
 	return response, nil
 }
 
-// NodeGroupForNode names the group of a node from its pool label, else
-// from its claim (by providerID or placeholder id), else from a remembered
-// launch failure. A node that is not ours, or whose pool is not a group,
-// gets the empty group: that is an answer, not an error.
+// NodeGroupForNode names the group of a node: its pool and shape from its
+// claim (by providerID, placeholder id or the Node's claim label), else
+// from the Node's pool and instance-type labels. A node that is not ours,
+// or whose pool or shape is not served, gets the empty group: that is an
+// answer, not an error.
 func (c *cloudProvider) NodeGroupForNode(ctx context.Context, request *protos.NodeGroupForNodeRequest) (*protos.NodeGroupForNodeResponse, error) {
 	none := &protos.NodeGroupForNodeResponse{NodeGroup: &protos.NodeGroup{}}
 	node := request.GetNode()
 	if node == nil {
 		return none, nil
 	}
-	poolName := node.GetLabels()[v1alpha1.LabelNodePool]
-	if poolName == "" {
+	poolName, shapeName := node.GetLabels()[v1alpha1.LabelNodePool], node.GetLabels()[corev1.LabelInstanceTypeStable]
+	if poolName == "" || shapeName == "" {
 		found, err := c.ownerOf(ctx, node)
 		if err != nil {
 			return nil, internal(err)
 		}
-		if found.foreign || found.pool == "" {
+		if found.foreign || found.group() == "" {
 			return none, nil
 		}
-		poolName = found.pool
+		poolName, shapeName = found.pool, found.shape
 	}
-	pool, err := c.groupPool(ctx, poolName)
+	g, err := c.group(ctx, poolName, shapeName)
 	if err != nil {
 		return nil, internal(err)
 	}
-	if pool == nil {
+	if g == nil {
 		return none, nil
 	}
-	return &protos.NodeGroupForNodeResponse{NodeGroup: nodeGroup(pool)}, nil
+	usage, err := c.usageOf(ctx, poolName)
+	if err != nil {
+		return nil, internal(err)
+	}
+	return &protos.NodeGroupForNodeResponse{NodeGroup: g.message(usage)}, nil
 }
 
 // NodeGroupTargetSize counts the group's claims not being deleted.
 func (c *cloudProvider) NodeGroupTargetSize(ctx context.Context, request *protos.NodeGroupTargetSizeRequest) (*protos.NodeGroupTargetSizeResponse, error) {
-	if _, err := c.mustGroup(ctx, request.GetId()); err != nil {
+	g, err := c.mustGroup(ctx, request.GetId())
+	if err != nil {
 		return nil, err
 	}
-	claims, err := c.claimsOf(ctx, request.GetId())
+	claims, err := c.claimsOf(ctx, g.pool.Name)
 	if err != nil {
 		return nil, internal(err)
 	}
-	return &protos.NodeGroupTargetSizeResponse{TargetSize: targetSize(claims)}, nil
+	return &protos.NodeGroupTargetSizeResponse{TargetSize: targetSize(ofShape(claims, g.shape.Name))}, nil
 }
 
-// NodeGroupIncreaseSize writes delta claims of the pool's default shape and
+// NodeGroupIncreaseSize writes delta claims of the group's shape and
 // returns: the lifecycle controller launches them.
 func (c *cloudProvider) NodeGroupIncreaseSize(ctx context.Context, request *protos.NodeGroupIncreaseSizeRequest) (*protos.NodeGroupIncreaseSizeResponse, error) {
 	const operation = "increase"
 	id, delta := request.GetId(), request.GetDelta()
-	pool, err := c.mustGroup(ctx, id)
+	g, err := c.mustGroup(ctx, id)
 	if err != nil {
 		return nil, err
 	}
+	pool, shape := g.pool, g.shape
 	if delta <= 0 {
-		return nil, c.refuse(id, operation, codes.InvalidArgument, "size increase must be positive, got %d", delta)
+		return nil, c.refuse(g.pool.Name, operation, codes.InvalidArgument, "size increase must be positive, got %d", delta)
 	}
-	defer c.lock(id)()
-	claims, err := c.claimsOf(ctx, id)
+	// The pool's lock: its limits span its groups.
+	defer c.lock(pool.Name)()
+	claims, err := c.claimsOf(ctx, pool.Name)
 	if err != nil {
 		return nil, internal(err)
 	}
-	size := targetSize(claims)
-	if maxSize := *pool.Spec.Limits.Nodes; size+delta > maxSize {
-		return nil, c.refuse(id, operation, codes.InvalidArgument, "size increase too large: target size %d + %d exceeds the maximum %d of NodePool %s", size, delta, maxSize, id)
+	poolSize := targetSize(claims)
+	if maxSize := *pool.Spec.Limits.Nodes; poolSize+delta > maxSize {
+		return nil, c.refuse(g.pool.Name, operation, codes.InvalidArgument, "size increase too large: NodePool %s holds %d nodes, %d more exceed its limit of %d", pool.Name, poolSize, delta, maxSize)
 	}
-	shapes, err := c.shapes.get(ctx, pool)
-	if err != nil {
-		return nil, status.Errorf(codes.Unavailable, "resolving the shapes of NodePool %s: %v", id, err)
-	}
-	shape := shapes.defaultShape
 	if err := withinResourceLimits(pool, claims, shape, delta); err != nil {
-		return nil, c.refuse(id, operation, codes.InvalidArgument, "%v", err)
+		return nil, c.refuse(g.pool.Name, operation, codes.InvalidArgument, "%v", err)
 	}
 	created := make([]string, 0, delta)
 	for range delta {
 		claim := provisioning.NewClaim(pool, shape, nil, nil)
 		if err := c.kube.Create(ctx, claim); err != nil {
 			// The claims written so far stay: the target size says so.
-			return nil, status.Errorf(codes.Unavailable, "creating claim %d of %d for NodePool %s: %v", len(created)+1, delta, id, err)
+			return nil, status.Errorf(codes.Unavailable, "creating claim %d of %d for node group %s: %v", len(created)+1, delta, id, err)
 		}
-		metrics.NodeClaimsCreated.WithLabelValues(id, "externalgrpc").Inc()
+		metrics.NodeClaimsCreated.WithLabelValues(pool.Name, "externalgrpc").Inc()
 		created = append(created, claim.Name)
 	}
-	metrics.ExternalGRPCScaleRequests.WithLabelValues(id, operation, "accepted").Inc()
-	log.FromContext(ctx).Info("created claims for cluster-autoscaler", "nodePool", id, "shape", shape.Name, "nodeClaims", created)
-	c.awaitCache(ctx, id, func(claims []v1alpha1.NodeClaim) bool {
+	metrics.ExternalGRPCScaleRequests.WithLabelValues(pool.Name, operation, "accepted").Inc()
+	log.FromContext(ctx).Info("created claims for cluster-autoscaler", "nodePool", pool.Name, "shape", shape.Name, "nodeClaims", created)
+	c.awaitCache(ctx, pool.Name, func(claims []v1alpha1.NodeClaim) bool {
 		seen := map[string]bool{}
 		for i := range claims {
 			seen[claims[i].Name] = true
@@ -200,34 +222,28 @@ func withinResourceLimits(pool *v1alpha1.NodePool, claims []v1alpha1.NodeClaim, 
 func (c *cloudProvider) NodeGroupDeleteNodes(ctx context.Context, request *protos.NodeGroupDeleteNodesRequest) (*protos.NodeGroupDeleteNodesResponse, error) {
 	const operation = "delete_nodes"
 	id := request.GetId()
-	if _, err := c.mustGroup(ctx, id); err != nil {
+	g, err := c.mustGroup(ctx, id)
+	if err != nil {
 		return nil, err
 	}
-	defer c.lock(id)()
+	defer c.lock(g.pool.Name)()
 	var doomed []*v1alpha1.NodeClaim
-	var dismissed []string
 	for _, node := range request.GetNodes() {
 		found, err := c.ownerOf(ctx, node)
 		if err != nil {
 			return nil, internal(err)
 		}
 		if !found.belongsTo(id) {
-			return nil, c.refuse(id, operation, codes.InvalidArgument, "node %s (providerID %q) does not belong to node group %s; nothing was deleted", node.GetName(), node.GetProviderID(), id)
-		}
-		if name, ok := strings.CutPrefix(node.GetProviderID(), PlaceholderPrefix); ok {
-			dismissed = append(dismissed, name)
+			return nil, c.refuse(g.pool.Name, operation, codes.InvalidArgument, "node %s (providerID %q) does not belong to node group %s; nothing was deleted", node.GetName(), node.GetProviderID(), id)
 		}
 		if found.claim != nil && found.claim.DeletionTimestamp.IsZero() {
 			doomed = append(doomed, found.claim)
 		}
 	}
-	for _, name := range dismissed {
-		c.failures.dismiss(name, id)
-	}
-	if err := c.deleteClaims(ctx, id, doomed); err != nil {
+	if err := c.deleteClaims(ctx, g.pool.Name, doomed); err != nil {
 		return nil, err
 	}
-	metrics.ExternalGRPCScaleRequests.WithLabelValues(id, operation, "accepted").Inc()
+	metrics.ExternalGRPCScaleRequests.WithLabelValues(g.pool.Name, operation, "accepted").Inc()
 	return &protos.NodeGroupDeleteNodesResponse{}, nil
 }
 
@@ -237,17 +253,19 @@ func (c *cloudProvider) NodeGroupDeleteNodes(ctx context.Context, request *proto
 func (c *cloudProvider) NodeGroupDecreaseTargetSize(ctx context.Context, request *protos.NodeGroupDecreaseTargetSizeRequest) (*protos.NodeGroupDecreaseTargetSizeResponse, error) {
 	const operation = "decrease_target"
 	id, delta := request.GetId(), request.GetDelta()
-	if _, err := c.mustGroup(ctx, id); err != nil {
+	g, err := c.mustGroup(ctx, id)
+	if err != nil {
 		return nil, err
 	}
 	if delta >= 0 {
-		return nil, c.refuse(id, operation, codes.InvalidArgument, "size decrease must be negative, got %d", delta)
+		return nil, c.refuse(g.pool.Name, operation, codes.InvalidArgument, "size decrease must be negative, got %d", delta)
 	}
-	defer c.lock(id)()
-	claims, err := c.claimsOf(ctx, id)
+	defer c.lock(g.pool.Name)()
+	claims, err := c.claimsOf(ctx, g.pool.Name)
 	if err != nil {
 		return nil, internal(err)
 	}
+	claims = ofShape(claims, g.shape.Name)
 	var waiting []*v1alpha1.NodeClaim
 	for i := range claims {
 		if claims[i].DeletionTimestamp.IsZero() && !registered(&claims[i]) {
@@ -255,7 +273,7 @@ func (c *cloudProvider) NodeGroupDecreaseTargetSize(ctx context.Context, request
 		}
 	}
 	if int(-delta) > len(waiting) {
-		return nil, c.refuse(id, operation, codes.FailedPrecondition,
+		return nil, c.refuse(g.pool.Name, operation, codes.FailedPrecondition,
 			"attempt to delete existing nodes: target size %d, %d registered, decrease by %d would go below the registered count", targetSize(claims), int(targetSize(claims))-len(waiting), -delta)
 	}
 	// Claims not launched yet cost nothing to withdraw; among equals the
@@ -267,10 +285,10 @@ func (c *cloudProvider) NodeGroupDecreaseTargetSize(ctx context.Context, request
 		}
 		return b.CreationTimestamp.Before(&a.CreationTimestamp)
 	})
-	if err := c.deleteClaims(ctx, id, waiting[:-delta]); err != nil {
+	if err := c.deleteClaims(ctx, g.pool.Name, waiting[:-delta]); err != nil {
 		return nil, err
 	}
-	metrics.ExternalGRPCScaleRequests.WithLabelValues(id, operation, "accepted").Inc()
+	metrics.ExternalGRPCScaleRequests.WithLabelValues(g.pool.Name, operation, "accepted").Inc()
 	return &protos.NodeGroupDecreaseTargetSizeResponse{}, nil
 }
 
@@ -321,31 +339,32 @@ func (c *cloudProvider) awaitCache(ctx context.Context, pool string, done func([
 	}
 }
 
-// NodeGroupNodes lists one instance per claim, and the claims that failed
-// to launch and are already gone.
+// NodeGroupNodes lists one instance per claim of the group's shape.
+// Failed claims stay (their machine deleted) until cluster-autoscaler
+// deletes them, so it sees every failure.
 func (c *cloudProvider) NodeGroupNodes(ctx context.Context, request *protos.NodeGroupNodesRequest) (*protos.NodeGroupNodesResponse, error) {
-	id := request.GetId()
-	if _, err := c.mustGroup(ctx, id); err != nil {
+	g, err := c.mustGroup(ctx, request.GetId())
+	if err != nil {
 		return nil, err
 	}
-	claims, err := c.claimsOf(ctx, id)
+	claims, err := c.claimsOf(ctx, g.pool.Name)
 	if err != nil {
 		return nil, internal(err)
 	}
+	claims = ofShape(claims, g.shape.Name)
 	response := &protos.NodeGroupNodesResponse{Instances: make([]*protos.Instance, 0, len(claims))}
 	for i := range claims {
 		response.Instances = append(response.Instances, instanceOf(&claims[i]))
 	}
-	response.Instances = append(response.Instances, c.failures.instances(id)...)
 	return response, nil
 }
 
-// instanceOf is a claim as cluster-autoscaler sees an instance. A launch
-// error makes it a failed creation, even while the claim is being
-// deleted: that is how cluster-autoscaler learns to back the group off.
+// instanceOf is a claim as cluster-autoscaler sees an instance. A failure
+// makes it a failed creation, even while the claim is being deleted: that
+// is how cluster-autoscaler learns to back the group off.
 func instanceOf(claim *v1alpha1.NodeClaim) *protos.Instance {
 	instance := &protos.Instance{Id: instanceID(claim), Status: &protos.InstanceStatus{}}
-	switch failed := launchError(claim); {
+	switch failed := instanceError(claim); {
 	case failed != nil:
 		instance.Status.InstanceState = protos.InstanceStatus_instanceCreating
 		instance.Status.ErrorInfo = failed
@@ -360,15 +379,18 @@ func instanceOf(claim *v1alpha1.NodeClaim) *protos.Instance {
 }
 
 // NodeGroupTemplateNodeInfo is the scheduling core's template node for
-// the pool's default shape. It is never empty (cluster-autoscaler would
+// the group's pool and shape. It is never empty (cluster-autoscaler would
 // crash on it): a template that cannot be built is Unimplemented.
 func (c *cloudProvider) NodeGroupTemplateNodeInfo(ctx context.Context, request *protos.NodeGroupTemplateNodeInfoRequest) (*protos.NodeGroupTemplateNodeInfoResponse, error) {
 	id := request.GetId()
-	pool, err := c.mustGroup(ctx, id)
+	g, err := c.mustGroup(ctx, id)
+	if status.Code(err) == codes.Unavailable {
+		return nil, status.Errorf(codes.Unimplemented, "no template node for node group %s: %s", id, status.Convert(err).Message())
+	}
 	if err != nil {
 		return nil, err
 	}
-	node, err := c.templateNode(ctx, pool)
+	node, err := c.templateNode(ctx, g)
 	if err != nil {
 		return nil, status.Errorf(codes.Unimplemented, "no template node for NodePool %s: %v", id, err)
 	}
@@ -379,18 +401,14 @@ func (c *cloudProvider) NodeGroupTemplateNodeInfo(ctx context.Context, request *
 	return &protos.NodeGroupTemplateNodeInfoResponse{NodeBytes: nodeBytes}, nil
 }
 
-// templateNode builds the Node a new instance of the pool would register
+// templateNode builds the Node a new instance of the group would register
 // as, in the provider's zone when it has exactly one.
-func (c *cloudProvider) templateNode(ctx context.Context, pool *v1alpha1.NodePool) (*corev1.Node, error) {
-	shapes, err := c.shapes.get(ctx, pool)
-	if err != nil {
-		return nil, err
-	}
+func (c *cloudProvider) templateNode(ctx context.Context, g *group) (*corev1.Node, error) {
 	var nodeProvider v1alpha1.NodeProvider
-	if err := c.kube.Get(ctx, client.ObjectKey{Name: pool.Spec.ProviderRef.Name}, &nodeProvider); err != nil {
-		return nil, fmt.Errorf("reading NodeProvider %s: %w", pool.Spec.ProviderRef.Name, err)
+	if err := c.kube.Get(ctx, client.ObjectKey{Name: g.pool.Spec.ProviderRef.Name}, &nodeProvider); err != nil {
+		return nil, fmt.Errorf("reading NodeProvider %s: %w", g.pool.Spec.ProviderRef.Name, err)
 	}
-	return scheduling.TemplateNode(pool, shapes.defaultShape, soleZone(&nodeProvider), pool.Name+"-template")
+	return scheduling.TemplateNode(g.pool, g.shape, soleZone(&nodeProvider), g.pool.Name+"-"+g.shape.Name+"-template")
 }
 
 // soleZone is the zone every machine of the provider is in, "" when it
@@ -433,8 +451,8 @@ func (c *cloudProvider) PricingNodePrice(ctx context.Context, request *protos.Pr
 	if err != nil {
 		return nil, status.Errorf(codes.Unavailable, "resolving the shapes of NodePool %s: %v", pool.Name, err)
 	}
-	if found.claim == nil && shapeName == shapes.defaultShape.Name {
-		cpu, memory = shapes.defaultShape.CPU, shapes.defaultShape.Memory
+	if shape, ok := shapes.shape(shapeName); found.claim == nil && ok {
+		cpu, memory = shape.CPU, shape.Memory
 	}
 	hourly, ok := shapes.price(shapeName, cpu, memory)
 	if !ok || (shapes.flexiblePriced && cpu.IsZero()) {
@@ -444,9 +462,114 @@ func (c *cloudProvider) PricingNodePrice(ctx context.Context, request *protos.Pr
 	return &protos.PricingNodePriceResponse{Price: hourly * max(hours, 0)}, nil
 }
 
-// PricingPodPrice is not offered: shapes have prices, pods do not.
-func (c *cloudProvider) PricingPodPrice(context.Context, *protos.PricingPodPriceRequest) (*protos.PricingPodPriceResponse, error) {
-	return nil, status.Error(codes.Unimplemented, "claimscale prices nodes, not pods")
+// PricingPodPrice prices a pod as its share of a node's price: the larger
+// of its cpu and memory requests' shares of the node's allocatable. A pod
+// on one of claimscale's nodes is priced on that node; a pending pod on
+// the cheapest served group whose template node it could go to (node
+// selector and taints). A pod without a price anywhere is Unimplemented.
+func (c *cloudProvider) PricingPodPrice(ctx context.Context, request *protos.PricingPodPriceRequest) (*protos.PricingPodPriceResponse, error) {
+	pod := &corev1.Pod{}
+	if err := pod.Unmarshal(request.GetPodBytes()); err != nil {
+		return nil, status.Errorf(codes.InvalidArgument, "decoding the pod: %v", err)
+	}
+	hours := max(request.GetEndTimestamp().AsTime().Sub(request.GetStartTimestamp().AsTime()).Hours(), 0)
+	candidates, err := c.podGroups(ctx, pod)
+	if err != nil {
+		return nil, internal(err)
+	}
+	best, found := 0.0, false
+	for _, g := range candidates {
+		hourly, ok := g.shapes.price(g.shape.Name, g.shape.CPU, g.shape.Memory)
+		if !ok {
+			continue
+		}
+		template, err := scheduling.TemplateNode(g.pool, g.shape, "", "pricing")
+		if err != nil {
+			continue
+		}
+		share, ok := podShare(pod, template.Status.Allocatable)
+		if !ok {
+			continue
+		}
+		if price := hourly * share * hours; !found || price < best {
+			best, found = price, true
+		}
+	}
+	if !found {
+		return nil, status.Errorf(codes.Unimplemented, "no priced node group could hold pod %s/%s", pod.Namespace, pod.Name)
+	}
+	return &protos.PricingPodPriceResponse{Price: best}, nil
+}
+
+// podGroups are the groups a pod is priced on: its node's, when it is on
+// one of ours, else every served group whose template node admits it.
+func (c *cloudProvider) podGroups(ctx context.Context, pod *corev1.Pod) ([]*group, error) {
+	if pod.Spec.NodeName != "" {
+		found, err := c.ownerOf(ctx, &protos.ExternalGrpcNode{Name: pod.Spec.NodeName})
+		if err != nil || found.group() == "" {
+			return nil, err
+		}
+		g, err := c.group(ctx, found.pool, found.shape)
+		if err != nil || g == nil {
+			return nil, err
+		}
+		return []*group{g}, nil
+	}
+	var pools v1alpha1.NodePoolList
+	if err := c.kube.List(ctx, &pools); err != nil {
+		return nil, fmt.Errorf("listing NodePools: %w", err)
+	}
+	var groups []*group
+	for i := range pools.Items {
+		pool := &pools.Items[i]
+		if !isGroupPool(pool) || !admits(pool, pod) {
+			continue
+		}
+		shapes, err := c.shapes.get(ctx, pool)
+		if err != nil {
+			continue
+		}
+		for _, shape := range shapes.served {
+			groups = append(groups, &group{pool: pool, shape: shape, shapes: shapes})
+		}
+	}
+	return groups, nil
+}
+
+// admits says whether the pool's nodes would take the pod by its node
+// selector and tolerations, the checks a price needs (the scheduler's
+// other filters decide placement, not price).
+func admits(pool *v1alpha1.NodePool, pod *corev1.Pod) bool {
+	for key, value := range pod.Spec.NodeSelector {
+		switch key {
+		case v1alpha1.LabelNodePool:
+			if value != pool.Name {
+				return false
+			}
+		case corev1.LabelInstanceTypeStable, corev1.LabelHostname, corev1.LabelTopologyZone, corev1.LabelOSStable, corev1.LabelArchStable:
+		default:
+			if pool.Spec.Template.Labels[key] != value {
+				return false
+			}
+		}
+	}
+	_, untolerated := corev1helpers.FindMatchingUntoleratedTaint(klog.Background(), pool.Spec.Template.Taints, pod.Spec.Tolerations,
+		func(taint *corev1.Taint) bool { return taint.Effect != corev1.TaintEffectPreferNoSchedule }, false)
+	return !untolerated
+}
+
+// podShare is the larger of the pod's cpu and memory requests' shares of
+// allocatable, false when the pod does not fit.
+func podShare(pod *corev1.Pod, allocatable corev1.ResourceList) (float64, bool) {
+	requests := resourcehelper.PodRequests(pod, resourcehelper.PodResourcesOptions{})
+	cpu, memory := allocatable.Cpu().MilliValue(), allocatable.Memory().Value()
+	if cpu <= 0 || memory <= 0 {
+		return 0, false
+	}
+	cpuShare := float64(requests.Cpu().MilliValue()) / float64(cpu)
+	memoryShare := float64(requests.Memory().Value()) / float64(memory)
+	share := max(cpuShare, memoryShare)
+	return share, share <= 1
 }
 
 // GPULabel is the configured label of GPU nodes.
@@ -469,22 +592,46 @@ func (c *cloudProvider) Refresh(context.Context, *protos.RefreshRequest) (*proto
 	return &protos.RefreshResponse{}, nil
 }
 
-// NodeGroupGetOptions is Unimplemented, which tells cluster-autoscaler to
-// use its own defaults: no pool sets autoscaling options.
-func (c *cloudProvider) NodeGroupGetOptions(context.Context, *protos.NodeGroupAutoscalingOptionsRequest) (*protos.NodeGroupAutoscalingOptionsResponse, error) {
-	return nil, status.Error(codes.Unimplemented, "NodePools set no autoscaling options; use cluster-autoscaler's defaults")
+// provisionSlack is what the group's max provision time exceeds the
+// pool's registration timeout by, so that claimscale's own timeout, which
+// reports the failed instance with its error code, comes first.
+const provisionSlack = time.Minute
+
+// NodeGroupGetOptions answers what a pool says: a machine that has not
+// registered within the pool's registration timeout has failed, so the
+// group's MaxNodeProvisionDuration is that timeout plus provisionSlack.
+// Every other option echoes cluster-autoscaler's defaults, which it sends
+// (an option left out would come back as zero, and be used). Without
+// defaults to echo, or a timeout to give, it is Unimplemented: the
+// defaults apply.
+func (c *cloudProvider) NodeGroupGetOptions(ctx context.Context, request *protos.NodeGroupAutoscalingOptionsRequest) (*protos.NodeGroupAutoscalingOptionsResponse, error) {
+	g, err := c.mustGroup(ctx, request.GetId())
+	if err != nil {
+		return nil, err
+	}
+	timeout := g.pool.Spec.RegistrationTimeout
+	if request.GetDefaults() == nil || timeout == nil || timeout.Duration <= 0 {
+		return nil, status.Error(codes.Unimplemented, "the NodePool sets no autoscaling options; use cluster-autoscaler's defaults")
+	}
+	options := proto.Clone(request.GetDefaults()).(*protos.NodeGroupAutoscalingOptions)
+	options.MaxNodeProvisionDuration = durationpb.New(timeout.Duration + provisionSlack)
+	return &protos.NodeGroupAutoscalingOptionsResponse{NodeGroupAutoscalingOptions: options}, nil
 }
 
-// mustGroup returns the pool of group id, or NotFound.
-func (c *cloudProvider) mustGroup(ctx context.Context, id string) (*v1alpha1.NodePool, error) {
-	pool, err := c.groupPool(ctx, id)
+// mustGroup returns group id, or NotFound.
+func (c *cloudProvider) mustGroup(ctx context.Context, id string) (*group, error) {
+	poolName, shapeName, ok := splitGroupID(id)
+	if !ok {
+		return nil, status.Errorf(codes.NotFound, "no node group %q: ids are <NodePool>/<shape>", id)
+	}
+	g, err := c.group(ctx, poolName, shapeName)
 	if err != nil {
-		return nil, internal(err)
+		return nil, status.Errorf(codes.Unavailable, "resolving node group %s: %v", id, err)
 	}
-	if pool == nil {
-		return nil, status.Errorf(codes.NotFound, "no node group %q: no NodePool of that name with limits.nodes", id)
+	if g == nil {
+		return nil, status.Errorf(codes.NotFound, "no node group %q: no NodePool %s with limits.nodes that offers shape %s", id, poolName, shapeName)
 	}
-	return pool, nil
+	return g, nil
 }
 
 // refuse counts and returns a refused scaling request of an existing

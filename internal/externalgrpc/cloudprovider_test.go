@@ -1,19 +1,21 @@
 package externalgrpc
 
 import (
+	"strings"
 	"testing"
 	"time"
 
 	. "github.com/onsi/gomega"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/claimscale/claimscale/api/v1alpha1"
+	"github.com/claimscale/claimscale/internal/controllers/nodeclaim"
 	"github.com/claimscale/claimscale/internal/externalgrpc/protos"
 	"github.com/claimscale/claimscale/internal/scheduling"
 )
@@ -21,26 +23,53 @@ import (
 // Every test below calls the shared server over TCP with mutual TLS, as
 // cluster-autoscaler does.
 
-func TestNodeGroupsArePoolsWithANodeLimit(t *testing.T) {
+func TestNodeGroupsAreTheShapesOfPoolsWithANodeLimit(t *testing.T) {
 	w := newWorld(t, "groups")
-	w.pool("groups-limited", nil)
+	pool := w.pool("groups-limited", nil)
 	w.pool("groups-unlimited", func(pool *v1alpha1.NodePool) {
 		pool.Spec.Limits = nil
 		pool.Spec.MinNodes = 0
 	})
-	response, err := newClient(t).NodeGroups(w.ctx, &protos.NodeGroupsRequest{})
-	w.g.Expect(err).NotTo(HaveOccurred())
-
-	var ours []*protos.NodeGroup
-	for _, group := range response.GetNodeGroups() {
-		if group.GetId() == "groups-limited" || group.GetId() == "groups-unlimited" {
-			ours = append(ours, group)
+	flexible := w.pool("groups-flexible", func(pool *v1alpha1.NodePool) {
+		pool.Spec.Shapes = v1alpha1.Shapes{Flexible: &v1alpha1.FlexibleShape{
+			MinCPU: resource.MustParse("1"), MaxCPU: resource.MustParse("12"),
+			MinMemory: resource.MustParse("2Gi"), MaxMemory: resource.MustParse("24Gi"),
+		}}
+		pool.Spec.MinNodes = 0
+	})
+	ca := newClient(t)
+	groups := func() map[string]*protos.NodeGroup {
+		response, err := ca.NodeGroups(w.ctx, &protos.NodeGroupsRequest{})
+		w.g.Expect(err).NotTo(HaveOccurred())
+		ours := map[string]*protos.NodeGroup{}
+		for _, group := range response.GetNodeGroups() {
+			if strings.HasPrefix(group.GetId(), "groups-") {
+				ours[group.GetId()] = group
+			}
 		}
+		return ours
 	}
-	w.g.Expect(ours).To(HaveLen(1), "a pool without limits.nodes is no group")
-	w.g.Expect(ours[0].GetMinSize()).To(BeEquivalentTo(1), "minSize is minNodes")
-	w.g.Expect(ours[0].GetMaxSize()).To(BeEquivalentTo(5), "maxSize is limits.nodes")
-	w.g.Expect(ours[0].GetDebug()).To(And(ContainSubstring("provider groups-limited"), ContainSubstring("shapes c4,c2")))
+	ours := groups()
+	w.g.Expect(ours).To(HaveLen(2+5), "each shape of the limited pool, a doubling ladder of the flexible one, nothing of the unlimited one")
+	w.g.Expect(ours).To(HaveKey("groups-flexible/flex-1-2Gi"))
+	w.g.Expect(ours).To(HaveKey("groups-flexible/flex-2-4Gi"))
+	w.g.Expect(ours).To(HaveKey("groups-flexible/flex-8-16Gi"))
+	w.g.Expect(ours).To(HaveKey("groups-flexible/flex-12-24Gi"), "the largest size closes the ladder")
+	cheap, large := ours["groups-limited/c2"], ours["groups-limited/c4"]
+	w.g.Expect(cheap.GetMinSize()).To(BeEquivalentTo(1), "minNodes is the cheapest group's minimum")
+	w.g.Expect(large.GetMinSize()).To(BeZero())
+	w.g.Expect(cheap.GetMaxSize()).To(BeEquivalentTo(5), "limits.nodes")
+	w.g.Expect(cheap.GetDebug()).To(And(ContainSubstring("NodePool groups-limited shape c2"), ContainSubstring("provider groups-limited")))
+
+	// Two nodes of c4 leave the pool room for three more, of either shape;
+	// the pool's minimum is met by them.
+	w.claimOf(pool, "c4", nil)
+	w.claimOf(pool, "c4", nil)
+	ours = groups()
+	w.g.Expect(ours["groups-limited/c4"].GetMaxSize()).To(BeEquivalentTo(5), "2 held and 3 to come")
+	w.g.Expect(ours["groups-limited/c2"].GetMaxSize()).To(BeEquivalentTo(3), "the pool's limit spans its groups")
+	w.g.Expect(ours["groups-limited/c2"].GetMinSize()).To(BeZero(), "the other group holds the pool's minimum")
+	_ = flexible
 }
 
 func TestNodeGroupForNode(t *testing.T) {
@@ -59,12 +88,14 @@ func TestNodeGroupForNode(t *testing.T) {
 		node  *protos.ExternalGrpcNode
 		group string
 	}{
-		{"a node with the pool label is in the pool's group",
-			&protos.ExternalGrpcNode{Name: "n1", ProviderID: "simulated://n1", Labels: map[string]string{v1alpha1.LabelNodePool: "owner-a"}}, "owner-a"},
+		{"a node with the pool and instance-type labels is in that shape's group",
+			&protos.ExternalGrpcNode{Name: "n1", ProviderID: "simulated://n1", Labels: map[string]string{v1alpha1.LabelNodePool: "owner-a", corev1.LabelInstanceTypeStable: "c4"}}, "owner-a/c4"},
 		{"an unlabelled node is found by its claim's providerID",
-			&protos.ExternalGrpcNode{Name: booting.Name, ProviderID: booting.Status.ProviderID}, "owner-a"},
+			&protos.ExternalGrpcNode{Name: booting.Name, ProviderID: booting.Status.ProviderID}, "owner-a/c2"},
 		{"a stand-in node with a placeholder id is found by its claim",
-			&protos.ExternalGrpcNode{Name: PlaceholderPrefix + waiting.Name, ProviderID: PlaceholderPrefix + waiting.Name}, "owner-a"},
+			&protos.ExternalGrpcNode{Name: PlaceholderPrefix + waiting.Name, ProviderID: PlaceholderPrefix + waiting.Name}, "owner-a/c2"},
+		{"a node of a shape the pool does not offer is in no group",
+			&protos.ExternalGrpcNode{Name: "n4", Labels: map[string]string{v1alpha1.LabelNodePool: "owner-a", corev1.LabelInstanceTypeStable: "c64"}}, ""},
 		{"a node that is not ours is in no group",
 			&protos.ExternalGrpcNode{Name: "control-plane-1", ProviderID: "other://control-plane-1", Labels: map[string]string{"node-role.kubernetes.io/control-plane": ""}}, ""},
 		{"a node of a pool without limits.nodes is in no group",
@@ -79,7 +110,7 @@ func TestNodeGroupForNode(t *testing.T) {
 			g.Expect(response.GetNodeGroup()).NotTo(BeNil())
 			g.Expect(response.GetNodeGroup().GetId()).To(Equal(tc.group))
 			if tc.group != "" {
-				g.Expect(response.GetNodeGroup().GetMaxSize()).To(BeEquivalentTo(5))
+				g.Expect(response.GetNodeGroup().GetMaxSize()).To(BeNumerically(">", 0))
 			}
 		})
 	}
@@ -90,7 +121,7 @@ func TestTargetSizeFollowsClaims(t *testing.T) {
 	pool := w.pool("target-a", nil)
 	ca := newClient(t)
 	targetSize := func() int32 {
-		response, err := ca.NodeGroupTargetSize(w.ctx, &protos.NodeGroupTargetSizeRequest{Id: pool.Name})
+		response, err := ca.NodeGroupTargetSize(w.ctx, &protos.NodeGroupTargetSizeRequest{Id: pool.Name + "/c2"})
 		w.g.Expect(err).NotTo(HaveOccurred())
 		return response.GetTargetSize()
 	}
@@ -100,10 +131,13 @@ func TestTargetSizeFollowsClaims(t *testing.T) {
 	w.claim(pool, nil)
 	w.g.Expect(targetSize()).To(BeEquivalentTo(2), "a registered and a waiting claim")
 
+	w.claimOf(pool, "c4", nil)
+	w.g.Expect(targetSize()).To(BeEquivalentTo(2), "another shape's claim is another group's")
+
 	w.deleting(first)
 	w.g.Expect(targetSize()).To(BeEquivalentTo(1), "a claim being deleted no longer counts")
 
-	_, err := ca.NodeGroupTargetSize(w.ctx, &protos.NodeGroupTargetSizeRequest{Id: "target-none"})
+	_, err := ca.NodeGroupTargetSize(w.ctx, &protos.NodeGroupTargetSizeRequest{Id: "target-none/c2"})
 	w.g.Expect(status.Code(err)).To(Equal(codes.NotFound))
 }
 
@@ -113,32 +147,51 @@ func TestIncreaseSize(t *testing.T) {
 	ca := newClient(t)
 	w.claim(pool, registeredStatus)
 
-	_, err := ca.NodeGroupIncreaseSize(w.ctx, &protos.NodeGroupIncreaseSizeRequest{Id: pool.Name, Delta: 5})
+	_, err := ca.NodeGroupIncreaseSize(w.ctx, &protos.NodeGroupIncreaseSizeRequest{Id: pool.Name + "/c2", Delta: 5})
 	w.g.Expect(status.Code(err)).To(Equal(codes.InvalidArgument), "1 + 5 is beyond the maximum of 5: %v", err)
 	w.g.Expect(w.claims(pool.Name)).To(HaveLen(1), "a refused increase writes nothing")
 
-	_, err = ca.NodeGroupIncreaseSize(w.ctx, &protos.NodeGroupIncreaseSizeRequest{Id: pool.Name, Delta: 0})
+	_, err = ca.NodeGroupIncreaseSize(w.ctx, &protos.NodeGroupIncreaseSizeRequest{Id: pool.Name + "/c2", Delta: 0})
 	w.g.Expect(status.Code(err)).To(Equal(codes.InvalidArgument), "a zero increase is refused")
 
-	_, err = ca.NodeGroupIncreaseSize(w.ctx, &protos.NodeGroupIncreaseSizeRequest{Id: "increase-none", Delta: 1})
+	_, err = ca.NodeGroupIncreaseSize(w.ctx, &protos.NodeGroupIncreaseSizeRequest{Id: "increase-none/c2", Delta: 1})
 	w.g.Expect(status.Code(err)).To(Equal(codes.NotFound))
 
-	_, err = ca.NodeGroupIncreaseSize(w.ctx, &protos.NodeGroupIncreaseSizeRequest{Id: pool.Name, Delta: 4})
+	_, err = ca.NodeGroupIncreaseSize(w.ctx, &protos.NodeGroupIncreaseSizeRequest{Id: pool.Name + "/c2", Delta: 4})
 	w.g.Expect(err).NotTo(HaveOccurred(), "1 + 4 reaches the maximum")
 	claims := w.claims(pool.Name)
 	w.g.Expect(claims).To(HaveLen(5))
 	for _, claim := range claims[1:] {
-		w.g.Expect(claim.Spec.Shape.Name).To(Equal("c2"), "the pool's cheapest shape")
+		w.g.Expect(claim.Spec.Shape.Name).To(Equal("c2"), "the group's shape")
 		w.g.Expect(claim.Labels).To(HaveKeyWithValue(v1alpha1.LabelNodePool, pool.Name))
 		w.g.Expect(claim.Labels).To(HaveKeyWithValue("team", "a"))
 		w.g.Expect(claim.Annotations).To(HaveKeyWithValue(v1alpha1.AnnotationTemplateHash, pool.TemplateHash(claim.Spec.Shape)))
 	}
-	response, err := ca.NodeGroupTargetSize(w.ctx, &protos.NodeGroupTargetSizeRequest{Id: pool.Name})
+	response, err := ca.NodeGroupTargetSize(w.ctx, &protos.NodeGroupTargetSizeRequest{Id: pool.Name + "/c2"})
 	w.g.Expect(err).NotTo(HaveOccurred())
 	w.g.Expect(response.GetTargetSize()).To(BeEquivalentTo(5), "the next call counts the new claims at once")
 
-	_, err = ca.NodeGroupIncreaseSize(w.ctx, &protos.NodeGroupIncreaseSizeRequest{Id: pool.Name, Delta: 1})
+	_, err = ca.NodeGroupIncreaseSize(w.ctx, &protos.NodeGroupIncreaseSizeRequest{Id: pool.Name + "/c2", Delta: 1})
 	w.g.Expect(status.Code(err)).To(Equal(codes.InvalidArgument), "the group is full")
+	_, err = ca.NodeGroupIncreaseSize(w.ctx, &protos.NodeGroupIncreaseSizeRequest{Id: pool.Name + "/c4", Delta: 1})
+	w.g.Expect(status.Code(err)).To(Equal(codes.InvalidArgument), "the pool's limit spans its groups: %v", err)
+}
+
+func TestIncreaseSizeWritesClaimsOfTheGroupsShape(t *testing.T) {
+	w := newWorld(t, "shaped")
+	pool := w.pool("shaped-a", nil)
+	ca := newClient(t)
+	_, err := ca.NodeGroupIncreaseSize(w.ctx, &protos.NodeGroupIncreaseSizeRequest{Id: pool.Name + "/c4", Delta: 2})
+	w.g.Expect(err).NotTo(HaveOccurred())
+	claims := w.claims(pool.Name)
+	w.g.Expect(claims).To(HaveLen(2))
+	for _, claim := range claims {
+		w.g.Expect(claim.Spec.Shape.Name).To(Equal("c4"))
+		w.g.Expect(claim.Spec.Shape.CPU.String()).To(Equal("4"))
+	}
+	response, err := ca.NodeGroupTargetSize(w.ctx, &protos.NodeGroupTargetSizeRequest{Id: pool.Name + "/c4"})
+	w.g.Expect(err).NotTo(HaveOccurred())
+	w.g.Expect(response.GetTargetSize()).To(BeEquivalentTo(2))
 }
 
 func TestIncreaseSizeHonoursTheCPULimit(t *testing.T) {
@@ -147,10 +200,10 @@ func TestIncreaseSizeHonoursTheCPULimit(t *testing.T) {
 		pool.Spec.Limits.CPU = qty("5")
 	})
 	ca := newClient(t)
-	_, err := ca.NodeGroupIncreaseSize(w.ctx, &protos.NodeGroupIncreaseSizeRequest{Id: pool.Name, Delta: 3})
+	_, err := ca.NodeGroupIncreaseSize(w.ctx, &protos.NodeGroupIncreaseSizeRequest{Id: pool.Name + "/c2", Delta: 3})
 	w.g.Expect(status.Code(err)).To(Equal(codes.InvalidArgument), "three 2-cpu nodes exceed 5 cpu: %v", err)
 	w.g.Expect(w.claims(pool.Name)).To(BeEmpty())
-	_, err = ca.NodeGroupIncreaseSize(w.ctx, &protos.NodeGroupIncreaseSizeRequest{Id: pool.Name, Delta: 2})
+	_, err = ca.NodeGroupIncreaseSize(w.ctx, &protos.NodeGroupIncreaseSizeRequest{Id: pool.Name + "/c2", Delta: 2})
 	w.g.Expect(err).NotTo(HaveOccurred())
 }
 
@@ -173,7 +226,7 @@ func TestDeleteNodes(t *testing.T) {
 
 	t.Run("a node of another pool refuses the whole request and nothing is deleted", func(t *testing.T) {
 		g := NewWithT(t)
-		_, err := ca.NodeGroupDeleteNodes(w.ctx, &protos.NodeGroupDeleteNodesRequest{Id: pool.Name, Nodes: []*protos.ExternalGrpcNode{
+		_, err := ca.NodeGroupDeleteNodes(w.ctx, &protos.NodeGroupDeleteNodesRequest{Id: pool.Name + "/c2", Nodes: []*protos.ExternalGrpcNode{
 			asCASends(runningNode), asCASends(strangerNode),
 		}})
 		g.Expect(status.Code(err)).To(Equal(codes.InvalidArgument), "%v", err)
@@ -184,13 +237,13 @@ func TestDeleteNodes(t *testing.T) {
 		g := NewWithT(t)
 		mislabelled := asCASends(runningNode)
 		mislabelled.Labels = map[string]string{v1alpha1.LabelNodePool: other.Name}
-		_, err := ca.NodeGroupDeleteNodes(w.ctx, &protos.NodeGroupDeleteNodesRequest{Id: pool.Name, Nodes: []*protos.ExternalGrpcNode{mislabelled}})
+		_, err := ca.NodeGroupDeleteNodes(w.ctx, &protos.NodeGroupDeleteNodesRequest{Id: pool.Name + "/c2", Nodes: []*protos.ExternalGrpcNode{mislabelled}})
 		g.Expect(status.Code(err)).To(Equal(codes.InvalidArgument), "%v", err)
 		g.Expect(w.liveClaims(pool.Name)).To(ConsistOf(running.Name))
 	})
 	t.Run("a node claimscale did not make is refused", func(t *testing.T) {
 		g := NewWithT(t)
-		_, err := ca.NodeGroupDeleteNodes(w.ctx, &protos.NodeGroupDeleteNodesRequest{Id: pool.Name, Nodes: []*protos.ExternalGrpcNode{asCASends(foreign)}})
+		_, err := ca.NodeGroupDeleteNodes(w.ctx, &protos.NodeGroupDeleteNodesRequest{Id: pool.Name + "/c2", Nodes: []*protos.ExternalGrpcNode{asCASends(foreign)}})
 		g.Expect(status.Code(err)).To(Equal(codes.InvalidArgument), "%v", err)
 	})
 	t.Run("a stand-in for a machine that never registered is deleted by providerID", func(t *testing.T) {
@@ -198,7 +251,7 @@ func TestDeleteNodes(t *testing.T) {
 		booting := w.claim(pool, launchedStatus)
 		standIn := &protos.ExternalGrpcNode{Name: booting.Status.ProviderID, ProviderID: booting.Status.ProviderID,
 			Annotations: map[string]string{"k8s.io/cluster-autoscaler/fake-node-reason": "unregistered"}}
-		_, err := ca.NodeGroupDeleteNodes(w.ctx, &protos.NodeGroupDeleteNodesRequest{Id: pool.Name, Nodes: []*protos.ExternalGrpcNode{standIn}})
+		_, err := ca.NodeGroupDeleteNodes(w.ctx, &protos.NodeGroupDeleteNodesRequest{Id: pool.Name + "/c2", Nodes: []*protos.ExternalGrpcNode{standIn}})
 		g.Expect(err).NotTo(HaveOccurred())
 		g.Expect(w.liveClaims(pool.Name)).NotTo(ContainElement(booting.Name))
 	})
@@ -206,7 +259,7 @@ func TestDeleteNodes(t *testing.T) {
 		g := NewWithT(t)
 		failed := w.claim(pool, failedStatus("LaunchFailed"))
 		id := PlaceholderPrefix + failed.Name
-		_, err := ca.NodeGroupDeleteNodes(w.ctx, &protos.NodeGroupDeleteNodesRequest{Id: pool.Name, Nodes: []*protos.ExternalGrpcNode{
+		_, err := ca.NodeGroupDeleteNodes(w.ctx, &protos.NodeGroupDeleteNodesRequest{Id: pool.Name + "/c2", Nodes: []*protos.ExternalGrpcNode{
 			{Name: id, ProviderID: id, Annotations: map[string]string{"k8s.io/cluster-autoscaler/fake-node-reason": "create-error"}},
 		}})
 		g.Expect(err).NotTo(HaveOccurred())
@@ -215,17 +268,17 @@ func TestDeleteNodes(t *testing.T) {
 	t.Run("a stand-in whose claim is already gone deletes nothing and succeeds", func(t *testing.T) {
 		g := NewWithT(t)
 		id := PlaceholderPrefix + "delete-a-vanished"
-		_, err := ca.NodeGroupDeleteNodes(w.ctx, &protos.NodeGroupDeleteNodesRequest{Id: pool.Name, Nodes: []*protos.ExternalGrpcNode{{Name: id, ProviderID: id}}})
+		_, err := ca.NodeGroupDeleteNodes(w.ctx, &protos.NodeGroupDeleteNodesRequest{Id: pool.Name + "/c2", Nodes: []*protos.ExternalGrpcNode{{Name: id, ProviderID: id}}})
 		g.Expect(err).NotTo(HaveOccurred())
 		g.Expect(w.liveClaims(pool.Name)).To(ConsistOf(running.Name))
 	})
 	t.Run("a registered node of the pool is deleted through its claim", func(t *testing.T) {
 		g := NewWithT(t)
-		_, err := ca.NodeGroupDeleteNodes(w.ctx, &protos.NodeGroupDeleteNodesRequest{Id: pool.Name, Nodes: []*protos.ExternalGrpcNode{asCASends(runningNode)}})
+		_, err := ca.NodeGroupDeleteNodes(w.ctx, &protos.NodeGroupDeleteNodesRequest{Id: pool.Name + "/c2", Nodes: []*protos.ExternalGrpcNode{asCASends(runningNode)}})
 		g.Expect(err).NotTo(HaveOccurred())
 		g.Expect(w.liveClaims(pool.Name)).To(BeEmpty())
 		g.Expect(w.liveClaims(other.Name)).To(ConsistOf(strangerClaim.Name))
-		response, err := ca.NodeGroupTargetSize(w.ctx, &protos.NodeGroupTargetSizeRequest{Id: pool.Name})
+		response, err := ca.NodeGroupTargetSize(w.ctx, &protos.NodeGroupTargetSizeRequest{Id: pool.Name + "/c2"})
 		g.Expect(err).NotTo(HaveOccurred())
 		g.Expect(response.GetTargetSize()).To(BeZero(), "the next call sees the deletion")
 	})
@@ -239,18 +292,18 @@ func TestDecreaseTargetSizeWithdrawsOnlyClaimsThatHaveNotRegistered(t *testing.T
 	booting := w.claim(pool, launchedStatus)
 	waiting := w.claim(pool, nil)
 
-	_, err := ca.NodeGroupDecreaseTargetSize(w.ctx, &protos.NodeGroupDecreaseTargetSizeRequest{Id: pool.Name, Delta: -3})
+	_, err := ca.NodeGroupDecreaseTargetSize(w.ctx, &protos.NodeGroupDecreaseTargetSizeRequest{Id: pool.Name + "/c2", Delta: -3})
 	w.g.Expect(status.Code(err)).To(Equal(codes.FailedPrecondition), "3 would take a registered node: %v", err)
 	w.g.Expect(w.liveClaims(pool.Name)).To(HaveLen(3), "a refused decrease deletes nothing")
 
-	_, err = ca.NodeGroupDecreaseTargetSize(w.ctx, &protos.NodeGroupDecreaseTargetSizeRequest{Id: pool.Name, Delta: 1})
+	_, err = ca.NodeGroupDecreaseTargetSize(w.ctx, &protos.NodeGroupDecreaseTargetSizeRequest{Id: pool.Name + "/c2", Delta: 1})
 	w.g.Expect(status.Code(err)).To(Equal(codes.InvalidArgument), "delta must be negative")
 
-	_, err = ca.NodeGroupDecreaseTargetSize(w.ctx, &protos.NodeGroupDecreaseTargetSizeRequest{Id: pool.Name, Delta: -1})
+	_, err = ca.NodeGroupDecreaseTargetSize(w.ctx, &protos.NodeGroupDecreaseTargetSizeRequest{Id: pool.Name + "/c2", Delta: -1})
 	w.g.Expect(err).NotTo(HaveOccurred())
 	w.g.Expect(w.liveClaims(pool.Name)).To(ConsistOf(running.Name, booting.Name), "the claim not launched yet, %s, goes first", waiting.Name)
 
-	_, err = ca.NodeGroupDecreaseTargetSize(w.ctx, &protos.NodeGroupDecreaseTargetSizeRequest{Id: pool.Name, Delta: -1})
+	_, err = ca.NodeGroupDecreaseTargetSize(w.ctx, &protos.NodeGroupDecreaseTargetSizeRequest{Id: pool.Name + "/c2", Delta: -1})
 	w.g.Expect(err).NotTo(HaveOccurred())
 	w.g.Expect(w.liveClaims(pool.Name)).To(ConsistOf(running.Name))
 }
@@ -264,10 +317,20 @@ func TestNodeGroupNodesReportEachClaimsState(t *testing.T) {
 	waiting := w.claim(pool, nil)
 	noCapacity := w.claim(pool, failedStatus("InsufficientCapacity"))
 	failed := w.claim(pool, failedStatus("LaunchFailed"))
+	timedOut := w.claim(pool, func(claim *v1alpha1.NodeClaim) {
+		launchedStatus(claim)
+		setCondition(claim, v1alpha1.ConditionRegistered, metav1.ConditionFalse, nodeclaim.FailedRegistrationTimeout)
+		setCondition(claim, v1alpha1.ConditionFailed, metav1.ConditionTrue, nodeclaim.FailedRegistrationTimeout)
+	})
+	keptNoCapacity := w.claim(pool, func(claim *v1alpha1.NodeClaim) {
+		setCondition(claim, v1alpha1.ConditionLaunched, metav1.ConditionFalse, "InsufficientCapacity")
+		setCondition(claim, v1alpha1.ConditionFailed, metav1.ConditionTrue, nodeclaim.FailedInsufficientCapacity)
+	})
 	leaving := w.claim(pool, registeredStatus)
 	w.deleting(leaving)
+	otherShape := w.claimOf(pool, "c4", registeredStatus)
 
-	response, err := ca.NodeGroupNodes(w.ctx, &protos.NodeGroupNodesRequest{Id: pool.Name})
+	response, err := ca.NodeGroupNodes(w.ctx, &protos.NodeGroupNodesRequest{Id: pool.Name + "/c2"})
 	w.g.Expect(err).NotTo(HaveOccurred())
 	type seen struct {
 		state protos.InstanceStatus_InstanceState
@@ -279,40 +342,15 @@ func TestNodeGroupNodesReportEachClaimsState(t *testing.T) {
 		got[instance.GetId()] = seen{instance.GetStatus().GetInstanceState(), instance.GetStatus().GetErrorInfo().GetErrorCode(), instance.GetStatus().GetErrorInfo().GetInstanceErrorClass()}
 	}
 	w.g.Expect(got).To(Equal(map[string]seen{
-		running.Status.ProviderID:           {protos.InstanceStatus_instanceRunning, "", 0},
-		booting.Status.ProviderID:           {protos.InstanceStatus_instanceCreating, "", 0},
-		PlaceholderPrefix + waiting.Name:    {protos.InstanceStatus_instanceCreating, "", 0},
-		PlaceholderPrefix + noCapacity.Name: {protos.InstanceStatus_instanceCreating, "InsufficientCapacity", 1},
-		PlaceholderPrefix + failed.Name:     {protos.InstanceStatus_instanceCreating, "LaunchFailed", 99},
-		leaving.Status.ProviderID:           {protos.InstanceStatus_instanceDeleting, "", 0},
-	}))
-}
-
-// The lifecycle controller deletes a claim as soon as its provider has no
-// capacity; cluster-autoscaler still learns of the failure, once.
-func TestACapacityFailureOutlivesItsClaimUntilDeleted(t *testing.T) {
-	w := newWorld(t, "ghost")
-	pool := w.pool("ghost-a", nil)
-	ca := newClient(t)
-	noCapacity := w.claim(pool, failedStatus("InsufficientCapacity"))
-	w.g.Expect(env.Client.Delete(w.ctx, noCapacity)).To(Succeed())
-	id := PlaceholderPrefix + noCapacity.Name
-	instances := func() []*protos.Instance {
-		response, err := ca.NodeGroupNodes(w.ctx, &protos.NodeGroupNodesRequest{Id: pool.Name})
-		w.g.Expect(err).NotTo(HaveOccurred())
-		return response.GetInstances()
-	}
-	w.g.Eventually(func() error { return cached.Get(w.ctx, client.ObjectKeyFromObject(noCapacity), noCapacity) }).
-		Should(MatchError(ContainSubstring("not found")))
-	w.g.Expect(instances()).To(ConsistOf(HaveField("Id", id)), "reported after the claim is gone")
-	w.g.Expect(instances()[0].GetStatus().GetErrorInfo().GetInstanceErrorClass()).To(BeEquivalentTo(1))
-
-	response, err := ca.NodeGroupForNode(w.ctx, &protos.NodeGroupForNodeRequest{Node: &protos.ExternalGrpcNode{Name: id, ProviderID: id}})
-	w.g.Expect(err).NotTo(HaveOccurred())
-	w.g.Expect(response.GetNodeGroup().GetId()).To(Equal(pool.Name), "the remembered failure names its group")
-	_, err = ca.NodeGroupDeleteNodes(w.ctx, &protos.NodeGroupDeleteNodesRequest{Id: pool.Name, Nodes: []*protos.ExternalGrpcNode{{Name: id, ProviderID: id}}})
-	w.g.Expect(err).NotTo(HaveOccurred())
-	w.g.Expect(instances()).To(BeEmpty(), "deleted instances are not reported again")
+		running.Status.ProviderID:               {protos.InstanceStatus_instanceRunning, "", 0},
+		booting.Status.ProviderID:               {protos.InstanceStatus_instanceCreating, "", 0},
+		PlaceholderPrefix + waiting.Name:        {protos.InstanceStatus_instanceCreating, "", 0},
+		PlaceholderPrefix + noCapacity.Name:     {protos.InstanceStatus_instanceCreating, "insufficient-capacity", 1},
+		PlaceholderPrefix + failed.Name:         {protos.InstanceStatus_instanceCreating, "launch-failed", 99},
+		timedOut.Status.ProviderID:              {protos.InstanceStatus_instanceCreating, "registration-timeout", 99},
+		PlaceholderPrefix + keptNoCapacity.Name: {protos.InstanceStatus_instanceCreating, "insufficient-capacity", 1},
+		leaving.Status.ProviderID:               {protos.InstanceStatus_instanceDeleting, "", 0},
+	}), "every claim of the group's shape, none of %s", otherShape.Name)
 }
 
 func TestTemplateNodeIsTheSchedulingCoresTemplate(t *testing.T) {
@@ -323,7 +361,7 @@ func TestTemplateNodeIsTheSchedulingCoresTemplate(t *testing.T) {
 	})
 	ca := newClient(t)
 
-	response, err := ca.NodeGroupTemplateNodeInfo(w.ctx, &protos.NodeGroupTemplateNodeInfoRequest{Id: pool.Name})
+	response, err := ca.NodeGroupTemplateNodeInfo(w.ctx, &protos.NodeGroupTemplateNodeInfoRequest{Id: pool.Name + "/c2"})
 	w.g.Expect(err).NotTo(HaveOccurred())
 	w.g.Expect(response.GetNodeBytes()).NotTo(BeEmpty())
 	node := &corev1.Node{}
@@ -346,9 +384,16 @@ func TestTemplateNodeIsTheSchedulingCoresTemplate(t *testing.T) {
 	))
 	w.g.Expect(node.Spec.Taints).To(ConsistOf(HaveField("Key", "dedicated")))
 
-	_, err = ca.NodeGroupTemplateNodeInfo(w.ctx, &protos.NodeGroupTemplateNodeInfoRequest{Id: broken.Name})
+	response, err = ca.NodeGroupTemplateNodeInfo(w.ctx, &protos.NodeGroupTemplateNodeInfoRequest{Id: pool.Name + "/c4"})
+	w.g.Expect(err).NotTo(HaveOccurred())
+	large := &corev1.Node{}
+	w.g.Expect(large.Unmarshal(response.GetNodeBytes())).To(Succeed())
+	w.g.Expect(large.Status.Allocatable.Cpu().MilliValue()).To(BeEquivalentTo(3900), "each group's template is its own shape")
+	w.g.Expect(large.Labels).To(HaveKeyWithValue(corev1.LabelInstanceTypeStable, "c4"))
+
+	_, err = ca.NodeGroupTemplateNodeInfo(w.ctx, &protos.NodeGroupTemplateNodeInfoRequest{Id: broken.Name + "/unsized"})
 	w.g.Expect(status.Code(err)).To(Equal(codes.Unimplemented), "a template that cannot be built is Unimplemented, never empty: %v", err)
-	_, err = ca.NodeGroupTemplateNodeInfo(w.ctx, &protos.NodeGroupTemplateNodeInfoRequest{Id: "template-none"})
+	_, err = ca.NodeGroupTemplateNodeInfo(w.ctx, &protos.NodeGroupTemplateNodeInfoRequest{Id: "template-none/c2"})
 	w.g.Expect(status.Code(err)).To(Equal(codes.NotFound))
 }
 
@@ -392,7 +437,7 @@ func TestPricing(t *testing.T) {
 	w.g.Expect(response.GetPrice()).To(BeNumerically("~", 0.4, 1e-9), "a template node is priced by its labels")
 
 	template := func(pool *v1alpha1.NodePool) *protos.ExternalGrpcNode {
-		response, err := ca.NodeGroupTemplateNodeInfo(w.ctx, &protos.NodeGroupTemplateNodeInfoRequest{Id: pool.Name})
+		response, err := ca.NodeGroupTemplateNodeInfo(w.ctx, &protos.NodeGroupTemplateNodeInfoRequest{Id: pool.Name + "/flex-1-2Gi"})
 		w.g.Expect(err).NotTo(HaveOccurred())
 		node := &corev1.Node{}
 		w.g.Expect(node.Unmarshal(response.GetNodeBytes())).To(Succeed())
@@ -405,8 +450,28 @@ func TestPricing(t *testing.T) {
 	_, err = ca.PricingNodePrice(w.ctx, &protos.PricingNodePriceRequest{Node: template(unpriced), StartTimestamp: from, EndTimestamp: to})
 	w.g.Expect(status.Code(err)).To(Equal(codes.Unimplemented), "a price derived from size is no price")
 
-	_, err = ca.PricingPodPrice(w.ctx, &protos.PricingPodPriceRequest{StartTimestamp: from, EndTimestamp: to})
-	w.g.Expect(status.Code(err)).To(Equal(codes.Unimplemented))
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: "default"},
+		Spec: corev1.PodSpec{
+			NodeSelector: map[string]string{v1alpha1.LabelNodePool: priced.Name},
+			Tolerations:  []corev1.Toleration{{Key: "dedicated", Operator: corev1.TolerationOpExists}},
+			Containers: []corev1.Container{{Name: "app", Resources: corev1.ResourceRequirements{Requests: corev1.ResourceList{
+				corev1.ResourceCPU: resource.MustParse("950m"), corev1.ResourceMemory: resource.MustParse("256Mi"),
+			}}}},
+		},
+	}
+	podBytes, err := pod.Marshal()
+	w.g.Expect(err).NotTo(HaveOccurred())
+	podPrice, err := ca.PricingPodPrice(w.ctx, &protos.PricingPodPriceRequest{PodBytes: podBytes, StartTimestamp: from, EndTimestamp: to})
+	w.g.Expect(err).NotTo(HaveOccurred())
+	w.g.Expect(podPrice.GetPrice()).To(BeNumerically("~", 2*0.2*950.0/3900, 1e-9),
+		"the cheaper share: 950m of c4's 3900m at 0.2 an hour (c2 would be half of 1900m at 0.1) for 2 hours")
+
+	pod.Spec.Tolerations = nil
+	podBytes, err = pod.Marshal()
+	w.g.Expect(err).NotTo(HaveOccurred())
+	_, err = ca.PricingPodPrice(w.ctx, &protos.PricingPodPriceRequest{PodBytes: podBytes, StartTimestamp: from, EndTimestamp: to})
+	w.g.Expect(status.Code(err)).To(Equal(codes.Unimplemented), "a pod no priced group admits has no price: %v", err)
 }
 
 func TestTheRemainingCallsAnswerAsTheContractSays(t *testing.T) {
@@ -427,6 +492,26 @@ func TestTheRemainingCallsAnswerAsTheContractSays(t *testing.T) {
 	_, err = ca.Cleanup(w.ctx, &protos.CleanupRequest{})
 	w.g.Expect(err).NotTo(HaveOccurred())
 
-	_, err = ca.NodeGroupGetOptions(w.ctx, &protos.NodeGroupAutoscalingOptionsRequest{Id: "any", Defaults: &protos.NodeGroupAutoscalingOptions{ScaleDownUtilizationThreshold: 0.5}})
-	w.g.Expect(status.Code(err)).To(Equal(codes.Unimplemented), "no pool sets options: cluster-autoscaler keeps its defaults")
+	pool := w.pool("plain-a", func(pool *v1alpha1.NodePool) {
+		pool.Spec.RegistrationTimeout = &metav1.Duration{Duration: 7 * time.Minute}
+	})
+	defaults := &protos.NodeGroupAutoscalingOptions{
+		ScaleDownUtilizationThreshold: 0.5, ScaleDownGpuUtilizationThreshold: 0.6, IgnoreDaemonSetsUtilization: true,
+		ScaleDownUnneededDuration: durationpb.New(10 * time.Minute), ScaleDownUnreadyDuration: durationpb.New(20 * time.Minute),
+		MaxNodeProvisionDuration: durationpb.New(15 * time.Minute),
+	}
+	options, err := ca.NodeGroupGetOptions(w.ctx, &protos.NodeGroupAutoscalingOptionsRequest{Id: pool.Name + "/c2", Defaults: defaults})
+	w.g.Expect(err).NotTo(HaveOccurred())
+	got := options.GetNodeGroupAutoscalingOptions()
+	w.g.Expect(got.GetMaxNodeProvisionDuration().AsDuration()).To(Equal(8*time.Minute), "the pool's registration timeout and a minute")
+	w.g.Expect(got.GetScaleDownUtilizationThreshold()).To(Equal(0.5), "the defaults sent are echoed")
+	w.g.Expect(got.GetScaleDownGpuUtilizationThreshold()).To(Equal(0.6))
+	w.g.Expect(got.GetIgnoreDaemonSetsUtilization()).To(BeTrue())
+	w.g.Expect(got.GetScaleDownUnneededDuration().AsDuration()).To(Equal(10 * time.Minute))
+	w.g.Expect(got.GetScaleDownUnreadyDuration().AsDuration()).To(Equal(20 * time.Minute))
+
+	_, err = ca.NodeGroupGetOptions(w.ctx, &protos.NodeGroupAutoscalingOptionsRequest{Id: pool.Name + "/c2"})
+	w.g.Expect(status.Code(err)).To(Equal(codes.Unimplemented), "without defaults to echo: %v", err)
+	_, err = ca.NodeGroupGetOptions(w.ctx, &protos.NodeGroupAutoscalingOptionsRequest{Id: "plain-none/c2", Defaults: defaults})
+	w.g.Expect(status.Code(err)).To(Equal(codes.NotFound))
 }

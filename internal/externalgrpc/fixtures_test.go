@@ -82,7 +82,18 @@ func (w *world) pool(name string, mutate func(*v1alpha1.NodePool)) *v1alpha1.Nod
 // setStatus, if given, then writes its status as the lifecycle controller
 // would.
 func (w *world) claim(pool *v1alpha1.NodePool, setStatus func(*v1alpha1.NodeClaim)) *v1alpha1.NodeClaim {
-	claim := provisioning.NewClaim(pool, scheduling.Shape{Name: "c2", CPU: resource.MustParse("2"), Memory: resource.MustParse("4Gi"), Price: 0.1}, nil, nil)
+	return w.claimOf(pool, "c2", setStatus)
+}
+
+// shapes of the test pools, by name.
+var testShapes = map[string]scheduling.Shape{
+	"c2": {Name: "c2", CPU: resource.MustParse("2"), Memory: resource.MustParse("4Gi"), Price: 0.1},
+	"c4": {Name: "c4", CPU: resource.MustParse("4"), Memory: resource.MustParse("8Gi"), Price: 0.2},
+}
+
+// claimOf is claim of another shape.
+func (w *world) claimOf(pool *v1alpha1.NodePool, shape string, setStatus func(*v1alpha1.NodeClaim)) *v1alpha1.NodeClaim {
+	claim := provisioning.NewClaim(pool, testShapes[shape], nil, nil)
 	w.g.Expect(env.Client.Create(w.ctx, claim)).To(Succeed())
 	if setStatus != nil {
 		setStatus(claim)
@@ -133,8 +144,9 @@ func (w *world) node(claim *v1alpha1.NodeClaim) *corev1.Node {
 func nodeOf(claim *v1alpha1.NodeClaim) *corev1.Node {
 	return &corev1.Node{
 		ObjectMeta: metav1.ObjectMeta{Name: claim.Status.NodeName, Labels: map[string]string{
-			v1alpha1.LabelNodePool:  claim.Spec.NodePoolRef.Name,
-			v1alpha1.LabelNodeClaim: claim.Name,
+			v1alpha1.LabelNodePool:         claim.Spec.NodePoolRef.Name,
+			v1alpha1.LabelNodeClaim:        claim.Name,
+			corev1.LabelInstanceTypeStable: claim.Spec.Shape.Name,
 		}},
 		Spec: corev1.NodeSpec{ProviderID: claim.Status.ProviderID},
 	}

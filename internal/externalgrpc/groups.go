@@ -14,6 +14,7 @@ import (
 	"github.com/claimscale/claimscale/api/v1alpha1"
 	"github.com/claimscale/claimscale/internal/controllers/index"
 	"github.com/claimscale/claimscale/internal/externalgrpc/protos"
+	"github.com/claimscale/claimscale/internal/scheduling"
 )
 
 // PlaceholderPrefix starts the instance id of a claim that has no
@@ -30,58 +31,135 @@ func instanceID(claim *v1alpha1.NodeClaim) string {
 	return PlaceholderPrefix + claim.Name
 }
 
-// isGroup says whether a pool is served as a node group: cluster-autoscaler
-// needs a maximum, so only pools with limits.nodes are.
-func isGroup(pool *v1alpha1.NodePool) bool {
+// isGroupPool says whether a pool's shapes are served as node groups:
+// cluster-autoscaler needs a maximum, so only pools with limits.nodes are.
+func isGroupPool(pool *v1alpha1.NodePool) bool {
 	return pool.DeletionTimestamp.IsZero() && pool.Spec.Limits != nil && pool.Spec.Limits.Nodes != nil
 }
 
-// nodeGroup is the group a pool is served as.
-func nodeGroup(pool *v1alpha1.NodePool) *protos.NodeGroup {
+// groupID is the id of the node group of a pool's shape. Pool names are
+// DNS subdomains and hold no slash, so the first one splits it again.
+func groupID(pool, shape string) string { return pool + "/" + shape }
+
+// splitGroupID returns the pool and shape of a group id.
+func splitGroupID(id string) (pool, shape string, ok bool) {
+	return strings.Cut(id, "/")
+}
+
+// group is one served node group: a shape of a pool.
+type group struct {
+	pool   *v1alpha1.NodePool
+	shape  scheduling.Shape
+	shapes *poolShapes
+}
+
+func (g *group) id() string { return groupID(g.pool.Name, g.shape.Name) }
+
+// message describes the group for cluster-autoscaler, given its pool's
+// usage. The maximum is what the pool's limits leave for this shape on top
+// of its current size, so the autoscaler's estimator never plans past a
+// limit that spans the pool's groups; the pool's minNodes is the minimum
+// of its cheapest group, less the nodes its other groups hold.
+func (g *group) message(usage poolUsage) *protos.NodeGroup {
+	size := usage.byShape[g.shape.Name]
+	others := int32(usage.nodes) - size
+	var minSize int32
+	if g.shape.Name == g.shapes.served[0].Name {
+		minSize = max(g.pool.Spec.MinNodes-others, 0)
+	}
+	maxSize := size + g.room(usage)
 	return &protos.NodeGroup{
-		Id:      pool.Name,
-		MinSize: pool.Spec.MinNodes,
-		MaxSize: *pool.Spec.Limits.Nodes,
-		Debug:   debugOf(pool),
+		Id:      g.id(),
+		MinSize: minSize,
+		MaxSize: max(maxSize, minSize),
+		Debug: fmt.Sprintf("NodePool %s shape %s (%s cpu, %s memory; provider %s; pool nodes %d-%d)",
+			g.pool.Name, g.shape.Name, g.shape.CPU.String(), g.shape.Memory.String(), g.pool.Spec.ProviderRef.Name, g.pool.Spec.MinNodes, *g.pool.Spec.Limits.Nodes),
 	}
 }
 
-// debugOf summarises a pool for cluster-autoscaler's status page and logs.
-func debugOf(pool *v1alpha1.NodePool) string {
-	var shapes string
-	if f := pool.Spec.Shapes.Flexible; f != nil {
-		shapes = fmt.Sprintf("flexible cpu %s-%s memory %s-%s", f.MinCPU.String(), f.MaxCPU.String(), f.MinMemory.String(), f.MaxMemory.String())
-	} else {
-		names := make([]string, 0, len(pool.Spec.Shapes.Fixed))
-		for _, shape := range pool.Spec.Shapes.Fixed {
-			names = append(names, shape.Name)
+// room is how many more nodes of the group's shape the pool's limits
+// (nodes, cpu, memory) allow.
+func (g *group) room(usage poolUsage) int32 {
+	limits := g.pool.Spec.Limits
+	room := max(int64(*limits.Nodes)-usage.nodes, 0)
+	if limits.CPU != nil && g.shape.CPU.MilliValue() > 0 {
+		room = min(room, max(limits.CPU.MilliValue()-usage.milliCPU, 0)/g.shape.CPU.MilliValue())
+	}
+	if limits.Memory != nil && g.shape.Memory.Value() > 0 {
+		room = min(room, max(limits.Memory.Value()-usage.memory, 0)/g.shape.Memory.Value())
+	}
+	return int32(room)
+}
+
+// poolUsage is what a pool's live claims hold, in shapes.
+type poolUsage struct {
+	nodes    int64
+	milliCPU int64
+	memory   int64
+	byShape  map[string]int32
+}
+
+// usageOf totals a pool's claims that are not being deleted. It reads the
+// cache's objects without copying them (it only counts): it runs for every
+// node on every loop of the autoscaler.
+func (c *cloudProvider) usageOf(ctx context.Context, pool string) (poolUsage, error) {
+	var list v1alpha1.NodeClaimList
+	if err := c.kube.List(ctx, &list, client.MatchingFields{index.NodeClaimNodePool: pool}, client.UnsafeDisableDeepCopy); err != nil {
+		return poolUsage{}, fmt.Errorf("listing claims of NodePool %s: %w", pool, err)
+	}
+	usage := poolUsage{byShape: map[string]int32{}}
+	for i := range list.Items {
+		claim := &list.Items[i]
+		if !claim.DeletionTimestamp.IsZero() {
+			continue
 		}
-		shapes = strings.Join(names, ",")
+		usage.nodes++
+		usage.milliCPU += claim.Spec.Shape.CPU.MilliValue()
+		usage.memory += claim.Spec.Shape.Memory.Value()
+		usage.byShape[claim.Spec.Shape.Name]++
 	}
-	return fmt.Sprintf("NodePool %s (provider %s, shapes %s, nodes %d-%d)",
-		pool.Name, pool.Spec.ProviderRef.Name, shapes, pool.Spec.MinNodes, *pool.Spec.Limits.Nodes)
+	return usage, nil
 }
 
-// groupPool returns the pool served as group id, or nil when there is no
-// such group.
-func (c *cloudProvider) groupPool(ctx context.Context, id string) (*v1alpha1.NodePool, error) {
-	if id == "" {
+// groupPool returns a pool whose shapes are served, or nil when there is
+// no such pool.
+func (c *cloudProvider) groupPool(ctx context.Context, name string) (*v1alpha1.NodePool, error) {
+	if name == "" {
 		return nil, nil
 	}
 	pool := &v1alpha1.NodePool{}
-	if err := c.kube.Get(ctx, client.ObjectKey{Name: id}, pool); err != nil {
+	if err := c.kube.Get(ctx, client.ObjectKey{Name: name}, pool); err != nil {
 		if apierrors.IsNotFound(err) {
 			return nil, nil
 		}
-		return nil, fmt.Errorf("reading NodePool %s: %w", id, err)
+		return nil, fmt.Errorf("reading NodePool %s: %w", name, err)
 	}
-	if !isGroup(pool) {
+	if !isGroupPool(pool) {
 		return nil, nil
 	}
 	return pool, nil
 }
 
+// group returns the served group of a pool's shape, or nil when the pool
+// serves none of that name.
+func (c *cloudProvider) group(ctx context.Context, poolName, shapeName string) (*group, error) {
+	pool, err := c.groupPool(ctx, poolName)
+	if err != nil || pool == nil {
+		return nil, err
+	}
+	shapes, err := c.shapes.get(ctx, pool)
+	if err != nil {
+		return nil, err
+	}
+	shape, ok := shapes.shape(shapeName)
+	if !ok {
+		return nil, nil
+	}
+	return &group{pool: pool, shape: shape, shapes: shapes}, nil
+}
+
 // claimsOf lists a pool's claims, deleted ones included, oldest first.
+// Every shape's: the pool's limits span its groups.
 func (c *cloudProvider) claimsOf(ctx context.Context, pool string) ([]v1alpha1.NodeClaim, error) {
 	var list v1alpha1.NodeClaimList
 	if err := c.kube.List(ctx, &list, client.MatchingFields{index.NodeClaimNodePool: pool}); err != nil {
@@ -95,6 +173,17 @@ func (c *cloudProvider) claimsOf(ctx context.Context, pool string) ([]v1alpha1.N
 		return a.Name < b.Name
 	})
 	return list.Items, nil
+}
+
+// ofShape keeps the claims of one shape.
+func ofShape(claims []v1alpha1.NodeClaim, shape string) []v1alpha1.NodeClaim {
+	var out []v1alpha1.NodeClaim
+	for i := range claims {
+		if claims[i].Spec.Shape.Name == shape {
+			out = append(out, claims[i])
+		}
+	}
+	return out
 }
 
 // targetSize counts the claims that are not being deleted.
@@ -114,16 +203,25 @@ func registered(claim *v1alpha1.NodeClaim) bool {
 }
 
 // owner is what is known of a node cluster-autoscaler names: the claim
-// behind it, or, once that is gone, the pool its Node says it is in.
+// behind it, or, once that is gone, the pool and shape its Node says.
 type owner struct {
 	claim *v1alpha1.NodeClaim
-	// pool is the claim's pool, else the pool label of the Node of that
+	// pool and shape are the claim's, else the labels of the Node of that
 	// name, else "" when nothing is left of the node.
-	pool string
-	// labelled is the pool label cluster-autoscaler sent with the node.
-	labelled string
+	pool, shape string
+	// labelledPool and labelledShape are the pool and instance-type labels
+	// cluster-autoscaler sent with the node.
+	labelledPool, labelledShape string
 	// foreign: a Node of that name exists that claimscale did not make.
 	foreign bool
+}
+
+// group is the id of the group the node is in, "" when unknown.
+func (o owner) group() string {
+	if o.pool == "" || o.shape == "" {
+		return ""
+	}
+	return groupID(o.pool, o.shape)
 }
 
 // ownerOf finds the claim behind a node cluster-autoscaler sent: by the
@@ -131,18 +229,12 @@ type owner struct {
 // of that name. Stand-in nodes for instances that never registered carry
 // only the instance id as providerID and name, which the first two find.
 func (c *cloudProvider) ownerOf(ctx context.Context, node *protos.ExternalGrpcNode) (owner, error) {
-	found := owner{labelled: node.GetLabels()[v1alpha1.LabelNodePool]}
+	found := owner{labelledPool: node.GetLabels()[v1alpha1.LabelNodePool], labelledShape: node.GetLabels()[corev1.LabelInstanceTypeStable]}
 	providerID := node.GetProviderID()
 	if name, ok := strings.CutPrefix(providerID, PlaceholderPrefix); ok {
 		claim, err := c.claimNamed(ctx, name)
-		if err != nil {
-			return owner{}, err
-		}
-		if claim == nil {
-			// Gone already: the lifecycle controller deletes a claim whose
-			// launch found no capacity; its remembered failure names the pool.
-			found.pool = c.failures.poolOf(name)
-			return found, nil
+		if err != nil || claim == nil {
+			return found, err
 		}
 		return found.with(claim), nil
 	}
@@ -179,6 +271,7 @@ func (c *cloudProvider) ownerOf(ctx context.Context, node *protos.ExternalGrpcNo
 		}
 	}
 	found.pool = existing.Labels[v1alpha1.LabelNodePool]
+	found.shape = existing.Labels[corev1.LabelInstanceTypeStable]
 	found.foreign = found.pool == ""
 	return found, nil
 }
@@ -186,21 +279,27 @@ func (c *cloudProvider) ownerOf(ctx context.Context, node *protos.ExternalGrpcNo
 func (o owner) with(claim *v1alpha1.NodeClaim) owner {
 	o.claim = claim
 	o.pool = claim.Spec.NodePoolRef.Name
+	o.shape = claim.Spec.Shape.Name
 	return o
 }
 
 // belongsTo says whether the node may be deleted as part of group id:
 // neither its claim, its Node nor the labels sent with it name another
-// pool, and it is not a Node claimscale did not make. A node of which
-// nothing is left belongs anywhere: deleting it deletes nothing.
+// pool or shape, and it is not a Node claimscale did not make. A node of
+// which nothing is left belongs anywhere: deleting it deletes nothing.
 func (o owner) belongsTo(id string) bool {
+	pool, shape, _ := splitGroupID(id)
 	switch {
 	case o.foreign:
 		return false
-	case o.labelled != "" && o.labelled != id:
+	case o.labelledPool != "" && o.labelledPool != pool:
+		return false
+	case o.labelledPool != "" && o.labelledShape != "" && o.labelledShape != shape:
+		return false
+	case o.pool != "" && o.pool != pool:
 		return false
 	}
-	return o.pool == "" || o.pool == id
+	return o.shape == "" || o.shape == shape
 }
 
 func (c *cloudProvider) claimNamed(ctx context.Context, name string) (*v1alpha1.NodeClaim, error) {

@@ -40,6 +40,9 @@ var (
 	authority *testcerts.Authority
 	// address of the shared server.
 	address string
+	// expanderAddress is where the shared server's gRPC expander listens,
+	// with the certificate caFile verifies.
+	expanderAddress, caFile string
 	// resolver resolves providers the way the server does.
 	resolver *providers.Resolver
 )
@@ -106,16 +109,24 @@ func startServer(ctx context.Context, stopped chan<- struct{}) error {
 	if err != nil {
 		return err
 	}
-	certFile, keyFile, caFile, err := authority.WriteFiles(dir, serverPair)
+	certFile, keyFile, ca, err := authority.WriteFiles(dir, serverPair)
 	if err != nil {
 		return err
 	}
+	caFile = ca
 	listener, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return err
 	}
-	server, err := New(Options{Listener: listener, CertFile: certFile, KeyFile: keyFile, ClientCAFile: caFile, GPULabel: "example.com/gpu"},
-		Dependencies{Kube: mgr.GetClient(), Informers: mgr.GetCache(), Providers: resolver, Logger: log.Log})
+	expanderListener, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return err
+	}
+	server, err := New(Options{
+		Listener: listener, CertFile: certFile, KeyFile: keyFile, ClientCAFile: caFile, GPULabel: "example.com/gpu",
+		ExpanderListener: expanderListener,
+	},
+		Dependencies{Kube: mgr.GetClient(), Providers: resolver, Logger: log.Log})
 	if err != nil {
 		return err
 	}
@@ -123,6 +134,7 @@ func startServer(ctx context.Context, stopped chan<- struct{}) error {
 		return err
 	}
 	address = server.Addr().String()
+	expanderAddress = server.ExpanderAddr().String()
 	go func() {
 		defer close(stopped)
 		defer os.RemoveAll(dir)

@@ -2,6 +2,7 @@ package externalgrpc
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"net"
@@ -15,6 +16,7 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/keepalive"
 	"k8s.io/utils/clock"
+	"sigs.k8s.io/controller-runtime/pkg/certwatcher"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/claimscale/claimscale/internal/externalgrpc/protos"
@@ -43,6 +45,20 @@ type Options struct {
 	Insecure bool
 	// GPULabel is the label of GPU nodes, answered to GPULabel.
 	GPULabel string
+
+	// ExpanderBindAddress, when set, serves cluster-autoscaler's gRPC
+	// expander there (--expander=grpc), on a listener of its own:
+	// cluster-autoscaler's expander client verifies the server but
+	// presents no certificate, so this listener demands none. It only
+	// reads.
+	ExpanderBindAddress string
+	// ExpanderListener, when set, is served instead of listening on
+	// ExpanderBindAddress.
+	ExpanderListener net.Listener
+	// ExpanderCertFile and ExpanderKeyFile are the expander's certificate
+	// and key (PEM), re-read when they change; CertFile and KeyFile when
+	// empty. cluster-autoscaler refuses a plaintext expander.
+	ExpanderCertFile, ExpanderKeyFile string
 }
 
 // Dependencies are what the server reads and writes through.
@@ -50,9 +66,6 @@ type Dependencies struct {
 	// Kube reads through the manager's cache, with the indexes of the
 	// index package, and writes to the API server.
 	Kube client.Client
-	// Informers, when set, are watched for claims that fail to launch
-	// (the manager's cache).
-	Informers Informers
 	// Providers resolve pools' shapes.
 	Providers ProviderResolver
 	Logger    logr.Logger
@@ -64,13 +77,16 @@ type Dependencies struct {
 // manager Runnable that runs on every replica: it only reads the cache and
 // writes claims, which the leader's controllers act on.
 type Server struct {
-	grpc      *grpc.Server
-	health    *health.Server
-	listener  net.Listener
-	tls       *serverTLS
-	failures  *failures
-	informers Informers
-	logger    logr.Logger
+	grpc     *grpc.Server
+	health   *health.Server
+	listener net.Listener
+	tls      *serverTLS
+	logger   logr.Logger
+
+	// expander is the gRPC expander's server, nil when not served.
+	expander         *grpc.Server
+	expanderListener net.Listener
+	expanderCerts    *certwatcher.CertWatcher
 }
 
 // New builds the server and opens its listener, so a taken port or a
@@ -80,7 +96,7 @@ func New(opts Options, deps Dependencies) (*Server, error) {
 		deps.Clock = clock.RealClock{}
 	}
 	logger := deps.Logger.WithName("externalgrpc")
-	s := &Server{health: health.NewServer(), informers: deps.Informers, logger: logger, failures: newFailures(deps.Clock)}
+	s := &Server{health: health.NewServer(), logger: logger}
 
 	serverOptions := []grpc.ServerOption{
 		interceptors(logger),
@@ -100,10 +116,10 @@ func New(opts Options, deps Dependencies) (*Server, error) {
 		serverOptions = append(serverOptions, grpc.Creds(credentials.NewTLS(serverTLS.config())))
 	}
 	s.grpc = grpc.NewServer(serverOptions...)
+	shapes := newShapeCache(deps.Providers, deps.Clock)
 	protos.RegisterCloudProviderServer(s.grpc, &cloudProvider{
 		kube:     deps.Kube,
-		shapes:   newShapeCache(deps.Providers, deps.Clock),
-		failures: s.failures,
+		shapes:   shapes,
 		gpuLabel: opts.GPULabel,
 	})
 	healthpb.RegisterHealthServer(s.grpc, s.health)
@@ -124,7 +140,56 @@ func New(opts Options, deps Dependencies) (*Server, error) {
 		}
 		s.listener = listener
 	}
+	if opts.ExpanderBindAddress != "" || opts.ExpanderListener != nil {
+		if err := s.newExpander(opts, &expander{kube: deps.Kube, shapes: shapes}); err != nil {
+			_ = s.listener.Close()
+			return nil, err
+		}
+	}
 	return s, nil
+}
+
+// newExpander sets up the expander's server: TLS with the server's
+// certificate only, TLS 1.3 at the least, the same interceptors and the
+// health service.
+func (s *Server) newExpander(opts Options, ranker *expander) error {
+	certFile, keyFile := opts.ExpanderCertFile, opts.ExpanderKeyFile
+	if certFile == "" && keyFile == "" {
+		certFile, keyFile = opts.CertFile, opts.KeyFile
+	}
+	if certFile == "" || keyFile == "" {
+		return fmt.Errorf("the gRPC expander needs a server certificate and key (--grpc-expander-cert and --grpc-expander-key, or --grpc-cert and --grpc-key): cluster-autoscaler refuses a plaintext expander")
+	}
+	certs, err := certwatcher.New(certFile, keyFile)
+	if err != nil {
+		return fmt.Errorf("loading the gRPC expander's certificate: %w", err)
+	}
+	s.expanderCerts = certs
+	s.expander = grpc.NewServer(
+		interceptors(s.logger.WithName("expander")),
+		grpc.Creds(credentials.NewTLS(&tls.Config{MinVersion: tls.VersionTLS13, GetCertificate: certs.GetCertificate})),
+		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}),
+	)
+	protos.RegisterExpanderServer(s.expander, ranker)
+	healthpb.RegisterHealthServer(s.expander, s.health)
+	metrics.GRPCServer.InitializeMetrics(s.expander)
+	s.expanderListener = opts.ExpanderListener
+	if s.expanderListener == nil {
+		listener, err := net.Listen("tcp", opts.ExpanderBindAddress)
+		if err != nil {
+			return fmt.Errorf("listening for the gRPC expander on %s: %w", opts.ExpanderBindAddress, err)
+		}
+		s.expanderListener = listener
+	}
+	return nil
+}
+
+// ExpanderAddr is where the expander listens, nil when it is not served.
+func (s *Server) ExpanderAddr() net.Addr {
+	if s.expanderListener == nil {
+		return nil
+	}
+	return s.expanderListener.Addr()
 }
 
 // Addr is the address the server listens on.
@@ -144,19 +209,28 @@ func (s *Server) Start(ctx context.Context) error {
 			}
 		}()
 	}
-	if s.informers != nil {
-		if err := s.failures.watch(ctx, s.informers); err != nil {
-			return err
-		}
-	}
-	served := make(chan error, 1)
+	servers := []*grpc.Server{s.grpc}
+	served := make(chan error, 2)
 	go func() { served <- s.grpc.Serve(s.listener) }()
+	if s.expander != nil {
+		servers = append(servers, s.expander)
+		go func() {
+			if err := s.expanderCerts.Start(ctx); err != nil {
+				s.logger.Error(err, "watching the expander's certificate; serving the one loaded")
+			}
+		}()
+		go func() { served <- s.expander.Serve(s.expanderListener) }()
+		s.logger.Info("serving cluster-autoscaler's gRPC expander", "address", s.expanderListener.Addr().String())
+	}
 	s.health.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
 	s.health.SetServingStatus(protos.CloudProvider_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_SERVING)
 	s.logger.Info("serving cluster-autoscaler's externalgrpc protocol", "address", s.listener.Addr().String(), "mutualTLS", s.tls != nil)
 
 	select {
 	case err := <-served:
+		for _, server := range servers {
+			server.Stop()
+		}
 		if err != nil && !errors.Is(err, grpc.ErrServerStopped) {
 			return fmt.Errorf("serving externalgrpc: %w", err)
 		}
@@ -166,13 +240,17 @@ func (s *Server) Start(ctx context.Context) error {
 	s.health.Shutdown()
 	stopped := make(chan struct{})
 	go func() {
-		s.grpc.GracefulStop()
+		for _, server := range servers {
+			server.GracefulStop()
+		}
 		close(stopped)
 	}()
 	select {
 	case <-stopped:
 	case <-time.After(shutdownGrace):
-		s.grpc.Stop()
+		for _, server := range servers {
+			server.Stop()
+		}
 	}
 	return nil
 }

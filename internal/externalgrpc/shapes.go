@@ -3,6 +3,7 @@ package externalgrpc
 import (
 	"context"
 	"fmt"
+	"sort"
 	"strconv"
 	"sync"
 	"time"
@@ -29,15 +30,26 @@ const shapesTTL = time.Minute
 
 // poolShapes is what a pool makes, as the shim needs it.
 type poolShapes struct {
-	// defaultShape is the shape cluster-autoscaler's scale-ups get and its
-	// template node shows: the pool's cheapest.
-	defaultShape scheduling.Shape
+	// served are the shapes served as node groups, cheapest first.
+	served []scheduling.Shape
+	// resolved is the pool's shapes as the scheduling core sees them.
+	resolved scheduling.Shapes
 	// prices are the hourly prices of fixed shapes, by name, where the pool
 	// or the provider's catalog names one (not a price derived from size).
 	prices map[string]float64
 	// flexible prices are the pool's own, when it names them.
 	pricePerCPU, pricePerGiB float64
 	flexiblePriced           bool
+}
+
+// shape returns the served shape of that name.
+func (p *poolShapes) shape(name string) (scheduling.Shape, bool) {
+	for _, shape := range p.served {
+		if shape.Name == name {
+			return shape, true
+		}
+	}
+	return scheduling.Shape{}, false
 }
 
 // price is a shape's hourly price, when one is known.
@@ -107,24 +119,22 @@ func (s *shapeCache) resolve(ctx context.Context, pool *v1alpha1.NodePool) (*poo
 	if err != nil {
 		return nil, err
 	}
-	resolved := &poolShapes{prices: map[string]float64{}}
+	resolved := &poolShapes{resolved: shapes, prices: map[string]float64{}}
 	if f := shapes.Flexible; f != nil {
-		// The smallest size is the cheapest: prices grow with size.
-		smallest, ok := f.Smallest(f.MinCPU, f.MinMemory)
-		if !ok {
+		resolved.served = flexibleLadder(f)
+		if len(resolved.served) == 0 {
 			return nil, fmt.Errorf("flexible shapes of NodePool %s hold no size", pool.Name)
 		}
-		resolved.defaultShape = smallest
 		spec := pool.Spec.Shapes.Flexible
 		resolved.flexiblePriced = spec.PricePerCPU != "" || spec.PricePerGiB != ""
 		resolved.pricePerCPU, resolved.pricePerGiB = f.PricePerCPU, f.PricePerGiB
 		return resolved, nil
 	}
-	cheapest, ok := scheduling.Cheapest(shapes.Fixed)
-	if !ok {
+	if len(shapes.Fixed) == 0 {
 		return nil, fmt.Errorf("NodePool %s offers no shapes", pool.Name)
 	}
-	resolved.defaultShape = cheapest
+	resolved.served = append([]scheduling.Shape(nil), shapes.Fixed...)
+	sort.SliceStable(resolved.served, func(i, j int) bool { return scheduling.Cheaper(resolved.served[i], resolved.served[j]) })
 	named := map[string]bool{}
 	for _, shape := range pool.Spec.Shapes.Fixed {
 		named[shape.Name] = shape.Price != ""
@@ -140,4 +150,33 @@ func (s *shapeCache) resolve(ctx context.Context, pool *v1alpha1.NodePool) (*poo
 		}
 	}
 	return resolved, nil
+}
+
+// flexibleLadder is the sizes of a flexible range served as node groups:
+// the smallest, then cpu and memory doubled at each step, and the largest.
+// A grid can hold thousands of sizes, too many groups for the autoscaler
+// to weigh each loop; a doubling ladder gives it a small choice whose
+// steps waste at most half a node.
+func flexibleLadder(f *scheduling.Flexible) []scheduling.Shape {
+	var ladder []scheduling.Shape
+	seen := map[string]bool{}
+	add := func(shape scheduling.Shape) {
+		if !seen[shape.Name] {
+			seen[shape.Name] = true
+			ladder = append(ladder, shape)
+		}
+	}
+	cpu, memory := f.MinCPU.DeepCopy(), f.MinMemory.DeepCopy()
+	for {
+		shape, ok := f.Smallest(cpu, memory)
+		if !ok {
+			break
+		}
+		add(shape)
+		cpu = *resource.NewMilliQuantity(2*shape.CPU.MilliValue(), resource.DecimalSI)
+		memory = *resource.NewQuantity(2*shape.Memory.Value(), resource.BinarySI)
+	}
+	add(f.Largest())
+	sort.SliceStable(ladder, func(i, j int) bool { return scheduling.Cheaper(ladder[i], ladder[j]) })
+	return ladder
 }

@@ -101,6 +101,7 @@ func Setup(ctx context.Context, mgr manager.Manager, opts Options) (*Operator, e
 		&nodeclaim.Controller{
 			Kube: mgr.GetClient(), Providers: resolver, Capacity: capacityBackoff,
 			Recorder: mgr.GetEventRecorder(nodeclaim.Name), Clock: opts.Clock,
+			KeepFailedClaims: opts.Mode == ModeExternalGRPC,
 		},
 		&nodepool.Controller{Kube: mgr.GetClient(), Providers: resolver},
 		&nodeprovider.Controller{Kube: mgr.GetClient(), Providers: resolver},
@@ -135,7 +136,7 @@ func Setup(ctx context.Context, mgr manager.Manager, opts Options) (*Operator, e
 	}
 	if opts.Mode == ModeExternalGRPC {
 		server, err := externalgrpc.New(opts.ExternalGRPC, externalgrpc.Dependencies{
-			Kube: mgr.GetClient(), Informers: mgr.GetCache(), Providers: resolver,
+			Kube: mgr.GetClient(), Providers: resolver,
 			Logger: mgr.GetLogger(), Clock: opts.Clock,
 		})
 		if err != nil {

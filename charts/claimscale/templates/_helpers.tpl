@@ -44,6 +44,13 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{- end -}}
 {{- end -}}
 
+{{/* The gRPC expander is served with the server certificate, so never in plaintext. */}}
+{{- define "claimscale.expander" -}}
+{{- if and (eq .Values.mode "externalgrpc") .Values.externalgrpc.expander.enabled (not .Values.externalgrpc.insecure) -}}
+true
+{{- end -}}
+{{- end -}}
+
 {{- define "claimscale.grpcSecret" -}}
 {{- if .Values.externalgrpc.existingServerSecret -}}
 {{- .Values.externalgrpc.existingServerSecret -}}

@@ -148,7 +148,10 @@ func (c *Controller) collectClaim(ctx context.Context, claim *v1alpha1.NodeClaim
 	if !claim.DeletionTimestamp.IsZero() || claim.Status.ProviderID == "" || machineIDs[claim.Status.ProviderID] {
 		return nil
 	}
-	if !meta.IsStatusConditionTrue(claim.Status.Conditions, v1alpha1.ConditionLaunched) {
+	if !meta.IsStatusConditionTrue(claim.Status.Conditions, v1alpha1.ConditionLaunched) ||
+		meta.IsStatusConditionTrue(claim.Status.Conditions, v1alpha1.ConditionFailed) {
+		// A failed claim's machine was deleted on purpose; the claim waits
+		// for whoever decides (cluster-autoscaler) to delete it.
 		return nil
 	}
 	if claim.Status.NodeName != "" {

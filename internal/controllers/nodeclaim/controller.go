@@ -19,7 +19,10 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -61,6 +64,12 @@ type Controller struct {
 	// nothing.
 	DefaultRegistrationTimeout time.Duration
 
+	// KeepFailedClaims keeps a claim that failed for good (no capacity, no
+	// registration) with its machine deleted and the condition Failed,
+	// instead of deleting it: cluster-autoscaler must see the failure
+	// (failure.go). The externalgrpc mode sets it.
+	KeepFailedClaims bool
+
 	retries sync.Map // claim UID → *backoff.ExponentialBackOff
 }
 
@@ -99,9 +108,9 @@ func (c *Controller) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		return reconcile.Result{}, client.IgnoreNotFound(err)
 	}
 	if !claim.DeletionTimestamp.IsZero() {
-		return c.reconcileDelete(ctx, claim)
+		return requeueOnConflict(ctx)(c.reconcileDelete(ctx, claim))
 	}
-	return c.reconcileNormal(ctx, claim)
+	return requeueOnConflict(ctx)(c.reconcileNormal(ctx, claim))
 }
 
 func (c *Controller) reconcileNormal(ctx context.Context, claim *v1alpha1.NodeClaim) (reconcile.Result, error) {
@@ -114,6 +123,9 @@ func (c *Controller) reconcileNormal(ctx context.Context, claim *v1alpha1.NodeCl
 		if err := c.Kube.Patch(ctx, claim, patch); err != nil {
 			return reconcile.Result{}, client.IgnoreNotFound(err)
 		}
+	}
+	if failed(claim) {
+		return reconcile.Result{}, nil
 	}
 	stored := claim.DeepCopy()
 	ctx, after := withAfterStatus(ctx)
@@ -159,18 +171,68 @@ func (c *Controller) summarizeReady(claim *v1alpha1.NodeClaim) {
 	c.setCondition(claim, v1alpha1.ConditionReady, metav1.ConditionTrue, "Ready", "node "+claim.Status.NodeName+" is ready")
 }
 
-// writeStatus patches the status subresource when it changed.
+// lifecycleConditions are the claim conditions this controller writes.
+// Disruption writes the others (Drifted, Empty, Consolidatable,
+// Disrupting) into the same list.
+var lifecycleConditions = map[string]bool{
+	v1alpha1.ConditionLaunched: true, v1alpha1.ConditionRegistered: true, v1alpha1.ConditionInitialized: true,
+	v1alpha1.ConditionReady: true, v1alpha1.ConditionFailed: true, v1alpha1.ConditionTerminating: true,
+}
+
+// statusWriteSettle bounds how long a status write waits for the cache to
+// show it.
+const statusWriteSettle = 2 * time.Second
+
+// writeStatus writes the status fields this controller owns when they
+// changed, by server-side apply under its own field manager and without a
+// resourceVersion: a concurrent write of other fields (disruption's
+// conditions, which are list entries keyed by type) neither conflicts with
+// it nor is erased by it. It then waits, briefly, until the cache shows the
+// write, so the claim's next reconcile never starts from a copy older than
+// its own last write: an applied status omitting a condition this
+// controller set before would remove it.
 func (c *Controller) writeStatus(ctx context.Context, stored, claim *v1alpha1.NodeClaim) error {
 	if equality.Semantic.DeepEqual(stored.Status, claim.Status) {
 		return nil
 	}
-	// Other controllers write other conditions of the same list; the lock
-	// makes a concurrent write fail and retry instead of erasing theirs.
-	patch := client.MergeFromWithOptions(stored, client.MergeFromWithOptimisticLock{})
-	if err := c.Kube.Status().Patch(ctx, claim, patch); err != nil {
+	owned := ownedStatus(claim)
+	status, err := runtime.DefaultUnstructuredConverter.ToUnstructured(&owned)
+	if err != nil {
+		return fmt.Errorf("encoding status of NodeClaim %s: %w", claim.Name, err)
+	}
+	apply := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": v1alpha1.GroupVersion.String(),
+		"kind":       "NodeClaim",
+		"metadata":   map[string]any{"name": claim.Name},
+		"status":     status,
+	}}
+	if err := c.Kube.Status().Apply(ctx, client.ApplyConfigurationFromUnstructured(apply), client.FieldOwner(Name), client.ForceOwnership); err != nil {
 		return client.IgnoreNotFound(fmt.Errorf("writing status of NodeClaim %s: %w", claim.Name, err))
 	}
+	written := apply.GetResourceVersion()
+	claim.ResourceVersion = written
+	_ = wait.PollUntilContextTimeout(ctx, 5*time.Millisecond, statusWriteSettle, true, func(ctx context.Context) (bool, error) {
+		cached := &v1alpha1.NodeClaim{}
+		if err := c.Kube.Get(ctx, client.ObjectKeyFromObject(claim), cached); err != nil {
+			return apierrors.IsNotFound(err), nil
+		}
+		return cached.ResourceVersion == written || equality.Semantic.DeepEqual(ownedStatus(cached), owned), nil
+	})
 	return nil
+}
+
+// ownedStatus is the part of a claim's status this controller writes.
+func ownedStatus(claim *v1alpha1.NodeClaim) v1alpha1.NodeClaimStatus {
+	owned := v1alpha1.NodeClaimStatus{
+		ProviderID: claim.Status.ProviderID, NodeName: claim.Status.NodeName,
+		Capacity: claim.Status.Capacity, Allocatable: claim.Status.Allocatable,
+	}
+	for _, condition := range claim.Status.Conditions {
+		if lifecycleConditions[condition.Type] {
+			owned.Conditions = append(owned.Conditions, condition)
+		}
+	}
+	return owned
 }
 
 // setCondition sets a claim condition on the controller's clock.

@@ -17,6 +17,7 @@ import (
 // because the condition that says why must be on the claim first.
 type afterStatus struct {
 	events      []pendingEvent
+	counts      []func()
 	deleteClaim bool
 }
 
@@ -44,6 +45,17 @@ func (c *Controller) eventf(ctx context.Context, regarding, related runtime.Obje
 	c.Recorder.Eventf(regarding, related, eventType, reason, action, note, args...)
 }
 
+// countAfterStatus moves a metric once the status that records the
+// change is written: a reconcile whose write fails runs again and would
+// count the same launch twice.
+func countAfterStatus(ctx context.Context, count func()) {
+	if after, ok := ctx.Value(afterStatusKey{}).(*afterStatus); ok {
+		after.counts = append(after.counts, count)
+		return
+	}
+	count()
+}
+
 // deleteAfterStatus asks for the claim to be deleted once its status,
 // which says why, is written.
 func deleteAfterStatus(ctx context.Context) {
@@ -52,12 +64,17 @@ func deleteAfterStatus(ctx context.Context) {
 	}
 }
 
-// run records the queued events and deletes the claim if asked.
+// run records the queued events and metrics and deletes the claim if
+// asked.
 func (a *afterStatus) run(ctx context.Context, kube client.Client, recorder events.EventRecorder, claim *v1alpha1.NodeClaim) error {
 	for _, e := range a.events {
 		recorder.Eventf(e.regarding, e.related, e.eventType, e.reason, e.action, e.note, e.args...)
 	}
 	a.events = nil
+	for _, count := range a.counts {
+		count()
+	}
+	a.counts = nil
 	if a.deleteClaim {
 		if err := kube.Delete(ctx, claim); client.IgnoreNotFound(err) != nil {
 			return fmt.Errorf("deleting claim %s: %w", claim.Name, err)

@@ -55,8 +55,7 @@ func (l *launch) Reconcile(ctx context.Context, claim *v1alpha1.NodeClaim) (reco
 		l.setCondition(claim, v1alpha1.ConditionLaunched, metav1.ConditionFalse, "InsufficientCapacity", message)
 		l.eventf(ctx, claim, nil, corev1.EventTypeWarning, "InsufficientCapacity", "Launch", "%s", message)
 		metrics.NodeClaimsTerminated.WithLabelValues(poolName(claim), "insufficient_capacity").Inc()
-		deleteAfterStatus(ctx)
-		return reconcile.Result{}, nil
+		return l.giveUp(ctx, claim, FailedInsufficientCapacity, message)
 
 	case provider.IsTerminal(err):
 		l.setCondition(claim, v1alpha1.ConditionLaunched, metav1.ConditionFalse, "LaunchFailed", err.Error())
@@ -84,7 +83,8 @@ func (l *launch) launched(ctx context.Context, claim *v1alpha1.NodeClaim, instan
 	message := fmt.Sprintf("machine %s launched as %s", instance.Name, instance.ProviderID)
 	l.setCondition(claim, v1alpha1.ConditionLaunched, metav1.ConditionTrue, "Launched", message)
 	l.eventf(ctx, claim, nil, corev1.EventTypeNormal, "Launched", "Launch", "%s", message)
-	metrics.NodeClaimsLaunched.WithLabelValues(poolName(claim)).Inc()
+	pool := poolName(claim)
+	countAfterStatus(ctx, func() { metrics.NodeClaimsLaunched.WithLabelValues(pool).Inc() })
 	log.FromContext(ctx).Info("launched machine", "providerID", instance.ProviderID)
 }
 

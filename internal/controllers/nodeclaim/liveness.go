@@ -36,13 +36,18 @@ func (l *liveness) Reconcile(ctx context.Context, claim *v1alpha1.NodeClaim) (re
 	if waited < timeout {
 		return reconcile.Result{RequeueAfter: timeout - waited}, nil
 	}
-	message := fmt.Sprintf("no node registered within the registration timeout of %s; deleting the machine and the claim", timeout)
-	l.setCondition(claim, v1alpha1.ConditionRegistered, metav1.ConditionFalse, "RegistrationTimeout", message)
-	l.eventf(ctx, claim, nil, corev1.EventTypeWarning, "RegistrationTimeout", "Register", "%s", message)
+	message := fmt.Sprintf("no node registered within the registration timeout of %s", timeout)
+	if !l.KeepFailedClaims {
+		message += "; deleting the machine and the claim"
+	}
+	l.setCondition(claim, v1alpha1.ConditionRegistered, metav1.ConditionFalse, FailedRegistrationTimeout, message)
+	l.eventf(ctx, claim, nil, corev1.EventTypeWarning, FailedRegistrationTimeout, "Register", "%s", message)
 	log.FromContext(ctx).Info("registration timed out", "timeout", timeout)
-	metrics.NodeClaimsTerminated.WithLabelValues(poolName(claim), "registration_timeout").Inc()
-	deleteAfterStatus(ctx)
-	return reconcile.Result{}, nil
+	result, err := l.giveUp(ctx, claim, FailedRegistrationTimeout, message)
+	if err == nil && (failed(claim) || !l.KeepFailedClaims) {
+		metrics.NodeClaimsTerminated.WithLabelValues(poolName(claim), "registration_timeout").Inc()
+	}
+	return result, err
 }
 
 func (l *liveness) registrationTimeout(ctx context.Context, claim *v1alpha1.NodeClaim) (time.Duration, error) {

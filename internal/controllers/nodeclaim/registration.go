@@ -74,7 +74,10 @@ func (r *registration) Reconcile(ctx context.Context, claim *v1alpha1.NodeClaim)
 // onto the node. Taints are added only at first registration: afterwards
 // something else (a CNI removing a startup taint) owns them.
 func (r *registration) adopt(ctx context.Context, claim *v1alpha1.NodeClaim, node *corev1.Node) error {
-	patch := client.MergeFromWithOptions(node.DeepCopy(), client.MergeFromWithOptimisticLock{})
+	// A strategic merge patch adds taints, finalizers and owner references
+	// as entries keyed by key, value and uid, so it needs no lock against
+	// the kubelet's and others' concurrent writes to the Node.
+	patch := client.StrategicMergeFrom(node.DeepCopy())
 	if node.Labels == nil {
 		node.Labels = map[string]string{}
 	}

@@ -108,7 +108,7 @@ func (c *Controller) cordon(ctx context.Context, node *corev1.Node) error {
 	if hasTaint(node.Spec.Taints, disrupted) {
 		return nil
 	}
-	patch := client.MergeFromWithOptions(node.DeepCopy(), client.MergeFromWithOptimisticLock{})
+	patch := client.StrategicMergeFrom(node.DeepCopy())
 	node.Spec.Taints = append(node.Spec.Taints, disrupted)
 	if err := c.Kube.Patch(ctx, node, patch); err != nil {
 		return fmt.Errorf("cordoning node %s: %w", node.Name, err)
@@ -206,7 +206,7 @@ func (c *Controller) deleteMachine(ctx context.Context, claim *v1alpha1.NodeClai
 // releaseNode removes our finalizer from the node and deletes it.
 func (c *Controller) releaseNode(ctx context.Context, node *corev1.Node) error {
 	if controllerutil.ContainsFinalizer(node, v1alpha1.TerminationFinalizer) {
-		patch := client.MergeFromWithOptions(node.DeepCopy(), client.MergeFromWithOptimisticLock{})
+		patch := client.StrategicMergeFrom(node.DeepCopy())
 		controllerutil.RemoveFinalizer(node, v1alpha1.TerminationFinalizer)
 		if err := c.Kube.Patch(ctx, node, patch); client.IgnoreNotFound(err) != nil {
 			return fmt.Errorf("releasing node %s: %w", node.Name, err)
