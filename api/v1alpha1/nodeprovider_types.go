@@ -38,7 +38,9 @@ type NodeProviderSpec struct {
 	// +optional
 	Proxmox *ProxmoxSettings `json:"proxmox,omitempty"`
 
-	// Cloudscale settings, for type cloudscale.
+	// Cloudscale settings, for type cloudscale. Flavors have no price in
+	// the cloudscale API: cheapest-first needs a price on each of a pool's
+	// shapes; a pool that prices none ranks its flavors by size instead.
 	// +optional
 	Cloudscale *CloudscaleSettings `json:"cloudscale,omitempty"`
 
@@ -247,10 +249,31 @@ type NameValue struct {
 }
 
 // CloudscaleSettings configure how servers are made on cloudscale.ch.
+//
+// Flavors have no price in the cloudscale API: cheapest-first needs a
+// price on each of the pool's shapes (spec.shapes.fixed[].price). A pool
+// that prices none of its flavors ranks them by size instead (vCPUs plus
+// GiB of memory / 4, see docs/cloudscale.md); one that prices some but not
+// all is refused.
+// +kubebuilder:validation:XValidation:rule="has(self.zone) || has(self.zones)",message="set zones (or, for a single zone, zone)"
+// +kubebuilder:validation:XValidation:rule="!(has(self.zone) && has(self.zones))",message="set zones or zone, not both: zone is the older form of a single-entry zones"
 type CloudscaleSettings struct {
-	// Zone slug, e.g. lpg1 or rma1.
+	// Zone slug, e.g. lpg1 or rma1: the single zone of NodeProviders made
+	// before zones existed, the same as zones with one entry. Prefer zones.
+	// +optional
 	// +kubebuilder:validation:MinLength=1
-	Zone string `json:"zone"`
+	Zone string `json:"zone,omitempty"`
+	// Zones servers are made in (cloudscale has lpg1 and rma1). Provisioning
+	// considers each as a place of its own: pods with zone spread or zone
+	// affinity get nodes in the right zone, and a zone out of capacity for a
+	// flavor is backed off while the others take its pods. Nodes carry
+	// topology.kubernetes.io/zone.
+	// +optional
+	// +listType=map
+	// +listMapKey=name
+	// +kubebuilder:validation:MinItems=1
+	// +kubebuilder:validation:MaxItems=8
+	Zones []CloudscaleZone `json:"zones,omitempty"`
 	// Image slug, or custom:<slug> for a custom image.
 	// +kubebuilder:validation:MinLength=1
 	Image string `json:"image"`
@@ -280,6 +303,101 @@ type CloudscaleSettings struct {
 	// Tags added to every server besides claimscale's own.
 	// +optional
 	Tags map[string]string `json:"tags,omitempty"`
+	// ManagedServerGroups, when set, has claimscale create and manage
+	// anti-affinity server groups per pool and zone: each server joins one
+	// (besides any serverGroups listed), a new group is opened when the
+	// others are full, and an empty group is deleted with its last server.
+	// +optional
+	ManagedServerGroups *CloudscaleManagedServerGroups `json:"managedServerGroups,omitempty"`
+	// ErrorPatterns classify error answers of the API that its status code
+	// alone does not: they are tried before the built-in table (see
+	// docs/cloudscale.md), first match wins. Only an answer classified
+	// InsufficientCapacity backs the pool's flavor off in that zone; an
+	// answer nothing matches is shown verbatim on the claim.
+	// +optional
+	// +kubebuilder:validation:MaxItems=32
+	ErrorPatterns []CloudscaleErrorPattern `json:"errorPatterns,omitempty"`
+}
+
+// CloudscaleZone is one zone servers are made in, with the settings that
+// differ between zones (private networks and server groups are zonal).
+type CloudscaleZone struct {
+	// Name is the zone slug, e.g. lpg1 or rma1.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=63
+	Name string `json:"name"`
+	// Interfaces on private networks in this zone, replacing
+	// spec.cloudscale.interfaces for servers made here.
+	// +optional
+	Interfaces []CloudscaleInterface `json:"interfaces,omitempty"`
+	// ServerGroups (UUIDs) in this zone the servers made here join,
+	// replacing spec.cloudscale.serverGroups.
+	// +optional
+	// +listType=set
+	ServerGroups []string `json:"serverGroups,omitempty"`
+}
+
+// CloudscaleManagedServerGroups configure the anti-affinity server groups
+// claimscale makes per pool and zone.
+type CloudscaleManagedServerGroups struct {
+	// MaxServersPerGroup is how many servers claimscale puts in one group
+	// before it opens another. cloudscale limits how many servers an
+	// anti-affinity group holds (one per physical host) but does not
+	// publish the number, so the default is an assumption: set what
+	// cloudscale tells you.
+	// +optional
+	// +kubebuilder:default=4
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=64
+	MaxServersPerGroup int32 `json:"maxServersPerGroup,omitempty"`
+}
+
+// CloudscaleErrorKind is what an error answer means for claimscale.
+// +kubebuilder:validation:Enum=InsufficientCapacity;Retryable;Terminal
+type CloudscaleErrorKind string
+
+const (
+	// CloudscaleErrorInsufficientCapacity: out of capacity or quota for the
+	// flavor in the zone; the claim is removed and the pool's flavor backed
+	// off in that zone.
+	CloudscaleErrorInsufficientCapacity CloudscaleErrorKind = "InsufficientCapacity"
+	// CloudscaleErrorRetryable: worth another try soon.
+	CloudscaleErrorRetryable CloudscaleErrorKind = "Retryable"
+	// CloudscaleErrorTerminal: a person must change something.
+	CloudscaleErrorTerminal CloudscaleErrorKind = "Terminal"
+)
+
+// CloudscaleErrorPattern classifies error answers whose message matches.
+type CloudscaleErrorPattern struct {
+	// Pattern is a regular expression (RE2 syntax), matched without regard
+	// to case against the answer's message: its detail, or each field's
+	// messages as "field: message".
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=1024
+	Pattern string `json:"pattern"`
+	// Status code the pattern applies to; unset for any error status.
+	// +optional
+	// +kubebuilder:validation:Minimum=400
+	// +kubebuilder:validation:Maximum=599
+	Status int32 `json:"status,omitempty"`
+	// Kind the matching answers are.
+	Kind CloudscaleErrorKind `json:"kind"`
+}
+
+// ZoneNames lists the zones servers are made in: zones, or the older
+// single zone.
+func (s *CloudscaleSettings) ZoneNames() []string {
+	if len(s.Zones) == 0 {
+		if s.Zone == "" {
+			return nil
+		}
+		return []string{s.Zone}
+	}
+	names := make([]string, 0, len(s.Zones))
+	for _, z := range s.Zones {
+		names = append(names, z.Name)
+	}
+	return names
 }
 
 // CloudscaleInterface attaches a server to a private network.

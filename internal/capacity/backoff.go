@@ -1,10 +1,11 @@
-// Package capacity remembers which pool and shape a provider had no capacity
-// or quota for, so provisioning tries another shape or pool instead of
-// asking again at once: 5 minutes after the first failure, doubling with
-// each further one up to 30 minutes.
+// Package capacity remembers which pool, shape and zone a provider had no
+// capacity or quota for, so provisioning tries another zone, shape or pool
+// instead of asking again at once: 5 minutes after the first failure,
+// doubling with each further one up to 30 minutes.
 package capacity
 
 import (
+	"slices"
 	"sync"
 	"time"
 
@@ -24,7 +25,9 @@ type Backoff struct {
 	entries map[key]entry
 }
 
-type key struct{ pool, shape string }
+// key is one pool, shape and zone; zone "" stands for a machine made
+// without a zone, and backs the shape off in every zone.
+type key struct{ pool, shape, zone string }
 
 type entry struct {
 	until   time.Time
@@ -36,12 +39,13 @@ func NewBackoff(clk clock.Clock) *Backoff {
 	return &Backoff{clock: clk, entries: map[key]entry{}}
 }
 
-// Record notes a capacity failure for a pool and shape and returns how long
-// they are now unavailable.
-func (b *Backoff) Record(pool, shape string) time.Duration {
+// Record notes a capacity failure for a pool's shape in a zone ("" when the
+// machine was asked for without one) and returns how long that shape is now
+// unavailable there.
+func (b *Backoff) Record(pool, shape, zone string) time.Duration {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	k := key{pool, shape}
+	k := key{pool, shape, zone}
 	next := initialBackoff
 	if previous, ok := b.entries[k]; ok {
 		// A failure long after the last backoff ended starts over.
@@ -53,10 +57,57 @@ func (b *Backoff) Record(pool, shape string) time.Duration {
 	return next
 }
 
-// Unavailable reports whether the pool's shape is backed off now.
-func (b *Backoff) Unavailable(pool, shape string) bool {
+// Unavailable reports whether the pool's shape is backed off in the zone
+// now, by a failure there or one recorded without a zone.
+func (b *Backoff) Unavailable(pool, shape, zone string) bool {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	e, ok := b.entries[key{pool, shape}]
+	return b.activeLocked(key{pool, shape, zone}) || zone != "" && b.activeLocked(key{pool, shape, ""})
+}
+
+func (b *Backoff) activeLocked(k key) bool {
+	e, ok := b.entries[k]
 	return ok && b.clock.Now().Before(e.until)
+}
+
+// Narrow says where a pool may open new nodes now, given the zones its
+// provider offers (none for a provider without zones) and its shapes:
+// zones in which every shape is backed off are left out, and a shape is
+// unavailable when it is backed off in any zone that remains. That keeps
+// a zone out of capacity from being asked again while the other zones
+// take its pods. When every zone is out, the zones are returned as they
+// are with every shape unavailable, so the pool reports its backoff.
+//
+// The second rule is conservative: a shape out of capacity in one zone
+// only is not offered in the others either while other shapes remain,
+// because a pool's unavailable shapes apply to all of its zones.
+func (b *Backoff) Narrow(pool string, zones, shapes []string) (available, unavailable []string) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	candidates := zones
+	if len(candidates) == 0 {
+		candidates = []string{""}
+	}
+	out := func(shape, zone string) bool {
+		return b.activeLocked(key{pool, shape, zone}) || zone != "" && b.activeLocked(key{pool, shape, ""})
+	}
+	var kept []string
+	for _, zone := range candidates {
+		if !slices.ContainsFunc(shapes, func(shape string) bool { return !out(shape, zone) }) {
+			continue
+		}
+		kept = append(kept, zone)
+	}
+	if len(kept) == 0 {
+		return zones, slices.Clone(shapes)
+	}
+	for _, shape := range shapes {
+		if slices.ContainsFunc(kept, func(zone string) bool { return out(shape, zone) }) {
+			unavailable = append(unavailable, shape)
+		}
+	}
+	if len(zones) == 0 {
+		return zones, unavailable
+	}
+	return kept, unavailable
 }

@@ -415,8 +415,8 @@ func (c *cloudProvider) templateNode(ctx context.Context, g *group) (*corev1.Nod
 // has none or several (a template cannot say which one a node will get).
 func soleZone(nodeProvider *v1alpha1.NodeProvider) string {
 	switch {
-	case nodeProvider.Spec.Cloudscale != nil:
-		return nodeProvider.Spec.Cloudscale.Zone
+	case nodeProvider.Spec.Cloudscale != nil && len(nodeProvider.Spec.Cloudscale.ZoneNames()) == 1:
+		return nodeProvider.Spec.Cloudscale.ZoneNames()[0]
 	case nodeProvider.Spec.Simulated != nil && len(nodeProvider.Spec.Simulated.Zones) == 1:
 		return nodeProvider.Spec.Simulated.Zones[0]
 	}

@@ -59,6 +59,9 @@ type Options struct {
 	Simulated simulated.Config
 	// Clock for every timeout and window; nil is the real clock.
 	Clock clock.WithTicker
+	// CapacityClock times capacity backoffs only; nil is Clock. End-to-end
+	// tests step it past a backoff while everything else runs in real time.
+	CapacityClock clock.Clock
 	// ExternalGRPC configures the externalgrpc server of ModeExternalGRPC.
 	ExternalGRPC externalgrpc.Options
 	// Bootstrap is the fallback API endpoint and CA for pools that render
@@ -104,7 +107,10 @@ func Setup(ctx context.Context, mgr manager.Manager, opts Options) (*Operator, e
 		ClusterName:    opts.ClusterName,
 		Namespace:      opts.Namespace,
 	}
-	capacityBackoff := capacity.NewBackoff(opts.Clock)
+	if opts.CapacityClock == nil {
+		opts.CapacityClock = opts.Clock
+	}
+	capacityBackoff := capacity.NewBackoff(opts.CapacityClock)
 	op := &Operator{Providers: resolver, Capacity: capacityBackoff}
 
 	bootstrapper, err := newBootstrapper(mgr, opts)

@@ -17,6 +17,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
+	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/config"
@@ -108,6 +109,8 @@ type operatorOptions struct {
 	// the externalgrpc mode.
 	mode         operator.Mode
 	externalGRPC externalgrpc.Options
+	// capacityClock times capacity backoffs; nil is the real clock.
+	capacityClock clock.Clock
 }
 
 // startOperator runs claimscale's controllers against the test control
@@ -146,6 +149,7 @@ func startOperator(t *testing.T, opts operatorOptions) (stop func()) {
 		BatchIdle: 500 * time.Millisecond, BatchMax: 3 * time.Second,
 		GCInterval: time.Second, GCGracePeriod: opts.gcGracePeriod,
 		Registry: opts.registry, ExternalGRPC: opts.externalGRPC,
+		CapacityClock: opts.capacityClock,
 	}); err != nil {
 		cancel()
 		t.Fatal(err)

@@ -29,7 +29,7 @@ func ProviderHash(nodeProvider *v1alpha1.NodeProvider) string {
 		Proxmox    *v1alpha1.ProxmoxSettings    `json:"proxmox,omitempty"`
 		Cloudscale *v1alpha1.CloudscaleSettings `json:"cloudscale,omitempty"`
 		Zones      []string                     `json:"zones,omitempty"`
-	}{Type: nodeProvider.Spec.Type, Proxmox: nodeProvider.Spec.Proxmox, Cloudscale: nodeProvider.Spec.Cloudscale}
+	}{Type: nodeProvider.Spec.Type, Proxmox: nodeProvider.Spec.Proxmox, Cloudscale: cloudscaleForHash(nodeProvider.Spec.Cloudscale)}
 	if nodeProvider.Spec.Simulated != nil {
 		settings.Zones = nodeProvider.Spec.Simulated.Zones
 	}
@@ -38,6 +38,22 @@ func ProviderHash(nodeProvider *v1alpha1.NodeProvider) string {
 	encoded, _ := json.Marshal(settings)
 	_, _ = hasher.Write(encoded)
 	return fmt.Sprintf("%016x", hasher.Sum64())
+}
+
+// cloudscaleForHash is the part of cloudscale settings that makes servers
+// what they are: the error patterns only classify the API's answers, and
+// zones with one plain entry are the older single zone, so moving to them
+// (or back) drifts no node.
+func cloudscaleForHash(settings *v1alpha1.CloudscaleSettings) *v1alpha1.CloudscaleSettings {
+	if settings == nil {
+		return nil
+	}
+	s := *settings
+	s.ErrorPatterns = nil
+	if len(s.Zones) == 1 && s.Zone == "" && s.Zones[0].Interfaces == nil && s.Zones[0].ServerGroups == nil {
+		s.Zone, s.Zones = s.Zones[0].Name, nil
+	}
+	return &s
 }
 
 // Drift reasons, as the Drifted condition's reason.

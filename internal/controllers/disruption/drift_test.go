@@ -144,6 +144,15 @@ func TestProviderHash(t *testing.T) {
 	}{
 		{"another image changes it", func(p *v1alpha1.NodeProvider) { p.Spec.Cloudscale.Image = "debian-13" }, true},
 		{"other credentials do not", func(p *v1alpha1.NodeProvider) { p.Spec.CredentialsSecretRef.Name = "rotated" }, false},
+		{"cloudscale error patterns do not", func(p *v1alpha1.NodeProvider) {
+			p.Spec.Cloudscale.ErrorPatterns = []v1alpha1.CloudscaleErrorPattern{{Pattern: "no hosts", Kind: v1alpha1.CloudscaleErrorInsufficientCapacity}}
+		}, false},
+		{"the single cloudscale zone written as zones does not", func(p *v1alpha1.NodeProvider) {
+			p.Spec.Cloudscale.Zone, p.Spec.Cloudscale.Zones = "", []v1alpha1.CloudscaleZone{{Name: "lpg1"}}
+		}, false},
+		{"another cloudscale zone does", func(p *v1alpha1.NodeProvider) {
+			p.Spec.Cloudscale.Zone, p.Spec.Cloudscale.Zones = "", []v1alpha1.CloudscaleZone{{Name: "lpg1"}, {Name: "rma1"}}
+		}, true},
 		{"the simulated provider's zones change it", func(p *v1alpha1.NodeProvider) {
 			p.Spec = v1alpha1.NodeProviderSpec{Type: v1alpha1.ProviderTypeSimulated, Simulated: &v1alpha1.SimulatedSettings{Zones: []string{"a"}}}
 		}, true},

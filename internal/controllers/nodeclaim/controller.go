@@ -46,9 +46,10 @@ type ProviderResolver interface {
 }
 
 // CapacityRecorder is told when a provider has no capacity for a pool's
-// shape, so provisioning backs off from it.
+// shape in a zone ("" for a claim without one), so provisioning backs off
+// from it.
 type CapacityRecorder interface {
-	Record(pool, shape string) time.Duration
+	Record(pool, shape, zone string) time.Duration
 }
 
 // Controller reconciles NodeClaims.

@@ -55,8 +55,9 @@ func (l *launch) Reconcile(ctx context.Context, claim *v1alpha1.NodeClaim) (reco
 	case provider.IsInsufficientCapacity(err):
 		// Another shape or pool may have room: back this one off and give
 		// the pods back to provisioning by removing the claim.
-		wait := l.Capacity.Record(poolName(claim), claim.Spec.Shape.Name)
-		message := fmt.Sprintf("%v; pool %s shape %s backed off for %s", err, poolName(claim), claim.Spec.Shape.Name, wait)
+		zone := claimZone(claim)
+		wait := l.Capacity.Record(poolName(claim), claim.Spec.Shape.Name, zone)
+		message := fmt.Sprintf("%v; pool %s shape %s%s backed off for %s", err, poolName(claim), claim.Spec.Shape.Name, inZone(zone), wait)
 		l.setCondition(claim, v1alpha1.ConditionLaunched, metav1.ConditionFalse, "InsufficientCapacity", message)
 		l.eventf(ctx, claim, nil, corev1.EventTypeWarning, "InsufficientCapacity", "Launch", "%s", message)
 		metrics.NodeClaimsTerminated.WithLabelValues(poolName(claim), "insufficient_capacity").Inc()

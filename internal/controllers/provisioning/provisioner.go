@@ -41,10 +41,10 @@ type ProviderResolver interface {
 	ForProviderName(ctx context.Context, name string) (provider.Provider, error)
 }
 
-// CapacityChecker says which pool shapes are backed off after capacity
-// errors.
+// CapacityChecker says where a pool may open nodes after capacity errors:
+// which of its zones and shapes are backed off (see capacity.Backoff.Narrow).
 type CapacityChecker interface {
-	Unavailable(pool, shape string) bool
+	Narrow(pool string, zones, shapes []string) (available, unavailable []string)
 }
 
 // Provisioner runs one provisioning round at a time.
@@ -208,20 +208,20 @@ func (p *Provisioner) schedulingPool(ctx context.Context, pool *v1alpha1.NodePoo
 		return scheduling.Pool{}, err
 	}
 	nodes, resources := nodepool.InUse(claims)
-	schedulingPool := scheduling.Pool{
+	shapeNames := make([]string, 0, len(offered))
+	for _, shape := range offered {
+		shapeNames = append(shapeNames, shape.Name)
+	}
+	zones, unavailable := p.Capacity.Narrow(pool.Name, zonesOf(&nodeProvider), shapeNames)
+	return scheduling.Pool{
 		NodePool: pool,
 		Shapes:   shapes,
-		Zones:    zonesOf(&nodeProvider),
+		Zones:    zones,
 		InUse: scheduling.Usage{
 			Nodes: int64(nodes), CPU: resources[corev1.ResourceCPU], Memory: resources[corev1.ResourceMemory],
 		},
-	}
-	for _, shape := range offered {
-		if p.Capacity.Unavailable(pool.Name, shape.Name) {
-			schedulingPool.Unavailable = append(schedulingPool.Unavailable, shape.Name)
-		}
-	}
-	return schedulingPool, nil
+		Unavailable: unavailable,
+	}, nil
 }
 
 // createClaims writes one claim per new node and tells its pods.
@@ -428,7 +428,7 @@ func zonesOf(nodeProvider *v1alpha1.NodeProvider) []string {
 	case nodeProvider.Spec.Simulated != nil:
 		return nodeProvider.Spec.Simulated.Zones
 	case nodeProvider.Spec.Cloudscale != nil:
-		return []string{nodeProvider.Spec.Cloudscale.Zone}
+		return nodeProvider.Spec.Cloudscale.ZoneNames()
 	}
 	return nil
 }

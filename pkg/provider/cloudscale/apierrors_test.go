@@ -53,10 +53,32 @@ func TestClassify(t *testing.T) {
 			wantStatus: 403,
 		},
 		{
-			name:       "403 that speaks of a quota is capacity",
+			name:       "403 is a permission problem even when it speaks of a quota",
 			ex:         exchange{status: 403, body: []byte(`{"detail": "Server quota exceeded."}`)},
-			wantKind:   "capacity",
+			wantKind:   "terminal",
+			wantText:   "must be a read/write token",
 			wantStatus: 403,
+		},
+		{
+			name:       "nested field errors name the field by its path",
+			ex:         exchange{status: 400, body: []byte(`{"interfaces": [{"network": ["Object with uuid=x does not exist."]}]}`)},
+			wantKind:   "terminal",
+			wantText:   "field interfaces[0].network",
+			wantStatus: 400,
+		},
+		{
+			name:       "non_field_errors are a validation error of the whole request",
+			ex:         exchange{status: 400, body: []byte(`{"non_field_errors": ["Only one of use_public_network and interfaces may be set."]}`)},
+			wantKind:   "terminal",
+			wantText:   "Only one of use_public_network and interfaces may be set.",
+			wantStatus: 400,
+		},
+		{
+			name:       "a 400 on deleting a server is retryable",
+			ex:         exchange{method: "DELETE", path: "/v1/servers/0b6f3a9e-0000-4000-8000-000000000000", status: 400, body: []byte(`{"detail": "busy"}`)},
+			wantKind:   "retryable",
+			wantText:   "busy",
+			wantStatus: 400,
 		},
 		{
 			name:       "404 is not found",
@@ -95,7 +117,7 @@ func TestClassify(t *testing.T) {
 			name:       "a validation error names the field",
 			ex:         exchange{status: 400, body: []byte(`{"image": ["Image \"nope\" does not exist."], "zone": ["Invalid zone."]}`)},
 			wantKind:   "terminal",
-			wantText:   `image: Image "nope" does not exist.; zone: Invalid zone.`,
+			wantText:   `refused the request's fields image, zone (check the NodeProvider's and the pool's settings): cloudscale API answered 400 Bad Request: image: Image "nope" does not exist.; zone: Invalid zone.`,
 			wantStatus: 400,
 		},
 		{

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/http"
 	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -93,6 +94,8 @@ type Provider struct {
 	deleteSlots chan struct{}
 
 	calls   singleflight.Group
+	groupMu sync.Mutex
+	groups  managedGroups
 	mu      sync.Mutex
 	flavors flavorCache
 	servers serverCache
@@ -103,7 +106,7 @@ var _ provider.Provider = (*Provider)(nil)
 // String describes the provider for logs. It exists so that printing a
 // provider with any verb never reaches the API client, which holds the token.
 func (p *Provider) String() string {
-	return fmt.Sprintf("cloudscale provider (cluster %s, zone %s)", p.clusterName, p.settings.zone)
+	return fmt.Sprintf("cloudscale provider (cluster %s, zones %s)", p.clusterName, strings.Join(p.settings.zoneNames(), ","))
 }
 
 // GoString is String, for %#v.
@@ -181,6 +184,7 @@ func NewWithConfig(_ context.Context, np *v1alpha1.NodeProvider, opts provider.O
 		secrets:     opts.Secrets,
 		token:       creds.token,
 		secretName:  secretName,
+		groups:      managedGroups{reserved: map[string][]*reservation{}},
 		createSlots: make(chan struct{}, cfg.MaxConcurrency),
 		deleteSlots: make(chan struct{}, cfg.MaxConcurrency),
 	}, nil
@@ -195,12 +199,16 @@ func (p *Provider) Create(ctx context.Context, claim *v1alpha1.NodeClaim, opts p
 	if flavor == "" {
 		return nil, provider.NewTerminal(fmt.Errorf("nodeclaim %s has no shape name: it names the cloudscale flavor", claim.Name))
 	}
+	zone, err := p.zoneFor(claim)
+	if err != nil {
+		return nil, err
+	}
 	release, err := acquire(ctx, p.createSlots)
 	if err != nil {
 		return nil, err
 	}
 	defer release()
-	log := logf.FromContext(ctx).WithValues("nodeclaim", claim.Name, "flavor", flavor, "zone", p.settings.zone)
+	log := logf.FromContext(ctx).WithValues("nodeclaim", claim.Name, "flavor", flavor, "zone", zone.name)
 
 	tags := provider.Tags(p.clusterName, claim)
 	// The core's per-claim user data wins over the provider's shared one.
@@ -210,7 +218,7 @@ func (p *Provider) Create(ctx context.Context, claim *v1alpha1.NodeClaim, opts p
 			return nil, err
 		}
 	}
-	req := p.settings.serverRequest(claim.Name, flavor, userData, tags)
+	req := p.settings.serverRequest(zone, claim.Name, flavor, userData, tags)
 
 	var server *cloudscale.Server
 	adopted := false
@@ -232,12 +240,26 @@ func (p *Provider) Create(ctx context.Context, claim *v1alpha1.NodeClaim, opts p
 			server, adopted = s, true
 			return nil
 		}
+		if p.settings.maxServersPerGroup > 0 {
+			group, done, err := p.serverGroupFor(ctx, claim.Spec.NodePoolRef.Name, zone.name)
+			if err != nil {
+				return err
+			}
+			defer func() {
+				made := ""
+				if server != nil {
+					made = server.UUID
+				}
+				done(made)
+			}()
+			req.ServerGroups = append(slices.Clone(zone.serverGroups), group)
+		}
 		if err := p.do(ctx, func(ctx context.Context) error {
 			var err error
 			server, err = p.api.Servers.Create(ctx, req)
 			return err
 		}); err != nil {
-			return fmt.Errorf("creating server %s (flavor %s, zone %s): %w", claim.Name, flavor, p.settings.zone, err)
+			return fmt.Errorf("creating server %s (flavor %s, zone %s): %w", claim.Name, flavor, zone.name, err)
 		}
 		return nil
 	})
@@ -251,6 +273,49 @@ func (p *Provider) Create(ctx context.Context, claim *v1alpha1.NodeClaim, opts p
 		log.Info("created cloudscale server", "server", server.UUID)
 	}
 	return p.instance(server), nil
+}
+
+// zoneFor picks the zone of a claim's server: the first of the provider's
+// zones that the claim's topology.kubernetes.io/zone requirements allow.
+// Provisioning puts every claim it makes in one zone; a claim without a
+// zone requirement (written by hand) goes to the first zone.
+func (p *Provider) zoneFor(claim *v1alpha1.NodeClaim) (zoneSettings, error) {
+	var requirements []corev1.NodeSelectorRequirement
+	for _, r := range claim.Spec.Requirements.NodeSelector {
+		if r.Key == corev1.LabelTopologyZone {
+			requirements = append(requirements, r)
+		}
+	}
+	for _, z := range p.settings.zones {
+		if zoneAllowed(z.name, requirements) {
+			return z, nil
+		}
+	}
+	var wanted []string
+	for _, r := range requirements {
+		wanted = append(wanted, fmt.Sprintf("%s %s %s", r.Key, r.Operator, strings.Join(r.Values, ",")))
+	}
+	return zoneSettings{}, provider.NewTerminal(fmt.Errorf("nodeclaim %s requires %s, but the NodeProvider makes servers in zones %s only",
+		claim.Name, strings.Join(wanted, " and "), strings.Join(p.settings.zoneNames(), ", ")))
+}
+
+func zoneAllowed(zone string, requirements []corev1.NodeSelectorRequirement) bool {
+	for _, r := range requirements {
+		in := slices.Contains(r.Values, zone)
+		switch r.Operator {
+		case corev1.NodeSelectorOpIn:
+			if !in {
+				return false
+			}
+		case corev1.NodeSelectorOpNotIn:
+			if in {
+				return false
+			}
+		case corev1.NodeSelectorOpDoesNotExist:
+			return false
+		}
+	}
+	return true
 }
 
 // oldestOwned picks, among servers the tag filter returned, the oldest that
@@ -316,6 +381,10 @@ func (p *Provider) Delete(ctx context.Context, providerID string) error {
 		return fmt.Errorf("deleting cloudscale server %s (%s): %w", id, server.Name, err)
 	}
 	logf.FromContext(ctx).Info("deleted cloudscale server", "server", id, "name", server.Name)
+	if pool := server.Tags[v1alpha1.TagNodePool]; p.settings.maxServersPerGroup > 0 && pool != "" {
+		p.groups.forget(id)
+		p.pruneServerGroups(ctx, pool)
+	}
 	return nil
 }
 
@@ -469,10 +538,13 @@ func (p *Provider) invalidateServers() {
 // instance describes a server the way the controllers need it.
 func (p *Provider) instance(s *cloudscale.Server) *provider.Instance {
 	zone := s.Zone.Slug
-	if zone == "" {
-		zone = p.settings.zone
+	if zone == "" && len(p.settings.zones) == 1 {
+		zone = p.settings.zones[0].name
 	}
-	labels := map[string]string{corev1.LabelTopologyZone: zone}
+	labels := map[string]string{}
+	if zone != "" {
+		labels[corev1.LabelTopologyZone] = zone
+	}
 	if region := regionOf(zone); region != "" {
 		labels[corev1.LabelTopologyRegion] = region
 	}

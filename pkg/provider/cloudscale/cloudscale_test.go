@@ -22,11 +22,12 @@ import (
 	"github.com/claimscale/claimscale/pkg/provider/cloudscale/cloudscaletest"
 )
 
+// postBodies are the bodies of the server creates the API received.
 func postBodies(t *testing.T, api *cloudscaletest.Server) []map[string]any {
 	t.Helper()
 	var out []map[string]any
 	for _, r := range api.Requests() {
-		if r.Method != http.MethodPost {
+		if r.Method != http.MethodPost || r.Path != "/v1/servers" {
 			continue
 		}
 		var body map[string]any
@@ -57,7 +58,7 @@ func TestCreateSendsEverySettingAndTagInTheOneCreateRequest(t *testing.T) {
 		s.VolumeSizeGB = 80
 		s.ServerGroups = []string{"6a7e7b3e-61e5-4a6e-9b5d-8d6d0e0f2a11"}
 		s.SSHKeys = []string{"ssh-ed25519 AAAAC3Nza ops@example"}
-	}))
+	}), withServerGroups(cloudscaletest.ServerGroupSpec{UUID: "6a7e7b3e-61e5-4a6e-9b5d-8d6d0e0f2a11", Name: "workers", Zone: "lpg1"}))
 
 	inst, err := e.p.Create(e.ctx, claim("workers-abc12", "workers", "flex-8-4"), provider.CreateOptions{})
 	g.Expect(err).NotTo(HaveOccurred())
@@ -247,10 +248,10 @@ func TestCreateErrorsSayWhatToDo(t *testing.T) {
 		},
 		{
 			name:      "no capacity in the zone is insufficient capacity",
-			fault:     cloudscaletest.Fault{Method: http.MethodPost, Path: "/v1/servers", Status: 503, Detail: "Not enough capacity for flavor plus-32-8 in zone lpg1."},
+			fault:     cloudscaletest.OutOfCapacity("lpg1", ""),
 			shape:     "flex-4-2",
 			want:      provider.IsInsufficientCapacity,
-			wantText:  "Not enough capacity",
+			wantText:  "Insufficient capacity for servers in zone lpg1",
 			wantPOSTs: 1,
 		},
 		{
@@ -597,7 +598,7 @@ func TestShapesResolveFlavors(t *testing.T) {
 	e := newEnv(t)
 	shapes, err := e.p.Shapes(e.ctx, pool("workers",
 		v1alpha1.Shape{Name: "flex-8-4", Price: "0.12"},
-		v1alpha1.Shape{Name: "plus-32-8"},
+		v1alpha1.Shape{Name: "plus-32-8", Price: "0.55"},
 	))
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(shapes).To(HaveLen(2))
@@ -607,7 +608,35 @@ func TestShapesResolveFlavors(t *testing.T) {
 	g.Expect(shapes[0].Price).To(Equal(0.12))
 	g.Expect(shapes[1].Name).To(Equal("plus-32-8"))
 	g.Expect(shapes[1].Capacity.Cpu().Value()).To(BeEquivalentTo(8))
-	g.Expect(shapes[1].Price).To(BeZero(), "no price set, none known")
+	g.Expect(shapes[1].Price).To(Equal(0.55))
+}
+
+func TestUnpricedFlavorsAreRankedBySizeNotFree(t *testing.T) {
+	g := NewWithT(t)
+	e := newEnv(t)
+	shapes, err := e.p.Shapes(e.ctx, pool("workers",
+		v1alpha1.Shape{Name: "plus-32-8"},
+		v1alpha1.Shape{Name: "flex-4-1"},
+		v1alpha1.Shape{Name: "flex-16-4"},
+	))
+	g.Expect(err).NotTo(HaveOccurred())
+	prices := map[string]float64{}
+	for _, s := range shapes {
+		g.Expect(s.Price).To(BeNumerically(">", 0), "flavor %s must not be taken as free", s.Name)
+		prices[s.Name] = s.Price
+	}
+	g.Expect(prices).To(Equal(map[string]float64{"flex-4-1": 2, "flex-16-4": 8, "plus-32-8": 16}), "vCPUs + GiB/4")
+}
+
+func TestSomeFlavorsPricedIsRefused(t *testing.T) {
+	g := NewWithT(t)
+	e := newEnv(t)
+	_, err := e.p.Shapes(e.ctx, pool("workers",
+		v1alpha1.Shape{Name: "flex-8-4", Price: "0.12"},
+		v1alpha1.Shape{Name: "plus-32-8"},
+	))
+	g.Expect(provider.IsTerminal(err)).To(BeTrue(), "got %v", err)
+	g.Expect(err.Error()).To(ContainSubstring("prices flavors flex-8-4 but not plus-32-8"))
 }
 
 func TestShapesNamesEveryFlavorTheZoneDoesNotOffer(t *testing.T) {
@@ -699,7 +728,7 @@ func TestNew(t *testing.T) {
 		{
 			name:     "an interface needs a network or a subnet",
 			settings: func(s *v1alpha1.CloudscaleSettings) { s.Interfaces = []v1alpha1.CloudscaleInterface{{}} },
-			wantErr:  "interfaces[0] needs a network or a subnet",
+			wantErr:  "interfaces[0] of zone lpg1 needs a network or a subnet",
 		},
 		{
 			name:    "an API URL that is not http(s) is refused",

@@ -9,7 +9,14 @@
 // under "apiURL" (or "CLOUDSCALE_API_URL"), which tests and end-to-end runs
 // point at cloudscaletest.Server. Config.BaseURL overrides both.
 //
-// API calls are bounded: the zone's flavors are listed once an hour, the
+// One provider serves every zone of spec.cloudscale.zones: a claim's server
+// is made in the zone its requirements name. Error answers are classified
+// by status code and body shape, and only an explicit table (built-in rows
+// plus spec.cloudscale.errorPatterns) makes one an insufficient-capacity
+// error; see apierrors.go and docs/cloudscale.md. With managedServerGroups
+// the provider keeps anti-affinity server groups per pool and zone.
+//
+// API calls are bounded: the flavors are listed once an hour, the
 // cluster's servers once per List refresh (callers share a short-lived
 // snapshot), and at most ten creates and ten deletes run at once.
 package cloudscale

@@ -70,6 +70,11 @@ func TestTheDocsExampleIsValid(t *testing.T) {
 	token := creds.StringData[cs.CredentialToken]
 	api := cloudscaletest.NewServer(cloudscaletest.WithToken(token))
 	defer api.Close()
+	for _, zone := range np.Spec.Cloudscale.Zones {
+		for _, group := range zone.ServerGroups {
+			api.AddServerGroup(cloudscaletest.ServerGroupSpec{UUID: group, Name: "docs-" + zone.Name, Zone: zone.Name})
+		}
+	}
 
 	store := secretStore{}
 	for _, s := range secrets {
@@ -93,8 +98,20 @@ func TestTheDocsExampleIsValid(t *testing.T) {
 	body := postBodies(t, api)[0]
 	ref := np.Spec.Cloudscale.UserDataSecretRef
 	g.Expect(body).To(HaveKeyWithValue("user_data", string(store[ref.Namespace+"/"+ref.Name+"/"+ref.Key])))
+	g.Expect(body).To(HaveKeyWithValue("zone", "lpg1"))
 	g.Expect(body).To(HaveKeyWithValue("interfaces", HaveLen(3)))
-	g.Expect(api.CountRequests(http.MethodPost, "/v1/servers")).To(Equal(1))
+
+	// The second zone's own network and server group.
+	inRMA1 := claim("cloudscale-flex-r2d2x", pool.Name, shapes[0].Name)
+	inRMA1.Spec.Requirements.NodeSelector = []corev1.NodeSelectorRequirement{{Key: corev1.LabelTopologyZone, Operator: corev1.NodeSelectorOpIn, Values: []string{"rma1"}}}
+	_, err = p.Create(t.Context(), inRMA1, provider.CreateOptions{})
+	g.Expect(err).NotTo(HaveOccurred())
+	body = postBodies(t, api)[1]
+	g.Expect(body).To(HaveKeyWithValue("zone", "rma1"))
+	g.Expect(body).To(HaveKeyWithValue("interfaces", HaveLen(2)))
+	g.Expect(body).To(HaveKeyWithValue("server_groups", ContainElement(np.Spec.Cloudscale.Zones[1].ServerGroups[0])))
+	g.Expect(body).To(HaveKeyWithValue("server_groups", HaveLen(2)), "the zone's listed group and a managed one")
+	g.Expect(api.CountRequests(http.MethodPost, "/v1/servers")).To(Equal(2))
 }
 
 // missingKeys lists the map keys of written that decoded lacks, by path.

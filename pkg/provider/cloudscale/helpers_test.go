@@ -71,6 +71,13 @@ type envConfig struct {
 	credentials map[string][]byte
 	apiOptions  []cloudscaletest.Option
 	config      cloudscale.Config
+	groups      []cloudscaletest.ServerGroupSpec
+}
+
+// withServerGroups puts server groups (the ones the settings name) into the
+// fake before the provider is built.
+func withServerGroups(groups ...cloudscaletest.ServerGroupSpec) envOption {
+	return func(c *envConfig) { c.groups = append(c.groups, groups...) }
 }
 
 func withSettings(mutate func(*v1alpha1.CloudscaleSettings)) envOption {
@@ -121,6 +128,9 @@ func newEnv(t *testing.T, opts ...envOption) *env {
 	}
 	api := cloudscaletest.NewServer(append([]cloudscaletest.Option{cloudscaletest.WithToken(testToken)}, cfg.apiOptions...)...)
 	t.Cleanup(api.Close)
+	for _, group := range cfg.groups {
+		api.AddServerGroup(group)
+	}
 	if cfg.credentials == nil {
 		cfg.credentials = map[string][]byte{
 			cloudscale.CredentialToken:  []byte(testToken + "\n"),

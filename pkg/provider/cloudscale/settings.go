@@ -37,15 +37,44 @@ const (
 // settings is the cloudscale block of a NodeProvider, checked and with its
 // defaults applied.
 type settings struct {
-	zone          string
+	// zones servers are made in, in the order given; the first is where a
+	// claim that allows any zone goes.
+	zones         []zoneSettings
 	image         string
 	volumeSizeGB  int
 	publicNetwork bool
-	interfaces    []v1alpha1.CloudscaleInterface
-	serverGroups  []string
 	sshKeys       []string
 	userData      *v1alpha1.SecretKeyReference
 	tags          map[string]string
+	errorPatterns []errorPattern
+	// maxServersPerGroup of the managed server groups; 0 when claimscale
+	// manages none.
+	maxServersPerGroup int
+}
+
+// zoneSettings are the zonal settings of one zone: private networks and
+// server groups exist in one zone only.
+type zoneSettings struct {
+	name         string
+	interfaces   []v1alpha1.CloudscaleInterface
+	serverGroups []string
+}
+
+func (s settings) zoneNames() []string {
+	names := make([]string, 0, len(s.zones))
+	for _, z := range s.zones {
+		names = append(names, z.name)
+	}
+	return names
+}
+
+func (s settings) zone(name string) (zoneSettings, bool) {
+	for _, z := range s.zones {
+		if z.name == name {
+			return z, true
+		}
+	}
+	return zoneSettings{}, false
 }
 
 func parseSettings(np *v1alpha1.NodeProvider) (settings, error) {
@@ -54,18 +83,37 @@ func parseSettings(np *v1alpha1.NodeProvider) (settings, error) {
 		return settings{}, fmt.Errorf("spec.cloudscale is not set")
 	}
 	s := settings{
-		zone:          cs.Zone,
 		image:         cs.Image,
 		volumeSizeGB:  int(cs.VolumeSizeGB),
 		publicNetwork: cs.PublicNetwork == nil || *cs.PublicNetwork,
-		interfaces:    slices.Clone(cs.Interfaces),
-		serverGroups:  slices.Clone(cs.ServerGroups),
 		sshKeys:       slices.Clone(cs.SSHKeys),
 		userData:      cs.UserDataSecretRef,
 		tags:          map[string]string{},
 	}
-	if s.zone == "" {
-		return settings{}, fmt.Errorf("spec.cloudscale.zone is empty")
+	switch {
+	case cs.Zone != "" && len(cs.Zones) > 0:
+		return settings{}, fmt.Errorf("spec.cloudscale sets both zone and zones: zone is the older form of a single-entry zones, set one of them")
+	case len(cs.Zones) > 0:
+		for i, z := range cs.Zones {
+			if z.Name == "" {
+				return settings{}, fmt.Errorf("spec.cloudscale.zones[%d].name is empty", i)
+			}
+			if _, dup := s.zone(z.Name); dup {
+				return settings{}, fmt.Errorf("spec.cloudscale.zones[%d]: zone %s is listed twice", i, z.Name)
+			}
+			zs := zoneSettings{name: z.Name, interfaces: slices.Clone(cs.Interfaces), serverGroups: slices.Clone(cs.ServerGroups)}
+			if z.Interfaces != nil {
+				zs.interfaces = slices.Clone(z.Interfaces)
+			}
+			if z.ServerGroups != nil {
+				zs.serverGroups = slices.Clone(z.ServerGroups)
+			}
+			s.zones = append(s.zones, zs)
+		}
+	case cs.Zone != "":
+		s.zones = []zoneSettings{{name: cs.Zone, interfaces: slices.Clone(cs.Interfaces), serverGroups: slices.Clone(cs.ServerGroups)}}
+	default:
+		return settings{}, fmt.Errorf("spec.cloudscale.zones is empty: list the zones servers are made in (lpg1, rma1)")
 	}
 	if s.image == "" {
 		return settings{}, fmt.Errorf("spec.cloudscale.image is empty")
@@ -73,9 +121,11 @@ func parseSettings(np *v1alpha1.NodeProvider) (settings, error) {
 	if s.volumeSizeGB == 0 {
 		s.volumeSizeGB = defaultVolumeSizeGB
 	}
-	for i, iface := range s.interfaces {
-		if iface.Network == "" && iface.Subnet == "" {
-			return settings{}, fmt.Errorf("spec.cloudscale.interfaces[%d] needs a network or a subnet", i)
+	for _, z := range s.zones {
+		for i, iface := range z.interfaces {
+			if iface.Network == "" && iface.Subnet == "" {
+				return settings{}, fmt.Errorf("spec.cloudscale interfaces[%d] of zone %s needs a network or a subnet", i, z.name)
+			}
 		}
 	}
 	for k, v := range cs.Tags {
@@ -86,12 +136,24 @@ func parseSettings(np *v1alpha1.NodeProvider) (settings, error) {
 		}
 		s.tags[k] = v
 	}
+	if m := cs.ManagedServerGroups; m != nil {
+		s.maxServersPerGroup = int(m.MaxServersPerGroup)
+		if s.maxServersPerGroup == 0 {
+			s.maxServersPerGroup = defaultMaxServersPerGroup
+		}
+	}
+	patterns, err := parseErrorPatterns(cs.ErrorPatterns)
+	if err != nil {
+		return settings{}, err
+	}
+	s.errorPatterns = patterns
 	return s, nil
 }
 
-// serverRequest is the create request for one server: everything in one
-// call, tags included, so no server ever exists without them.
-func (s settings) serverRequest(name, flavor, userData string, tags map[string]string) *cloudscale.ServerRequest {
+// serverRequest is the create request for one server in one zone:
+// everything in one call, tags included, so no server ever exists without
+// them.
+func (s settings) serverRequest(zone zoneSettings, name, flavor, userData string, tags map[string]string) *cloudscale.ServerRequest {
 	all := cloudscale.TagMap{}
 	for k, v := range s.tags {
 		all[k] = v
@@ -104,17 +166,17 @@ func (s settings) serverRequest(name, flavor, userData string, tags map[string]s
 		Name:                  name,
 		Flavor:                flavor,
 		Image:                 s.image,
-		Zone:                  s.zone,
+		Zone:                  zone.name,
 		VolumeSizeGB:          s.volumeSizeGB,
 		SSHKeys:               slices.Clone(s.sshKeys),
-		ServerGroups:          slices.Clone(s.serverGroups),
+		ServerGroups:          slices.Clone(zone.serverGroups),
 		UserData:              userData,
 	}
 	if req.SSHKeys == nil {
 		// The API wants a list here, never null.
 		req.SSHKeys = []string{}
 	}
-	if len(s.interfaces) == 0 {
+	if len(zone.interfaces) == 0 {
 		req.UsePublicNetwork = &s.publicNetwork
 		return req
 	}
@@ -124,7 +186,7 @@ func (s settings) serverRequest(name, flavor, userData string, tags map[string]s
 	if s.publicNetwork {
 		ifaces = append(ifaces, cloudscale.InterfaceRequest{Network: publicNetwork})
 	}
-	for _, iface := range s.interfaces {
+	for _, iface := range zone.interfaces {
 		ir := cloudscale.InterfaceRequest{Network: iface.Network}
 		if iface.Subnet != "" {
 			ir.Addresses = &[]cloudscale.AddressRequest{{Subnet: iface.Subnet}}

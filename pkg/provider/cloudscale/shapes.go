@@ -3,7 +3,6 @@ package cloudscale
 import (
 	"context"
 	"fmt"
-	"maps"
 	"net/http"
 	"slices"
 	"strconv"
@@ -22,7 +21,7 @@ import (
 type UnknownFlavorError struct {
 	// Pool that names the flavors.
 	Pool string
-	// Zone the provider makes servers in.
+	// Zone, of the provider's zones, that lacks them.
 	Zone string
 	// Flavors the pool names that the zone does not offer.
 	Flavors []string
@@ -65,31 +64,60 @@ func (f flavor) offeredIn(zone string) bool {
 	return false
 }
 
-// flavorCache holds the zone's flavors by slug.
+// flavorCache holds the flavors by slug, with the zones each is offered in.
 type flavorCache struct {
 	fetched time.Time
 	bySlug  map[string]flavor
 }
 
-// Shapes resolves the pool's fixed shapes against the zone's flavors: CPU
-// and memory come from the flavor, the price from the pool when it sets one.
+// Shapes resolves the pool's fixed shapes against the flavors offered in
+// every one of the provider's zones (a pool's shapes apply in all of them):
+// CPU and memory come from the flavor, the price from the pool. The API
+// knows no prices; a pool that prices none of its flavors gets a size rank
+// instead (sizeRank), so the cheapest-first choice still prefers the
+// smaller flavor and never takes an unpriced one as free.
 func (p *Provider) Shapes(ctx context.Context, pool *v1alpha1.NodePool) ([]provider.Shape, error) {
 	if pool.Spec.Shapes.Flexible != nil {
 		return nil, provider.NewTerminal(fmt.Errorf("nodepool %s sets shapes.flexible, but cloudscale servers come in fixed flavors: list them under shapes.fixed", pool.Name))
 	}
-	flavors, err := p.zoneFlavors(ctx)
+	flavors, err := p.allFlavors(ctx)
 	if err != nil {
 		return nil, err
 	}
-	var unknown []string
+	for _, zone := range p.settings.zoneNames() {
+		var unknown []string
+		for _, s := range pool.Spec.Shapes.Fixed {
+			if f, ok := flavors[s.Name]; !ok || !f.offeredIn(zone) {
+				unknown = append(unknown, s.Name)
+			}
+		}
+		if len(unknown) > 0 {
+			var available []string
+			for slug, f := range flavors {
+				if f.offeredIn(zone) {
+					available = append(available, slug)
+				}
+			}
+			slices.Sort(available)
+			return nil, provider.NewTerminal(&UnknownFlavorError{Pool: pool.Name, Zone: zone, Flavors: unknown, Available: available})
+		}
+	}
+	var priced, unpriced []string
+	for _, s := range pool.Spec.Shapes.Fixed {
+		if s.Price != "" {
+			priced = append(priced, s.Name)
+		} else {
+			unpriced = append(unpriced, s.Name)
+		}
+	}
+	if len(priced) > 0 && len(unpriced) > 0 {
+		return nil, provider.NewTerminal(fmt.Errorf("nodepool %s prices flavors %s but not %s: the cloudscale API has no prices, so price every flavor or none (then they are ranked by size)",
+			pool.Name, strings.Join(priced, ", "), strings.Join(unpriced, ", ")))
+	}
 	shapes := make([]provider.Shape, 0, len(pool.Spec.Shapes.Fixed))
 	for _, s := range pool.Spec.Shapes.Fixed {
-		f, ok := flavors[s.Name]
-		if !ok {
-			unknown = append(unknown, s.Name)
-			continue
-		}
-		var price float64
+		f := flavors[s.Name]
+		price := sizeRank(f)
 		if s.Price != "" {
 			price, err = strconv.ParseFloat(s.Price, 64)
 			if err != nil {
@@ -105,20 +133,20 @@ func (p *Provider) Shapes(ctx context.Context, pool *v1alpha1.NodePool) ([]provi
 			Price: price,
 		})
 	}
-	if len(unknown) > 0 {
-		return nil, provider.NewTerminal(&UnknownFlavorError{
-			Pool:      pool.Name,
-			Zone:      p.settings.zone,
-			Flavors:   unknown,
-			Available: slices.Sorted(maps.Keys(flavors)),
-		})
-	}
 	return shapes, nil
 }
 
-// zoneFlavors returns the flavors offered in the provider's zone, listing
+// sizeRank stands in for the price of a flavor when the pool names none:
+// vCPUs plus GiB of memory divided by four, so one vCPU weighs like 4 GiB
+// (the ratio of cloudscale's smallest flex flavors). It is a rank, not an
+// amount of money: it orders flavors by size and makes no flavor free.
+func sizeRank(f flavor) float64 {
+	return float64(f.VCPUCount) + float64(f.MemoryGB)/4
+}
+
+// allFlavors returns every flavor with the zones it is offered in, listing
 // them at most once per cfg.FlavorTTL however many pools and claims ask.
-func (p *Provider) zoneFlavors(ctx context.Context) (map[string]flavor, error) {
+func (p *Provider) allFlavors(ctx context.Context) (map[string]flavor, error) {
 	if cached, ok := p.cachedFlavors(); ok {
 		return cached, nil
 	}
@@ -145,9 +173,7 @@ func (p *Provider) zoneFlavors(ctx context.Context) (map[string]flavor, error) {
 		}
 		bySlug := map[string]flavor{}
 		for _, f := range all {
-			if f.offeredIn(p.settings.zone) {
-				bySlug[f.Slug] = f
-			}
+			bySlug[f.Slug] = f
 		}
 		p.mu.Lock()
 		p.flavors = flavorCache{fetched: p.clock.Now(), bySlug: bySlug}

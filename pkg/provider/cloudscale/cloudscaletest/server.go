@@ -4,6 +4,50 @@
 // cloudscale account. It answers the requests the provider makes
 // (servers with tag filters, flavors) with the API's status codes and error
 // bodies, records every request, and injects faults on demand.
+//
+// What it follows, and where that comes from:
+//
+//   - Error bodies have the shapes of Django REST framework, which the API's
+//     answers follow: {"detail": "..."} for authentication, permission,
+//     not-found, throttling and server errors, and {"field": ["message",
+//     ...]} for validation errors, e.g. {"tags": ["Ensure this field has no
+//     more than 255 characters."]} (the two bodies quoted in the issue that
+//     introduced this table, from the real API). The messages are DRF's
+//     defaults ("Invalid token.", "Authentication credentials were not
+//     provided.", "You do not have permission to perform this action.",
+//     "Not found.", "Request was throttled. Expected available in N
+//     seconds.", "This field is required.", "Ensure this field has no more
+//     than N characters.", "Object with slug=X does not exist."). The
+//     cloudscale Go SDK (v6, cloudscale.go CheckResponse) decodes an error
+//     body as a map of strings into ErrorResponse, so a validation error
+//     reaches a client as a json.UnmarshalTypeError and must be read from
+//     the body; its integration tests (servers_integration_test.go,
+//     volumes_integration_test.go) expect a 400 ErrorResponse whose message
+//     names the problem for a refused update.
+//   - 401 for a missing or wrong token, with WWW-Authenticate: Bearer
+//     (DRF's TokenAuthentication, the API's bearer tokens).
+//   - 503 {"detail": "The API is currently not available due to
+//     maintenance."} during maintenance windows (DetailMaintenance): the
+//     wording is the one operators reported; an assumption beyond that.
+//   - Tag filters on lists (tag:key=value, tag:key= for presence) as in the
+//     SDK's WithTagFilter and the API docs on tags.
+//   - Servers are "changing" until they have booted (MarkRunning), as the
+//     API reports new servers (SDK: ServerRunning/ServerStopped/
+//     ServerChanging).
+//   - Server groups (GET/POST /v1/server-groups with tag filters, GET and
+//     DELETE /v1/server-groups/<uuid>; the SDK's ServerGroupService) are
+//     zonal (ZonalResource) and list their servers; a server joins groups
+//     at create time only (ServerRequest has server_groups,
+//     ServerUpdateRequest has none) and leaves them when deleted. That a
+//     group of another zone is refused, as a field error, is an
+//     assumption.
+//   - Assumptions, not sourced: how many servers an anti-affinity group may
+//     hold (WithServerGroupLimit, unlimited unless set; the limit and the
+//     wording of its refusal are not published), the wording of an out-of-capacity or quota
+//     answer (OutOfCapacity, DetailQuotaExceeded: a 400 with a detail; the
+//     API documentation and SDKs publish none), and the 400 a DELETE of a
+//     server still being created gets (WithDeleteRefusedWhileCreating,
+//     DetailDeleteWhileCreating).
 package cloudscaletest
 
 import (
@@ -26,12 +70,38 @@ import (
 // Details the fake answers with, worded like the real API's (Django REST
 // framework) messages, so tests can match on them.
 const (
-	DetailInvalidToken  = "Invalid token."
-	DetailMissingToken  = "Authentication credentials were not provided."
-	DetailNotFound      = "Not found."
+	DetailInvalidToken     = "Invalid token."
+	DetailMissingToken     = "Authentication credentials were not provided."
+	DetailPermissionDenied = "You do not have permission to perform this action."
+	DetailNotFound         = "Not found."
+	DetailThrottled        = "Request was throttled. Expected available in 7 seconds."
+	DetailServerError      = "A server error occurred."
+	DetailMaintenance      = "The API is currently not available due to maintenance."
+	// DetailQuotaExceeded is an assumption: the API's wording of an
+	// exhausted project quota is not published.
 	DetailQuotaExceeded = "Quota exceeded: the servers requested exceed the vCPU quota of this project."
-	DetailServerError   = "A server error occurred."
+	// DetailDeleteWhileCreating is an assumption: the API's wording when a
+	// server cannot be deleted before it has finished being created.
+	DetailDeleteWhileCreating = "The server is still being created. Please try again later."
+	// FieldTooLong is DRF's message for a string over its max_length.
+	FieldTooLong = "Ensure this field has no more than 255 characters."
 )
+
+// OutOfCapacity is the fault of a zone that has no room for servers: every
+// create in zone (of flavor, when not empty) is answered 400 with a detail
+// saying so, until ClearFaults. The wording is an assumption (see the
+// package comment).
+func OutOfCapacity(zone, flavor string) Fault {
+	what := "servers"
+	if flavor != "" {
+		what = "flavor " + flavor
+	}
+	return Fault{
+		Method: http.MethodPost, Path: "/v1/servers", Zone: zone, Flavor: flavor, Status: http.StatusBadRequest,
+		Detail: fmt.Sprintf("Insufficient capacity for %s in zone %s. Please try again later or choose another zone.", what, zone),
+		Times:  -1,
+	}
+}
 
 // Flavor is a server flavor and the zones it is offered in.
 type Flavor struct {
@@ -79,9 +149,15 @@ type Fault struct {
 	Path string
 	// Status code of the answer.
 	Status int
+	// Zone and Flavor, when set, restrict the fault to creates (POST
+	// /v1/servers) asking for that zone or flavor.
+	Zone, Flavor string
 	// Detail goes into the body as {"detail": Detail}. Empty leaves the body
-	// empty.
+	// empty, unless Body is set.
 	Detail string
+	// Body is sent as it is (a JSON validation error such as
+	// {"tags": ["..."]}) when Detail is empty.
+	Body string
 	// RetryAfter is sent as the Retry-After header when not empty.
 	RetryAfter string
 	// EchoAuthorization appends the request's Authorization header to the
@@ -119,6 +195,17 @@ func WithFlavors(flavors ...Flavor) Option {
 // set).
 func WithDefaultZone(zone string) Option { return func(s *Server) { s.defaultZone = zone } }
 
+// WithDeleteRefusedWhileCreating makes a DELETE of a server that is still
+// "changing" after its create answer 400 DetailDeleteWhileCreating, as the
+// API is assumed to (see the package comment).
+func WithDeleteRefusedWhileCreating() Option {
+	return func(s *Server) { s.refuseDeleteChanging = true }
+}
+
+// WithServerGroupLimit refuses a create that would put more than n servers
+// into one server group (an assumption: see the package comment).
+func WithServerGroupLimit(n int) Option { return func(s *Server) { s.groupLimit = n } }
+
 // WithServersRunning makes new servers "running" at once instead of
 // "changing" until MarkRunning.
 func WithServersRunning() Option { return func(s *Server) { s.startRunning = true } }
@@ -145,12 +232,16 @@ type Server struct {
 	flavors      []Flavor
 	defaultZone  string
 	startRunning bool
-	now          func() time.Time
-	onCreate     func(cloudscale.Server)
-	onDelete     func(cloudscale.Server)
+	// refuseDeleteChanging: see WithDeleteRefusedWhileCreating.
+	refuseDeleteChanging bool
+	groupLimit           int
+	now                  func() time.Time
+	onCreate             func(cloudscale.Server)
+	onDelete             func(cloudscale.Server)
 
 	mu          sync.Mutex
 	servers     map[string]*cloudscale.Server
+	groups      map[string]*cloudscale.ServerGroup
 	requests    []Request
 	faults      []*Fault
 	holds       []*Hold
@@ -166,6 +257,7 @@ func NewServer(opts ...Option) *Server {
 		defaultZone: "lpg1",
 		now:         time.Now,
 		servers:     map[string]*cloudscale.Server{},
+		groups:      map[string]*cloudscale.ServerGroup{},
 		inFlight:    map[string]int{},
 		maxInFlight: map[string]int{},
 	}
@@ -394,7 +486,7 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 
-	if s.answerFault(w, r) {
+	if s.answerFault(w, r, body) {
 		return
 	}
 
@@ -405,6 +497,20 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 		s.listServers(w, r.URL.Query())
 	case path == "/v1/servers" && r.Method == http.MethodPost:
 		s.createServer(w, body)
+	case path == "/v1/server-groups" && r.Method == http.MethodGet:
+		s.listServerGroups(w, r.URL.Query())
+	case path == "/v1/server-groups" && r.Method == http.MethodPost:
+		s.createServerGroup(w, body)
+	case strings.HasPrefix(path, "/v1/server-groups/") && !strings.Contains(strings.TrimPrefix(path, "/v1/server-groups/"), "/"):
+		uuid := strings.TrimPrefix(path, "/v1/server-groups/")
+		switch r.Method {
+		case http.MethodGet:
+			s.getServerGroup(w, uuid)
+		case http.MethodDelete:
+			s.deleteServerGroup(w, uuid)
+		default:
+			writeDetail(w, http.StatusMethodNotAllowed, fmt.Sprintf("Method %q not allowed.", r.Method))
+		}
 	case strings.HasPrefix(path, "/v1/servers/") && !strings.Contains(strings.TrimPrefix(path, "/v1/servers/"), "/"):
 		uuid := strings.TrimPrefix(path, "/v1/servers/")
 		switch r.Method {
@@ -420,11 +526,25 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-func (s *Server) answerFault(w http.ResponseWriter, r *http.Request) bool {
+func (s *Server) answerFault(w http.ResponseWriter, r *http.Request, body []byte) bool {
+	var create struct {
+		Zone   string `json:"zone"`
+		Flavor string `json:"flavor"`
+	}
+	if r.Method == http.MethodPost {
+		_ = json.Unmarshal(body, &create)
+		if create.Zone == "" {
+			create.Zone = s.defaultZone
+		}
+	}
 	s.mu.Lock()
 	var fault *Fault
 	for i, f := range s.faults {
 		if !matches(f.Method, f.Path, r.Method, r.URL.Path) {
+			continue
+		}
+		if (f.Zone != "" || f.Flavor != "") && r.Method != http.MethodPost ||
+			f.Zone != "" && f.Zone != create.Zone || f.Flavor != "" && f.Flavor != create.Flavor {
 			continue
 		}
 		fault = f
@@ -447,6 +567,12 @@ func (s *Server) answerFault(w http.ResponseWriter, r *http.Request) bool {
 	detail := fault.Detail
 	if fault.EchoAuthorization {
 		detail += " (received " + r.Header.Get("Authorization") + ")"
+	}
+	if detail == "" && fault.Body != "" {
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(fault.Status)
+		_, _ = io.WriteString(w, fault.Body)
+		return true
 	}
 	if detail == "" {
 		w.WriteHeader(fault.Status)
@@ -529,7 +655,15 @@ func (s *Server) getServer(w http.ResponseWriter, uuid string) {
 func (s *Server) deleteServer(w http.ResponseWriter, uuid string) {
 	s.mu.Lock()
 	srv, ok := s.servers[uuid]
+	if ok && s.refuseDeleteChanging && srv.Status == "changing" {
+		s.mu.Unlock()
+		writeDetail(w, http.StatusBadRequest, DetailDeleteWhileCreating)
+		return
+	}
 	delete(s.servers, uuid)
+	if ok {
+		s.leaveGroupsLocked(srv)
+	}
 	onDelete := s.onDelete
 	s.mu.Unlock()
 	if !ok {
@@ -563,8 +697,47 @@ func (s *Server) createServer(w http.ResponseWriter, body []byte) {
 	if req.Tags != nil {
 		tags = *req.Tags
 	}
+	// Length limits: DRF's max_length message, per field.
+	tooLong := map[string][]string{}
+	if len(req.Name) > 255 {
+		tooLong["name"] = []string{FieldTooLong}
+	}
+	for k, v := range tags {
+		if len(k) > 255 || len(v) > 255 {
+			tooLong["tags"] = []string{FieldTooLong}
+		}
+	}
+	if len(tooLong) > 0 {
+		writeJSON(w, http.StatusBadRequest, tooLong)
+		return
+	}
+	if req.Zone != "" && !s.knownZone(req.Zone) {
+		writeJSON(w, http.StatusBadRequest, map[string][]string{"zone": {fmt.Sprintf("Object with slug=%s does not exist.", req.Zone)}})
+		return
+	}
 
 	s.mu.Lock()
+	zone := req.Zone
+	if zone == "" {
+		zone = s.defaultZone
+	}
+	for _, id := range req.ServerGroups {
+		g, ok := s.groups[id]
+		switch {
+		case !ok:
+			s.mu.Unlock()
+			writeJSON(w, http.StatusBadRequest, map[string][]string{"server_groups": {fmt.Sprintf("Object with uuid=%s does not exist.", id)}})
+			return
+		case g.Zone.Slug != zone:
+			s.mu.Unlock()
+			writeJSON(w, http.StatusBadRequest, map[string][]string{"server_groups": {fmt.Sprintf("Server group %s is in zone %s, not %s.", id, g.Zone.Slug, zone)}})
+			return
+		case s.groupLimit > 0 && len(g.Servers) >= s.groupLimit:
+			s.mu.Unlock()
+			writeJSON(w, http.StatusBadRequest, map[string][]string{"server_groups": {fmt.Sprintf("Server group %s already holds %d servers, the most it may.", id, s.groupLimit)}})
+			return
+		}
+	}
 	srv, problem := s.newServer(req.Name, req.Flavor, req.Image, req.Zone, tags)
 	if problem != "" {
 		s.mu.Unlock()
@@ -576,8 +749,10 @@ func (s *Server) createServer(w http.ResponseWriter, body []byte) {
 	}
 	srv.Volumes = []cloudscale.VolumeStub{{Type: "ssd", DevicePath: "/dev/vda", SizeGB: max(req.VolumeSizeGB, 10)}}
 	srv.Interfaces = interfacesFor(req)
-	for _, group := range req.ServerGroups {
-		srv.ServerGroups = append(srv.ServerGroups, cloudscale.ServerGroupStub{UUID: group})
+	for _, id := range req.ServerGroups {
+		g := s.groups[id]
+		g.Servers = append(g.Servers, cloudscale.ServerStub{HREF: srv.HREF, UUID: srv.UUID})
+		srv.ServerGroups = append(srv.ServerGroups, cloudscale.ServerGroupStub{HREF: g.HREF, UUID: g.UUID, Name: g.Name})
 	}
 	out := *srv
 	onCreate := s.onCreate
@@ -624,6 +799,163 @@ func (s *Server) newServer(name, flavorSlug, image, zone string, tags map[string
 	}
 	s.servers[uuid] = srv
 	return srv, ""
+}
+
+// ServerGroups returns every server group the fake holds, sorted by name.
+func (s *Server) ServerGroups() []cloudscale.ServerGroup {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make([]cloudscale.ServerGroup, 0, len(s.groups))
+	for _, g := range s.groups {
+		c := *g
+		c.Servers = slices.Clone(g.Servers)
+		out = append(out, c)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out
+}
+
+// ServerGroupSpec describes a server group to put into the fake directly.
+type ServerGroupSpec struct {
+	// UUID of the group; empty for a new random one.
+	UUID string
+	Name string
+	Zone string
+	Tags map[string]string
+}
+
+// AddServerGroup puts an empty anti-affinity server group into the fake,
+// as if made by someone else, and returns its UUID.
+func (s *Server) AddServerGroup(spec ServerGroupSpec) string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	uuid, name, zone, tags := spec.UUID, spec.Name, spec.Zone, spec.Tags
+	if uuid == "" {
+		uuid = newUUID()
+	}
+	if zone == "" {
+		zone = s.defaultZone
+	}
+	g := &cloudscale.ServerGroup{
+		ZonalResource:  cloudscale.ZonalResource{Zone: cloudscale.Zone{Slug: zone}},
+		TaggedResource: cloudscale.TaggedResource{Tags: cloudscale.TagMap{}},
+		HREF:           s.URL + "/v1/server-groups/" + uuid,
+		UUID:           uuid, Name: name, Type: "anti-affinity", Servers: []cloudscale.ServerStub{},
+	}
+	for k, v := range tags {
+		g.Tags[k] = v
+	}
+	s.groups[uuid] = g
+	return uuid
+}
+
+func (s *Server) leaveGroupsLocked(srv *cloudscale.Server) {
+	for _, stub := range srv.ServerGroups {
+		if g, ok := s.groups[stub.UUID]; ok {
+			g.Servers = slices.DeleteFunc(g.Servers, func(m cloudscale.ServerStub) bool { return m.UUID == srv.UUID })
+		}
+	}
+}
+
+func (s *Server) listServerGroups(w http.ResponseWriter, query url.Values) {
+	s.mu.Lock()
+	out := []cloudscale.ServerGroup{}
+	for _, g := range s.groups {
+		if hasTags(g.Tags, query) {
+			c := *g
+			c.Servers = slices.Clone(g.Servers)
+			out = append(out, c)
+		}
+	}
+	s.mu.Unlock()
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	writeJSON(w, http.StatusOK, out)
+}
+
+func (s *Server) createServerGroup(w http.ResponseWriter, body []byte) {
+	var req cloudscale.ServerGroupRequest
+	if err := json.Unmarshal(body, &req); err != nil {
+		writeDetail(w, http.StatusBadRequest, "JSON parse error - "+err.Error())
+		return
+	}
+	if req.Name == "" {
+		writeJSON(w, http.StatusBadRequest, map[string][]string{"name": {"This field is required."}})
+		return
+	}
+	if req.Type != "" && req.Type != "anti-affinity" {
+		writeJSON(w, http.StatusBadRequest, map[string][]string{"type": {fmt.Sprintf("%q is not a valid choice.", req.Type)}})
+		return
+	}
+	zone := req.Zone
+	if zone == "" {
+		zone = s.defaultZone
+	}
+	if !s.knownZone(zone) {
+		writeJSON(w, http.StatusBadRequest, map[string][]string{"zone": {fmt.Sprintf("Object with slug=%s does not exist.", zone)}})
+		return
+	}
+	uuid := newUUID()
+	g := &cloudscale.ServerGroup{
+		ZonalResource:  cloudscale.ZonalResource{Zone: cloudscale.Zone{Slug: zone}},
+		TaggedResource: cloudscale.TaggedResource{Tags: cloudscale.TagMap{}},
+		HREF:           s.URL + "/v1/server-groups/" + uuid,
+		UUID:           uuid,
+		Name:           req.Name,
+		Type:           "anti-affinity",
+		Servers:        []cloudscale.ServerStub{},
+	}
+	if req.Tags != nil {
+		for k, v := range *req.Tags {
+			g.Tags[k] = v
+		}
+	}
+	s.mu.Lock()
+	s.groups[uuid] = g
+	out := *g
+	s.mu.Unlock()
+	writeJSON(w, http.StatusCreated, out)
+}
+
+func (s *Server) getServerGroup(w http.ResponseWriter, uuid string) {
+	s.mu.Lock()
+	g, ok := s.groups[uuid]
+	var out cloudscale.ServerGroup
+	if ok {
+		out = *g
+		out.Servers = slices.Clone(g.Servers)
+	}
+	s.mu.Unlock()
+	if !ok {
+		writeDetail(w, http.StatusNotFound, DetailNotFound)
+		return
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+func (s *Server) deleteServerGroup(w http.ResponseWriter, uuid string) {
+	s.mu.Lock()
+	_, ok := s.groups[uuid]
+	delete(s.groups, uuid)
+	s.mu.Unlock()
+	if !ok {
+		writeDetail(w, http.StatusNotFound, DetailNotFound)
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+// knownZone reports whether any flavor is offered in zone (the fake knows
+// zones through its flavors).
+func (s *Server) knownZone(zone string) bool {
+	if zone == s.defaultZone {
+		return true
+	}
+	for _, f := range s.flavors {
+		if slices.Contains(f.Zones, zone) {
+			return true
+		}
+	}
+	return false
 }
 
 func interfacesFor(req cloudscale.ServerRequest) []cloudscale.Interface {

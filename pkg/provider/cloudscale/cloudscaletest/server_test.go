@@ -2,8 +2,11 @@ package cloudscaletest_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
+	"io"
 	"net/http"
+	"strings"
 	"testing"
 
 	"github.com/cloudscale-ch/cloudscale-go-sdk/v6"
@@ -130,4 +133,96 @@ func TestHeldRequestsWaitForRelease(t *testing.T) {
 	g.Consistently(done, "50ms").ShouldNot(Receive())
 	hold.Release()
 	g.Eventually(done).Should(Receive(BeNil()))
+}
+
+// What the SDK makes of the fake's error bodies is what it makes of the
+// API's: a {"detail"} answer is an ErrorResponse, a validation error (lists
+// of messages per field) fails the SDK's decoding, so a client must read
+// the body itself.
+func TestErrorBodiesHaveTheAPIsShapes(t *testing.T) {
+	g := NewWithT(t)
+	ctx := context.Background()
+	s := cloudscaletest.NewServer()
+	defer s.Close()
+	c := client(t, s, "")
+
+	long := cloudscale.TagMap{"team": strings.Repeat("x", 256)}
+	_, err := c.Servers.Create(ctx, &cloudscale.ServerRequest{
+		TaggedResourceRequest: cloudscale.TaggedResourceRequest{Tags: &long},
+		Name:                  "c1", Flavor: "flex-8-4", Image: "debian-12",
+	})
+	var typeErr *json.UnmarshalTypeError
+	g.Expect(errors.As(err, &typeErr)).To(BeTrue(), "a field error is not a map of strings: %v", err)
+
+	resp, err := http.Post(s.URL+"/v1/servers", "application/json", strings.NewReader(`{"name":"c1","flavor":"flex-8-4","image":"debian-12","tags":{"team":"`+strings.Repeat("x", 256)+`"}}`))
+	g.Expect(err).NotTo(HaveOccurred())
+	body, _ := io.ReadAll(resp.Body)
+	_ = resp.Body.Close()
+	g.Expect(resp.StatusCode).To(Equal(http.StatusBadRequest))
+	g.Expect(string(body)).To(MatchJSON(`{"tags":["Ensure this field has no more than 255 characters."]}`))
+
+	_, err = c.Servers.Create(ctx, &cloudscale.ServerRequest{Name: "c1", Flavor: "flex-8-4", Image: "debian-12", Zone: "gva1"})
+	g.Expect(errors.As(err, &typeErr)).To(BeTrue(), "an unknown zone is a field error: %v", err)
+
+	s.InjectFault(cloudscaletest.Fault{Status: http.StatusServiceUnavailable, Detail: cloudscaletest.DetailMaintenance})
+	_, err = c.Servers.List(ctx)
+	var apiErr *cloudscale.ErrorResponse
+	g.Expect(errors.As(err, &apiErr)).To(BeTrue())
+	g.Expect(apiErr.StatusCode).To(Equal(http.StatusServiceUnavailable))
+	g.Expect(apiErr.Message).To(HaveKeyWithValue("detail", cloudscaletest.DetailMaintenance))
+}
+
+// OutOfCapacity answers creates in its zone only, for good.
+func TestOutOfCapacityIsPerZone(t *testing.T) {
+	g := NewWithT(t)
+	ctx := context.Background()
+	s := cloudscaletest.NewServer()
+	defer s.Close()
+	c := client(t, s, "")
+	s.InjectFault(cloudscaletest.OutOfCapacity("lpg1", ""))
+
+	for range 2 {
+		_, err := c.Servers.Create(ctx, &cloudscale.ServerRequest{Name: "a", Flavor: "flex-8-4", Image: "debian-12", Zone: "lpg1"})
+		g.Expect(statusOf(err)).To(Equal(http.StatusBadRequest))
+	}
+	_, err := c.Servers.Create(ctx, &cloudscale.ServerRequest{Name: "b", Flavor: "flex-8-4", Image: "debian-12", Zone: "rma1"})
+	g.Expect(err).NotTo(HaveOccurred(), "the other zone has room")
+	_, err = c.Servers.List(ctx)
+	g.Expect(err).NotTo(HaveOccurred(), "only creates are refused")
+	s.ClearFaults()
+	_, err = c.Servers.Create(ctx, &cloudscale.ServerRequest{Name: "a", Flavor: "flex-8-4", Image: "debian-12", Zone: "lpg1"})
+	g.Expect(err).NotTo(HaveOccurred())
+}
+
+// Server groups are zonal, list their servers, and lose them on delete.
+func TestServerGroups(t *testing.T) {
+	g := NewWithT(t)
+	ctx := context.Background()
+	s := cloudscaletest.NewServer(cloudscaletest.WithServerGroupLimit(1), cloudscaletest.WithDeleteRefusedWhileCreating())
+	defer s.Close()
+	c := client(t, s, "")
+
+	group, err := c.ServerGroups.Create(ctx, &cloudscale.ServerGroupRequest{
+		ZonalResourceRequest: cloudscale.ZonalResourceRequest{Zone: "rma1"}, Name: "g", Type: "anti-affinity",
+	})
+	g.Expect(err).NotTo(HaveOccurred())
+	_, err = c.Servers.Create(ctx, &cloudscale.ServerRequest{Name: "a", Flavor: "flex-8-4", Image: "debian-12", Zone: "lpg1", ServerGroups: []string{group.UUID}})
+	g.Expect(err).To(HaveOccurred(), "a group of another zone is refused")
+	srv, err := c.Servers.Create(ctx, &cloudscale.ServerRequest{Name: "a", Flavor: "flex-8-4", Image: "debian-12", Zone: "rma1", ServerGroups: []string{group.UUID}})
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(srv.ServerGroups).To(ConsistOf(HaveField("UUID", group.UUID)))
+	_, err = c.Servers.Create(ctx, &cloudscale.ServerRequest{Name: "b", Flavor: "flex-8-4", Image: "debian-12", Zone: "rma1", ServerGroups: []string{group.UUID}})
+	g.Expect(err).To(HaveOccurred(), "the group is full")
+
+	got, err := c.ServerGroups.Get(ctx, group.UUID)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(got.Servers).To(ConsistOf(HaveField("UUID", srv.UUID)))
+
+	g.Expect(statusOf(c.Servers.Delete(ctx, srv.UUID))).To(Equal(http.StatusBadRequest), "still being created")
+	s.MarkRunning(srv.UUID)
+	g.Expect(c.Servers.Delete(ctx, srv.UUID)).To(Succeed())
+	got, err = c.ServerGroups.Get(ctx, group.UUID)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(got.Servers).To(BeEmpty())
+	g.Expect(c.ServerGroups.Delete(ctx, group.UUID)).To(Succeed())
 }
