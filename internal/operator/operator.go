@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"time"
 
+	"k8s.io/client-go/tools/events"
 	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
@@ -87,30 +88,33 @@ func Setup(ctx context.Context, mgr manager.Manager, opts Options) (*Operator, e
 		Registry:       opts.Registry,
 		ClusterName:    opts.ClusterName,
 		Namespace:      opts.Namespace,
+		Clock:          opts.Clock,
 	}
 	capacityBackoff := capacity.NewBackoff(opts.Clock)
 	op := &Operator{Providers: resolver, Capacity: capacityBackoff}
+	templates := &provisioning.TemplateCheck{Kube: mgr.GetClient()}
+	recorder := func(name string) events.EventRecorder { return newEventRecorder(mgr.GetEventRecorder(name)) }
 
 	setups := []interface{ SetupWithManager(ctrl.Manager) error }{
 		&nodeclaim.Controller{
 			Kube: mgr.GetClient(), Providers: resolver, Capacity: capacityBackoff,
-			Recorder: mgr.GetEventRecorder(nodeclaim.Name), Clock: opts.Clock,
+			Recorder: recorder(nodeclaim.Name), Clock: opts.Clock,
 		},
-		&nodepool.Controller{Kube: mgr.GetClient(), Providers: resolver},
-		&nodeprovider.Controller{Kube: mgr.GetClient(), Providers: resolver},
+		&nodepool.Controller{Kube: mgr.GetClient(), Providers: resolver, Templates: templates, Recorder: recorder(nodepool.Name)},
+		&nodeprovider.Controller{Kube: mgr.GetClient(), Providers: resolver, Recorder: recorder(nodeprovider.Name)},
 	}
 	if opts.Mode != ModeExternalGRPC {
 		setups = append(setups,
 			&provisioning.Controller{
 				Provisioner: &provisioning.Provisioner{
 					Kube: mgr.GetClient(), Providers: resolver, Capacity: capacityBackoff,
-					Recorder: mgr.GetEventRecorder(provisioning.Name), Clock: opts.Clock,
+					Recorder: recorder(provisioning.Name), Clock: opts.Clock, Templates: templates,
 				},
 				Batcher: provisioning.NewBatcher(opts.BatchIdle, opts.BatchMax, opts.Clock),
 			},
 			&disruption.Controller{
 				Kube: mgr.GetClient(), Providers: resolver, Capacity: capacityBackoff,
-				Recorder: mgr.GetEventRecorder(disruption.Name), Clock: opts.Clock,
+				Recorder: recorder(disruption.Name), Clock: opts.Clock,
 			},
 		)
 	}
@@ -121,7 +125,7 @@ func Setup(ctx context.Context, mgr manager.Manager, opts Options) (*Operator, e
 	}
 	gc := &garbagecollection.Controller{
 		Kube: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Providers: resolver,
-		Recorder: mgr.GetEventRecorder(garbagecollection.Name), Clock: opts.Clock,
+		Recorder: recorder(garbagecollection.Name), Clock: opts.Clock,
 		Interval: opts.GCInterval, GracePeriod: opts.GCGracePeriod,
 	}
 	if err := mgr.Add(gc); err != nil {

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-logr/logr"
 	. "github.com/onsi/gomega"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -51,6 +52,8 @@ type operatorOptions struct {
 	// the externalgrpc mode.
 	mode         operator.Mode
 	externalGRPC externalgrpc.Options
+	// logs, when set, receives the controllers' log lines.
+	logs io.Writer
 }
 
 // startOperator runs claimscale's controllers against the test control
@@ -79,6 +82,7 @@ func startOperator(t *testing.T, opts operatorOptions) (stop func()) {
 		HealthProbeBindAddress:  "0",
 		// Each test starts its own manager in this process.
 		Controller: config.Controller{SkipNameValidation: ptr(true)},
+		Logger:     managerLogger(opts.logs),
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -105,6 +109,18 @@ func startOperator(t *testing.T, opts operatorOptions) (stop func()) {
 	stop = func() { once.Do(func() { cancel(); wg.Wait() }) }
 	t.Cleanup(stop)
 	return stop
+}
+
+// managerLogger writes to logs as well as where every test's logs go.
+func managerLogger(logs io.Writer) logr.Logger {
+	if logs == nil {
+		return log.Log
+	}
+	var sink io.Writer = logs
+	if os.Getenv("E2E_LOGS") != "" {
+		sink = io.MultiWriter(logs, os.Stderr)
+	}
+	return zap.New(zap.WriteTo(sink), zap.UseDevMode(true))
 }
 
 // scenario holds one test's provider, pool and namespace, all named after

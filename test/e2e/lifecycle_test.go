@@ -229,7 +229,7 @@ func TestGarbageCollectionTouchesOnlyOurMachines(t *testing.T) {
 				Shape:       v1alpha1.ClaimShape{Name: "c4", CPU: *qty("4"), Memory: *qty("16Gi")},
 			},
 		}
-		_, err = machines.Create(s.ctx, orphanClaim)
+		_, err = machines.Create(s.ctx, orphanClaim, provider.CreateOptions{})
 		s.g.Expect(err).NotTo(HaveOccurred())
 	}
 	machineFor(clusterName, "gc-orphan")

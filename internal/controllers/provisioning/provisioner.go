@@ -10,10 +10,12 @@ import (
 	"context"
 	"fmt"
 	"strconv"
+	"sync"
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/events"
@@ -25,6 +27,7 @@ import (
 	"github.com/claimscale/claimscale/internal/controllers/nodepool"
 	"github.com/claimscale/claimscale/internal/metrics"
 	"github.com/claimscale/claimscale/internal/providers"
+	"github.com/claimscale/claimscale/internal/retry"
 	"github.com/claimscale/claimscale/internal/scheduling"
 	"github.com/claimscale/claimscale/pkg/provider"
 )
@@ -47,13 +50,29 @@ type CapacityChecker interface {
 	Unavailable(pool, shape string) bool
 }
 
-// Provisioner runs one provisioning round at a time.
+// DefaultProviderCallTimeout bounds each provider call of a round: a
+// provider whose API hangs costs a round this long at the most, once, and
+// its pools are then backed off.
+const DefaultProviderCallTimeout = 5 * time.Second
+
+// Provisioner runs one provisioning round at a time. A pool that cannot
+// provision (its provider unreachable or missing, its template invalid, its
+// claims refused) is left out of the round, logged and backed off on its
+// own; every other pool provisions as if it were not there.
 type Provisioner struct {
 	Kube      client.Client
 	Providers ProviderResolver
 	Capacity  CapacityChecker
 	Recorder  events.EventRecorder
 	Clock     clock.Clock
+	// Templates checks pool templates against the API server; nil checks
+	// only what needs no API server.
+	Templates *TemplateCheck
+	// ProviderCallTimeout bounds each provider call (default
+	// DefaultProviderCallTimeout).
+	ProviderCallTimeout time.Duration
+
+	failures retry.Backoff
 }
 
 // Provision runs one round: it writes claims for pending pods and for
@@ -73,14 +92,32 @@ func (p *Provisioner) Provision(ctx context.Context) error {
 		}
 		logger.Info("scheduled pending pods", "pending", len(input.Pending), "inFlight", len(input.InFlight), "nodes", len(input.Nodes), "newNodes", len(result.NewNodes),
 			"placedOnExisting", len(result.Placements), "unschedulable", len(result.Unschedulable), "duration", time.Since(started))
-		if err := p.createClaims(ctx, pools, result); err != nil {
-			return err
-		}
+		p.createClaims(ctx, pools, result)
 		p.reportUnschedulable(result.Unschedulable)
 	} else {
 		metrics.PodsUnschedulable.Set(0)
 	}
-	return p.keepWarmCapacity(ctx, pools, input.Pools)
+	p.keepWarmCapacity(ctx, pools, input.Pools)
+	return nil
+}
+
+// poolFailed leaves a pool out of the next rounds for its backoff and tells
+// why, on the pool's events and in the log.
+func (p *Provisioner) poolFailed(ctx context.Context, pool *v1alpha1.NodePool, err error) {
+	p.failures.Clock = p.Clock
+	wait := p.failures.Failed(pool.Name, pool.Generation, err)
+	log.FromContext(ctx).Info("pool cannot provision, skipped", "nodePool", pool.Name, "reason", err.Error(), "retryIn", wait)
+	if p.Recorder != nil {
+		p.Recorder.Eventf(pool, nil, corev1.EventTypeWarning, "ProvisioningSkipped", "Provision",
+			"pool skipped by provisioning for %s: %v", wait.Round(time.Second), err)
+	}
+}
+
+func (p *Provisioner) callTimeout() time.Duration {
+	if p.ProviderCallTimeout > 0 {
+		return p.ProviderCallTimeout
+	}
+	return DefaultProviderCallTimeout
 }
 
 func solve(ctx context.Context, input scheduling.Input) (scheduling.Result, error) {
@@ -158,36 +195,83 @@ func (p *Provisioner) gather(ctx context.Context) (scheduling.Input, map[string]
 		input.DaemonSets = append(input.DaemonSets, &daemonSets.Items[i])
 	}
 
-	pools := map[string]*v1alpha1.NodePool{}
 	claimsByPool := map[string][]v1alpha1.NodeClaim{}
 	for i := range claimList.Items {
 		claim := claimList.Items[i]
 		claimsByPool[claim.Spec.NodePoolRef.Name] = append(claimsByPool[claim.Spec.NodePoolRef.Name], claim)
-		if claim.DeletionTimestamp.IsZero() && !meta.IsStatusConditionTrue(claim.Status.Conditions, v1alpha1.ConditionRegistered) {
-			input.InFlight = append(input.InFlight, scheduling.InFlight{
-				Name: claim.Name,
-				Pool: claim.Spec.NodePoolRef.Name,
-				Shape: scheduling.Shape{
-					Name: claim.Spec.Shape.Name, CPU: claim.Spec.Shape.CPU, Memory: claim.Spec.Shape.Memory,
-				},
-				Zone: zoneOf(claim.Spec.Requirements.NodeSelector),
-			})
+	}
+	pools := p.usablePools(ctx, poolList.Items, claimsByPool)
+	for i := range poolList.Items {
+		if schedulingPool, ok := pools[poolList.Items[i].Name]; ok {
+			input.Pools = append(input.Pools, schedulingPool)
 		}
 	}
-	for i := range poolList.Items {
-		pool := &poolList.Items[i]
+	for i := range claimList.Items {
+		claim := &claimList.Items[i]
+		if !claim.DeletionTimestamp.IsZero() || meta.IsStatusConditionTrue(claim.Status.Conditions, v1alpha1.ConditionRegistered) {
+			continue
+		}
+		if _, ok := pools[claim.Spec.NodePoolRef.Name]; !ok {
+			// Its pool is gone or skipped this round: the claim cannot be
+			// simulated as a node of it, and must not stop the others.
+			log.FromContext(ctx).V(1).Info("in-flight claim left out: its pool is not provisioning", "nodeClaim", claim.Name, "nodePool", claim.Spec.NodePoolRef.Name)
+			continue
+		}
+		input.InFlight = append(input.InFlight, scheduling.InFlight{
+			Name: claim.Name,
+			Pool: claim.Spec.NodePoolRef.Name,
+			Shape: scheduling.Shape{
+				Name: claim.Spec.Shape.Name, CPU: claim.Spec.Shape.CPU, Memory: claim.Spec.Shape.Memory,
+			},
+			Zone: zoneOf(claim.Spec.Requirements.NodeSelector),
+		})
+	}
+	byName := map[string]*v1alpha1.NodePool{}
+	for name, schedulingPool := range pools {
+		byName[name] = schedulingPool.NodePool
+	}
+	return input, byName, nil
+}
+
+// usablePools works out, concurrently and under the provider call timeout,
+// the scheduling pool of every pool that can provision now. A pool that
+// cannot is backed off and left out; one still backed off is left out
+// without asking its provider again.
+func (p *Provisioner) usablePools(ctx context.Context, pools []v1alpha1.NodePool, claimsByPool map[string][]v1alpha1.NodeClaim) map[string]scheduling.Pool {
+	var (
+		mu     sync.Mutex
+		wg     sync.WaitGroup
+		usable = map[string]scheduling.Pool{}
+	)
+	for i := range pools {
+		pool := &pools[i]
 		if !pool.DeletionTimestamp.IsZero() {
 			continue
 		}
-		schedulingPool, err := p.schedulingPool(ctx, pool, claimsByPool[pool.Name])
-		if err != nil {
-			log.FromContext(ctx).Info("pool cannot provision", "nodePool", pool.Name, "reason", err.Error())
+		if err, _ := p.failures.Waiting(pool.Name, pool.Generation); err != nil {
 			continue
 		}
-		pools[pool.Name] = pool
-		input.Pools = append(input.Pools, schedulingPool)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			callCtx, cancel := context.WithTimeout(ctx, p.callTimeout())
+			defer cancel()
+			schedulingPool, err := p.schedulingPool(callCtx, pool, claimsByPool[pool.Name])
+			if err == nil {
+				err = p.Templates.Check(callCtx, pool, schedulingPool.Shapes)
+			}
+			if err != nil {
+				p.poolFailed(ctx, pool, err)
+				return
+			}
+			p.failures.Succeeded(pool.Name)
+			mu.Lock()
+			usable[pool.Name] = schedulingPool
+			mu.Unlock()
+		}()
 	}
-	return input, pools, nil
+	wg.Wait()
+	return usable
 }
 
 func (p *Provisioner) schedulingPool(ctx context.Context, pool *v1alpha1.NodePool, claims []v1alpha1.NodeClaim) (scheduling.Pool, error) {
@@ -197,11 +281,11 @@ func (p *Provisioner) schedulingPool(ctx context.Context, pool *v1alpha1.NodePoo
 	}
 	offered, err := machines.Shapes(ctx, pool)
 	if err != nil {
-		return scheduling.Pool{}, fmt.Errorf("resolving shapes: %w", err)
+		return scheduling.Pool{}, fmt.Errorf("resolving shapes with NodeProvider %s: %w", pool.Spec.ProviderRef.Name, err)
 	}
 	shapes, err := scheduling.PoolShapes(pool, offered)
 	if err != nil {
-		return scheduling.Pool{}, err
+		return scheduling.Pool{}, &TemplateInvalidError{Err: err}
 	}
 	var nodeProvider v1alpha1.NodeProvider
 	if err := p.Kube.Get(ctx, client.ObjectKey{Name: pool.Spec.ProviderRef.Name}, &nodeProvider); err != nil {
@@ -224,14 +308,22 @@ func (p *Provisioner) schedulingPool(ctx context.Context, pool *v1alpha1.NodePoo
 	return schedulingPool, nil
 }
 
-// createClaims writes one claim per new node and tells its pods.
-func (p *Provisioner) createClaims(ctx context.Context, pools map[string]*v1alpha1.NodePool, result scheduling.Result) error {
+// createClaims writes one claim per new node and tells its pods. A pool
+// whose claim is refused gets no more claims this round and is backed off;
+// the other pools' claims are still written.
+func (p *Provisioner) createClaims(ctx context.Context, pools map[string]*v1alpha1.NodePool, result scheduling.Result) {
 	events := 0
+	refused := map[string]bool{}
 	for _, newNode := range result.NewNodes {
 		pool := pools[newNode.Pool]
+		if refused[pool.Name] {
+			continue
+		}
 		claim, err := p.createClaim(ctx, pool, newNode.Shape, newNode.TotalRequests(), newNode.Requirements, "provisioning")
 		if err != nil {
-			return err
+			refused[pool.Name] = true
+			p.poolFailed(ctx, pool, err)
+			continue
 		}
 		log.FromContext(ctx).Info("created claim", "nodeClaim", claim.Name, "nodePool", pool.Name, "shape", newNode.Shape.Name, "zone", newNode.Zone, "pods", len(newNode.Pods))
 		for _, pod := range newNode.Pods {
@@ -242,13 +334,16 @@ func (p *Provisioner) createClaims(ctx context.Context, pools map[string]*v1alph
 				"pod should schedule on a new node of claim %s (pool %s, shape %s)", claim.Name, pool.Name, newNode.Shape.Name)
 		}
 	}
-	return nil
 }
 
 func (p *Provisioner) createClaim(ctx context.Context, pool *v1alpha1.NodePool, shape scheduling.Shape, requests corev1.ResourceList, requirements []corev1.NodeSelectorRequirement, reason string) (*v1alpha1.NodeClaim, error) {
 	claim := NewClaim(pool, shape, requests, requirements)
 	if err := p.Kube.Create(ctx, claim); err != nil {
-		return nil, fmt.Errorf("creating claim for pool %s shape %s: %w", pool.Name, shape.Name, err)
+		err = fmt.Errorf("creating claim for pool %s shape %s: %w", pool.Name, shape.Name, err)
+		if apierrors.IsInvalid(err) || apierrors.IsBadRequest(err) {
+			err = &TemplateInvalidError{Err: err}
+		}
+		return nil, err
 	}
 	metrics.NodeClaimsCreated.WithLabelValues(pool.Name, reason).Inc()
 	return claim, nil
@@ -299,7 +394,7 @@ func (p *Provisioner) reportUnschedulable(unschedulable []scheduling.Unschedulab
 
 // keepWarmCapacity tops every pool up to its minNodes with its cheapest
 // shape, within its limits.
-func (p *Provisioner) keepWarmCapacity(ctx context.Context, pools map[string]*v1alpha1.NodePool, schedulingPools []scheduling.Pool) error {
+func (p *Provisioner) keepWarmCapacity(ctx context.Context, pools map[string]*v1alpha1.NodePool, schedulingPools []scheduling.Pool) {
 	for _, schedulingPool := range schedulingPools {
 		pool := pools[schedulingPool.NodePool.Name]
 		missing := int64(pool.Spec.MinNodes) - schedulingPool.InUse.Nodes
@@ -313,12 +408,12 @@ func (p *Provisioner) keepWarmCapacity(ctx context.Context, pools map[string]*v1
 		for range missing {
 			claim, err := p.createClaim(ctx, pool, shape, nil, nil, "minNodes")
 			if err != nil {
-				return err
+				p.poolFailed(ctx, pool, err)
+				break
 			}
 			log.FromContext(ctx).Info("created claim for warm capacity", "nodeClaim", claim.Name, "nodePool", pool.Name, "minNodes", pool.Spec.MinNodes)
 		}
 	}
-	return nil
 }
 
 func cheapest(pool scheduling.Pool) (scheduling.Shape, bool) {

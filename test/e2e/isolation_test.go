@@ -1,0 +1,286 @@
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"net"
+	"net/url"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	. "github.com/onsi/gomega"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/claimscale/claimscale/api/v1alpha1"
+	"github.com/claimscale/claimscale/internal/operator"
+	"github.com/claimscale/claimscale/internal/testenv"
+	"github.com/claimscale/claimscale/pkg/provider"
+	"github.com/claimscale/claimscale/pkg/provider/proxmox"
+	"github.com/claimscale/claimscale/pkg/provider/simulated"
+)
+
+// silentListener accepts TCP connections and never answers on them, like
+// an API endpoint behind a firewall that drops replies, or a hung server.
+func silentListener(t *testing.T) string {
+	t.Helper()
+	listener, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	var held []net.Conn
+	go func() {
+		for {
+			conn, err := listener.Accept()
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			held = append(held, conn)
+			mu.Unlock()
+		}
+	}()
+	t.Cleanup(func() {
+		_ = listener.Close()
+		mu.Lock()
+		defer mu.Unlock()
+		for _, conn := range held {
+			_ = conn.Close()
+		}
+	})
+	return listener.Addr().String()
+}
+
+// A NodeProvider whose API accepts connections and never answers, with a
+// pool and pending pods of its own, is reported Unreachable and holds up
+// nobody: a healthy pool's pending pods get their claims within 2 s.
+func TestHangingProviderDoesNotDelayOtherPools(t *testing.T) {
+	startOperator(t, operatorOptions{})
+	address := silentListener(t)
+
+	stuck := newScenario(t, "hanging")
+	stuck.createSecret("hanging-credentials", map[string][]byte{
+		proxmox.SecretKeyTokenID: []byte("claimscale@pve!autoscaler"), proxmox.SecretKeyTokenSecret: []byte("token-secret-value"),
+	})
+	stuck.g.Expect(env.Client.Create(stuck.ctx, &v1alpha1.NodeProvider{
+		ObjectMeta: metav1.ObjectMeta{Name: stuck.name},
+		Spec: v1alpha1.NodeProviderSpec{
+			Type:                 v1alpha1.ProviderTypeProxmox,
+			CredentialsSecretRef: &v1alpha1.SecretReference{Name: "hanging-credentials", Namespace: controllerNamespace},
+			Proxmox: &v1alpha1.ProxmoxSettings{
+				Endpoint:              "https://" + address + "/api2/json",
+				InsecureSkipTLSVerify: true,
+				VMIDRange:             v1alpha1.VMIDRange{Lower: 5000, Upper: 5099},
+				Clone:                 &v1alpha1.ProxmoxClone{TemplateID: 9000},
+			},
+		},
+	})).To(Succeed())
+	t.Cleanup(func() {
+		_ = env.Client.Delete(context.Background(), &v1alpha1.NodePool{ObjectMeta: metav1.ObjectMeta{Name: stuck.name}})
+		_ = env.Client.Delete(context.Background(), &v1alpha1.NodeProvider{ObjectMeta: metav1.ObjectMeta{Name: stuck.name}})
+	})
+	stuck.createPool(nil)
+	stuck.createDeployment("stuck", 2, "1", nil)
+	stuck.g.Eventually(func() string {
+		var nodeProvider v1alpha1.NodeProvider
+		stuck.g.Expect(env.Client.Get(stuck.ctx, client.ObjectKey{Name: stuck.name}, &nodeProvider)).To(Succeed())
+		if ready := meta.FindStatusCondition(nodeProvider.Status.Conditions, v1alpha1.ConditionReady); ready != nil && ready.Status == metav1.ConditionFalse {
+			return ready.Reason
+		}
+		return ""
+	}).WithTimeout(time.Minute).Should(Equal("Unreachable"))
+
+	healthy := newScenario(t, "beside-hanging")
+	defer healthy.cleanup()
+	healthy.createProvider(v1alpha1.SimulatedSettings{})
+	healthy.createPool(nil)
+	for round := range 3 {
+		app := fmt.Sprintf("healthy-%d", round)
+		healthy.createDeployment(app, 1, "3", nil)
+		var unschedulable time.Time
+		healthy.g.Eventually(func() bool {
+			for _, pod := range healthy.pods(app) {
+				for _, condition := range pod.Status.Conditions {
+					if condition.Type == corev1.PodScheduled && condition.Reason == corev1.PodReasonUnschedulable {
+						unschedulable = time.Now()
+						return true
+					}
+				}
+			}
+			return false
+		}).WithPolling(20 * time.Millisecond).Should(BeTrue())
+		before := len(healthy.claims())
+		healthy.g.Eventually(func() int { return len(healthy.claims()) }).WithPolling(20*time.Millisecond).WithTimeout(time.Minute).Should(BeNumerically(">", before))
+		latency := time.Since(unschedulable)
+		t.Logf("round %d: pod unschedulable → claim in %s while NodeProvider %s hangs", round, latency.Round(10*time.Millisecond), stuck.name)
+		healthy.g.Expect(latency).To(BeNumerically("<", 2*time.Second))
+		healthy.g.Eventually(func() int { return healthy.runningPods(app) }).Should(Equal(1))
+	}
+	var pool v1alpha1.NodePool
+	stuck.g.Expect(env.Client.Get(stuck.ctx, client.ObjectKey{Name: stuck.name}, &pool)).To(Succeed())
+	ready := meta.FindStatusCondition(pool.Status.Conditions, v1alpha1.ConditionReady)
+	stuck.g.Expect(ready).NotTo(BeNil())
+	stuck.g.Expect(ready.Status).To(Equal(metav1.ConditionFalse))
+	stuck.g.Expect(stuck.claims()).To(BeEmpty())
+}
+
+// A NodeClaim made by hand and named after a Node that exists does not take
+// that Node over: the Node keeps its labels, taints and finalizers, gets no
+// owner, and stays when the claim is deleted.
+func TestHandMadeClaimNamedAfterANodeLeavesTheNodeAlone(t *testing.T) {
+	startOperator(t, operatorOptions{})
+	s := newScenario(t, "handmade")
+	defer s.cleanup()
+	s.createProvider(v1alpha1.SimulatedSettings{})
+	s.createPool(nil)
+
+	node := &corev1.Node{
+		ObjectMeta: metav1.ObjectMeta{
+			Name:        "handmade-node",
+			Labels:      map[string]string{"team": "payments", corev1.LabelHostname: "handmade-node"},
+			Annotations: map[string]string{testenv.KwokNodeAnnotation: "fake"},
+			Finalizers:  []string{"example.com/keep"},
+		},
+		Spec: corev1.NodeSpec{
+			ProviderID: "kwok://handmade-node",
+			Taints:     []corev1.Taint{{Key: "team", Value: "payments", Effect: corev1.TaintEffectNoSchedule}},
+		},
+		Status: corev1.NodeStatus{Capacity: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("4"), corev1.ResourcePods: resource.MustParse("110")}},
+	}
+	s.g.Expect(env.Client.Create(s.ctx, node)).To(Succeed())
+	t.Cleanup(func() {
+		var current corev1.Node
+		if env.Client.Get(context.Background(), client.ObjectKey{Name: node.Name}, &current) == nil {
+			current.Finalizers = nil
+			_ = env.Client.Update(context.Background(), &current)
+			_ = env.Client.Delete(context.Background(), &current)
+		}
+	})
+	untouched := func(g Gomega) {
+		var current corev1.Node
+		g.Expect(env.Client.Get(s.ctx, client.ObjectKey{Name: node.Name}, &current)).To(Succeed())
+		g.Expect(current.DeletionTimestamp.IsZero()).To(BeTrue(), "the node is being deleted")
+		g.Expect(current.Labels).To(Equal(node.Labels))
+		g.Expect(current.Spec.Taints).To(Equal(node.Spec.Taints))
+		g.Expect(current.Finalizers).To(Equal([]string{"example.com/keep"}))
+		g.Expect(current.OwnerReferences).To(BeEmpty())
+	}
+
+	claim := &v1alpha1.NodeClaim{
+		ObjectMeta: metav1.ObjectMeta{Name: node.Name},
+		Spec: v1alpha1.NodeClaimSpec{
+			NodePoolRef: v1alpha1.NodePoolReference{Name: s.name},
+			Shape:       v1alpha1.ClaimShape{Name: "c4", CPU: resource.MustParse("4"), Memory: resource.MustParse("16Gi")},
+			Taints:      []corev1.Taint{{Key: "adopted", Effect: corev1.TaintEffectNoExecute}},
+		},
+	}
+	s.g.Expect(env.Client.Create(s.ctx, claim)).To(Succeed())
+	s.g.Eventually(func() string {
+		s.g.Expect(env.Client.Get(s.ctx, client.ObjectKeyFromObject(claim), claim)).To(Succeed())
+		if registered := meta.FindStatusCondition(claim.Status.Conditions, v1alpha1.ConditionRegistered); registered != nil {
+			return registered.Reason
+		}
+		return ""
+	}).Should(Equal("WaitingForNode"), "the claim launched its own machine and waits for that machine's node")
+	s.g.Expect(claim.Status.NodeProviderName).To(Equal(s.name))
+	s.g.Consistently(untouched).WithTimeout(3 * time.Second).Should(Succeed())
+
+	s.g.Expect(env.Client.Delete(s.ctx, claim)).To(Succeed())
+	s.g.Eventually(func() bool {
+		return apierrors.IsNotFound(env.Client.Get(s.ctx, client.ObjectKeyFromObject(claim), &v1alpha1.NodeClaim{}))
+	}).Should(BeTrue())
+	s.g.Eventually(func() int { return len(s.machines()) }).Should(BeZero(), "the claim's own machine is deleted")
+	s.g.Consistently(untouched).WithTimeout(2 * time.Second).Should(Succeed())
+}
+
+// leakyProvider is the simulated provider with an API that quotes the
+// credentials back in its errors, plain and URL-encoded, together with
+// the user data it was sent, as real APIs do in their error bodies.
+type leakyProvider struct {
+	provider.Provider
+	token string
+}
+
+func (p leakyProvider) Create(_ context.Context, _ *v1alpha1.NodeClaim, opts provider.CreateOptions) (*provider.Instance, error) {
+	return nil, provider.NewRetryable(fmt.Errorf("POST https://api.example/v1/servers?token=%s: 403 Forbidden: token %q may not create servers; user_data %q",
+		url.QueryEscape(p.token), p.token, opts.UserData), time.Second)
+}
+
+// A provider error that carries the credentials (plain and URL-encoded)
+// reaches the claim's conditions, its events and the controller's logs
+// with them redacted.
+func TestProviderErrorsAreRedactedInConditionsEventsAndLogs(t *testing.T) {
+	const token = "tok/secret+value=42"
+	registry := operator.DefaultRegistry()
+	registry.Register(v1alpha1.ProviderTypeSimulated, func(ctx context.Context, np *v1alpha1.NodeProvider, opts provider.Options) (provider.Provider, error) {
+		inner, err := simulated.New(ctx, np, opts)
+		if err != nil {
+			return nil, err
+		}
+		return leakyProvider{Provider: inner, token: string(opts.Credentials["token"])}, nil
+	})
+	var logs lockedBuffer
+	startOperator(t, operatorOptions{registry: registry, logs: &logs})
+
+	s := newScenario(t, "redaction")
+	defer s.cleanup()
+	s.createSecret("redaction-credentials", map[string][]byte{"token": []byte(token)})
+	s.g.Expect(env.Client.Create(s.ctx, &v1alpha1.NodeProvider{
+		ObjectMeta: metav1.ObjectMeta{Name: s.name},
+		Spec: v1alpha1.NodeProviderSpec{
+			Type:                 v1alpha1.ProviderTypeSimulated,
+			CredentialsSecretRef: &v1alpha1.SecretReference{Name: "redaction-credentials", Namespace: controllerNamespace},
+			Simulated:            &v1alpha1.SimulatedSettings{},
+		},
+	})).To(Succeed())
+	s.createPool(nil)
+	s.createDeployment("redacted", 1, "1", nil)
+
+	secrets := []string{token, url.QueryEscape(token), url.PathEscape(token)}
+	var said []string
+	s.g.Eventually(func() []string {
+		said = nil
+		for _, claim := range s.claims() {
+			for _, condition := range claim.Status.Conditions {
+				said = append(said, condition.Message)
+			}
+			said = append(said, eventsOf(s.g, "NodeClaim", claim.Name)...)
+		}
+		return said
+	}).Should(ContainElements(ContainSubstring("403 Forbidden"), ContainSubstring("LaunchFailed: POST")), "the error reaches the claim's condition and events")
+	s.g.Eventually(logs.String).Should(ContainSubstring("403 Forbidden"), "the error reaches the log")
+	said = append(said, logs.String())
+	for _, text := range said {
+		for _, secret := range secrets {
+			s.g.Expect(text).NotTo(ContainSubstring(secret))
+		}
+	}
+	s.g.Expect(strings.Join(said, "\n")).To(ContainSubstring("[redacted]"))
+}
+
+// lockedBuffer is a bytes.Buffer the controllers write to while the test
+// reads it.
+type lockedBuffer struct {
+	mu     sync.Mutex
+	buffer bytes.Buffer
+}
+
+func (b *lockedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buffer.Write(p)
+}
+
+func (b *lockedBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buffer.String()
+}
