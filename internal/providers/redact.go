@@ -137,6 +137,9 @@ func isUnreachable(err error) bool {
 	if errors.As(err, &redacted) {
 		return redacted.unreachable
 	}
+	if errors.Is(err, context.Canceled) {
+		return false // the caller gave up, not the provider
+	}
 	if errors.Is(err, context.DeadlineExceeded) {
 		return true
 	}
@@ -148,13 +151,29 @@ func isUnreachable(err error) bool {
 // the NodeProvider's credentials, and a Create's user data, redacted, so no
 // provider can leak them into a condition, an event or a log line however
 // its remote API words a failure.
+//
+// It also breaks the circuit to a provider whose API stopped answering
+// (see breaker), so one hung API does not cost every caller a timeout.
 type safeProvider struct {
 	next     provider.Provider
 	redactor redactor
+	breaker  *breaker
 }
 
-func newSafeProvider(next provider.Provider, credentials map[string][]byte) provider.Provider {
-	return &safeProvider{next: next, redactor: newRedactor(secretValues(credentials))}
+func newSafeProvider(name string, next provider.Provider, credentials map[string][]byte) *safeProvider {
+	p := &safeProvider{next: next, redactor: newRedactor(secretValues(credentials))}
+	p.breaker = &breaker{name: name, probe: func(ctx context.Context) error {
+		_, err := p.next.List(ctx)
+		return err
+	}}
+	return p
+}
+
+// done looks at a call's outcome and returns its error, redacted.
+func (p *safeProvider) done(err error) error {
+	err = p.redactor.error(err)
+	p.breaker.observe(err)
+	return err
 }
 
 func secretValues(credentials map[string][]byte) [][]byte {
@@ -182,34 +201,48 @@ func userDataSecrets(userData []byte) [][]byte {
 }
 
 func (p *safeProvider) Create(ctx context.Context, claim *v1alpha1.NodeClaim, opts provider.CreateOptions) (*provider.Instance, error) {
+	if err := p.breaker.open(); err != nil {
+		return nil, err
+	}
 	instance, err := p.next.Create(ctx, claim, opts)
 	if err == nil {
 		return instance, nil
 	}
-	err = p.redactor.error(err)
 	if len(opts.UserData) > 0 {
 		err = newRedactor(userDataSecrets(opts.UserData)).error(err)
 	}
-	return instance, err
+	return instance, p.done(err)
 }
 
 func (p *safeProvider) Delete(ctx context.Context, providerID string) error {
-	return p.redactor.error(p.next.Delete(ctx, providerID))
+	if err := p.breaker.open(); err != nil {
+		return err
+	}
+	return p.done(p.next.Delete(ctx, providerID))
 }
 
 func (p *safeProvider) Get(ctx context.Context, providerID string) (*provider.Instance, error) {
+	if err := p.breaker.open(); err != nil {
+		return nil, err
+	}
 	instance, err := p.next.Get(ctx, providerID)
-	return instance, p.redactor.error(err)
+	return instance, p.done(err)
 }
 
 func (p *safeProvider) List(ctx context.Context) ([]*provider.Instance, error) {
+	if err := p.breaker.open(); err != nil {
+		return nil, err
+	}
 	instances, err := p.next.List(ctx)
-	return instances, p.redactor.error(err)
+	return instances, p.done(err)
 }
 
 func (p *safeProvider) Shapes(ctx context.Context, pool *v1alpha1.NodePool) ([]provider.Shape, error) {
+	if err := p.breaker.open(); err != nil {
+		return nil, err
+	}
 	shapes, err := p.next.Shapes(ctx, pool)
-	return shapes, p.redactor.error(err)
+	return shapes, p.done(err)
 }
 
 // Unwrap returns the provider inside, for tests and callers that need the

@@ -55,7 +55,7 @@ func TestSafeProviderRedactsCredentialsAndUserDataInEveryFormAndKeepsTheErrorKin
 		{"timeout", func(err error) error { return fmt.Errorf("%w: %w", err, context.DeadlineExceeded) }, IsUnreachable},
 	} {
 		t.Run(kind.name, func(t *testing.T) {
-			safe := newSafeProvider(echoingProvider{token: token, fail: kind.wrap}, map[string][]byte{"token": []byte(token), "short": []byte("ab")})
+			safe := newSafeProvider("test", echoingProvider{token: token, fail: kind.wrap}, map[string][]byte{"token": []byte(token), "short": []byte("ab")})
 			_, createErr := safe.Create(context.Background(), &v1alpha1.NodeClaim{}, provider.CreateOptions{UserData: userData})
 			_, listErr := safe.List(context.Background())
 			for _, err := range []error{createErr, listErr, safe.Delete(context.Background(), "x")} {
@@ -84,7 +84,7 @@ func TestSafeProviderRedactsCredentialsAndUserDataInEveryFormAndKeepsTheErrorKin
 
 func TestSafeProviderLeavesErrorsWithoutSecretsAsTheyAre(t *testing.T) {
 	original := provider.NewTerminal(errors.New("flavor flex-4-1 does not exist"))
-	safe := newSafeProvider(echoingProvider{fail: func(error) error { return original }}, map[string][]byte{"token": []byte("s3cr3t-token")})
+	safe := newSafeProvider("test", echoingProvider{fail: func(error) error { return original }}, map[string][]byte{"token": []byte("s3cr3t-token")})
 	if err := safe.Delete(context.Background(), "x"); err != original {
 		t.Fatalf("an error without secrets was rewrapped: %v", err)
 	}

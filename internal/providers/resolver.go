@@ -62,7 +62,7 @@ type Resolver struct {
 type entry struct {
 	generation    int64
 	secretVersion string
-	provider      provider.Provider
+	provider      *safeProvider
 	err           error
 	// building is closed when the running build ends; nil when none runs.
 	building chan struct{}
@@ -138,6 +138,9 @@ func (r *Resolver) For(ctx context.Context, nodeProvider *v1alpha1.NodeProvider)
 	}
 	e, ok := r.entries[name]
 	if !ok || e.generation != nodeProvider.Generation || e.secretVersion != secretVersion {
+		if ok && e.provider != nil {
+			e.provider.breaker.stop()
+		}
 		e = &entry{generation: nodeProvider.Generation, secretVersion: secretVersion}
 		r.entries[name] = e
 		r.backoff.Succeeded(name)
@@ -206,7 +209,7 @@ func (r *Resolver) build(ctx context.Context, e *entry, nodeProvider *v1alpha1.N
 		e.err = newRedactor(secretValues(credentials)).error(fmt.Errorf("building the provider of NodeProvider %s: %w", nodeProvider.Name, err))
 		r.backoff.Failed(nodeProvider.Name, e.generation, e.err)
 	} else {
-		e.provider, e.err = newSafeProvider(built, credentials), nil
+		e.provider, e.err = newSafeProvider(nodeProvider.Name, built, credentials), nil
 		r.backoff.Succeeded(nodeProvider.Name)
 	}
 	close(e.building)

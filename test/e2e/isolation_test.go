@@ -89,14 +89,38 @@ func TestHangingProviderDoesNotDelayOtherPools(t *testing.T) {
 	})
 	stuck.createPool(nil)
 	stuck.createDeployment("stuck", 2, "1", nil)
-	stuck.g.Eventually(func() string {
-		var nodeProvider v1alpha1.NodeProvider
-		stuck.g.Expect(env.Client.Get(stuck.ctx, client.ObjectKey{Name: stuck.name}, &nodeProvider)).To(Succeed())
-		if ready := meta.FindStatusCondition(nodeProvider.Status.Conditions, v1alpha1.ConditionReady); ready != nil && ready.Status == metav1.ConditionFalse {
-			return ready.Reason
-		}
-		return ""
-	}).WithTimeout(time.Minute).Should(Equal("Unreachable"))
+
+	// A cloudscale NodeProvider builds without calling its API; its calls
+	// hang instead.
+	stuckCalls := newScenario(t, "hanging-calls")
+	stuckCalls.createSecret("hanging-calls-credentials", map[string][]byte{
+		"token": []byte("cloudscale-api-token"), "apiURL": []byte("http://" + address),
+	})
+	stuckCalls.g.Expect(env.Client.Create(stuckCalls.ctx, &v1alpha1.NodeProvider{
+		ObjectMeta: metav1.ObjectMeta{Name: stuckCalls.name},
+		Spec: v1alpha1.NodeProviderSpec{
+			Type:                 v1alpha1.ProviderTypeCloudscale,
+			CredentialsSecretRef: &v1alpha1.SecretReference{Name: "hanging-calls-credentials", Namespace: controllerNamespace},
+			Cloudscale:           &v1alpha1.CloudscaleSettings{Zone: "lpg1", Image: "debian-12"},
+		},
+	})).To(Succeed())
+	t.Cleanup(func() {
+		_ = env.Client.Delete(context.Background(), &v1alpha1.NodePool{ObjectMeta: metav1.ObjectMeta{Name: stuckCalls.name}})
+		_ = env.Client.Delete(context.Background(), &v1alpha1.NodeProvider{ObjectMeta: metav1.ObjectMeta{Name: stuckCalls.name}})
+	})
+	stuckCalls.createPool(func(pool *v1alpha1.NodePool) { pool.Spec.Shapes.Fixed = []v1alpha1.Shape{{Name: "flex-4-2"}} })
+	stuckCalls.createDeployment("stuck", 2, "1", nil)
+
+	for _, name := range []string{stuck.name, stuckCalls.name} {
+		stuck.g.Eventually(func() string {
+			var nodeProvider v1alpha1.NodeProvider
+			stuck.g.Expect(env.Client.Get(stuck.ctx, client.ObjectKey{Name: name}, &nodeProvider)).To(Succeed())
+			if ready := meta.FindStatusCondition(nodeProvider.Status.Conditions, v1alpha1.ConditionReady); ready != nil && ready.Status == metav1.ConditionFalse {
+				return ready.Reason
+			}
+			return ""
+		}).WithTimeout(time.Minute).Should(Equal("Unreachable"), "NodeProvider %s", name)
+	}
 
 	healthy := newScenario(t, "beside-hanging")
 	defer healthy.cleanup()
@@ -118,18 +142,21 @@ func TestHangingProviderDoesNotDelayOtherPools(t *testing.T) {
 			return false
 		}).WithPolling(20 * time.Millisecond).Should(BeTrue())
 		before := len(healthy.claims())
-		healthy.g.Eventually(func() int { return len(healthy.claims()) }).WithPolling(20*time.Millisecond).WithTimeout(time.Minute).Should(BeNumerically(">", before))
+		healthy.g.Eventually(func() int { return len(healthy.claims()) }).WithPolling(20 * time.Millisecond).WithTimeout(time.Minute).Should(BeNumerically(">", before))
 		latency := time.Since(unschedulable)
-		t.Logf("round %d: pod unschedulable → claim in %s while NodeProvider %s hangs", round, latency.Round(10*time.Millisecond), stuck.name)
+		t.Logf("round %d: pod unschedulable → claim in %s while NodeProviders %s and %s hang", round, latency.Round(10*time.Millisecond), stuck.name, stuckCalls.name)
 		healthy.g.Expect(latency).To(BeNumerically("<", 2*time.Second))
 		healthy.g.Eventually(func() int { return healthy.runningPods(app) }).Should(Equal(1))
 	}
-	var pool v1alpha1.NodePool
-	stuck.g.Expect(env.Client.Get(stuck.ctx, client.ObjectKey{Name: stuck.name}, &pool)).To(Succeed())
-	ready := meta.FindStatusCondition(pool.Status.Conditions, v1alpha1.ConditionReady)
-	stuck.g.Expect(ready).NotTo(BeNil())
-	stuck.g.Expect(ready.Status).To(Equal(metav1.ConditionFalse))
-	stuck.g.Expect(stuck.claims()).To(BeEmpty())
+	for _, s := range []*scenario{stuck, stuckCalls} {
+		var pool v1alpha1.NodePool
+		s.g.Expect(env.Client.Get(s.ctx, client.ObjectKey{Name: s.name}, &pool)).To(Succeed())
+		ready := meta.FindStatusCondition(pool.Status.Conditions, v1alpha1.ConditionReady)
+		s.g.Expect(ready).NotTo(BeNil())
+		s.g.Expect(ready.Status).To(Equal(metav1.ConditionFalse))
+		s.g.Expect(ready.Reason).To(Equal("Unreachable"))
+		s.g.Expect(s.claims()).To(BeEmpty())
+	}
 }
 
 // A NodeClaim made by hand and named after a Node that exists does not take
@@ -149,9 +176,10 @@ func TestHandMadeClaimNamedAfterANodeLeavesTheNodeAlone(t *testing.T) {
 			Annotations: map[string]string{testenv.KwokNodeAnnotation: "fake"},
 			Finalizers:  []string{"example.com/keep"},
 		},
+		// No providerID, as on a cluster without a cloud controller: a
+		// claim matching nodes by name would take it.
 		Spec: corev1.NodeSpec{
-			ProviderID: "kwok://handmade-node",
-			Taints:     []corev1.Taint{{Key: "team", Value: "payments", Effect: corev1.TaintEffectNoSchedule}},
+			Taints: []corev1.Taint{{Key: "team", Value: "payments", Effect: corev1.TaintEffectNoSchedule}},
 		},
 		Status: corev1.NodeStatus{Capacity: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("4"), corev1.ResourcePods: resource.MustParse("110")}},
 	}
