@@ -6,6 +6,7 @@ package operator
 import (
 	"context"
 	"fmt"
+	"slices"
 	"time"
 
 	"k8s.io/client-go/tools/events"
@@ -13,6 +14,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 
+	"github.com/claimscale/claimscale/api/v1alpha1"
 	"github.com/claimscale/claimscale/internal/capacity"
 	"github.com/claimscale/claimscale/internal/controllers/disruption"
 	"github.com/claimscale/claimscale/internal/controllers/garbagecollection"
@@ -146,8 +148,12 @@ func Setup(ctx context.Context, mgr manager.Manager, opts Options) (*Operator, e
 	}
 	// Simulated machines "boot" by this registrar registering their Nodes;
 	// it stands in for the machines themselves, so it runs on every replica.
-	if err := mgr.Add(simulated.NewRegistrar(mgr.GetClient(), opts.Namespace, opts.ClusterName, opts.Simulated)); err != nil {
-		return nil, err
+	// Without the simulated provider it does not run: it would need rights
+	// to create Nodes and write ConfigMaps that nothing else needs.
+	if slices.Contains(opts.Registry.Types(), v1alpha1.ProviderTypeSimulated) {
+		if err := mgr.Add(simulated.NewRegistrar(mgr.GetClient(), opts.Namespace, opts.ClusterName, opts.Simulated)); err != nil {
+			return nil, err
+		}
 	}
 	return op, nil
 }

@@ -36,7 +36,7 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{/* The generated RBAC (config/rbac/role.yaml, copied by `make manifests`): the rules of its ClusterRole, or of its namespaced Role. */}}
 {{- define "claimscale.generatedRules" -}}
 {{- $kind := .kind -}}
-{{- range $document := splitList "\n---\n" (.root.Files.Get "files/role.yaml") -}}
+{{- range $document := splitList "\n---\n" (.root.Files.Get (.file | default "files/role.yaml")) -}}
 {{- $object := fromYaml $document -}}
 {{- if eq (get $object "kind") $kind -}}
 {{- toYaml (get $object "rules") -}}
