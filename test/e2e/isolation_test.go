@@ -203,7 +203,9 @@ func TestHandMadeClaimNamedAfterANodeLeavesTheNodeAlone(t *testing.T) {
 	}
 
 	claim := &v1alpha1.NodeClaim{
-		ObjectMeta: metav1.ObjectMeta{Name: node.Name},
+		// The label names a NodeProvider that does not exist: it is for
+		// people, and cannot send the claim elsewhere.
+		ObjectMeta: metav1.ObjectMeta{Name: node.Name, Labels: map[string]string{"claimscale.io/nodeprovider": "no-such-provider"}},
 		Spec: v1alpha1.NodeClaimSpec{
 			NodePoolRef: v1alpha1.NodePoolReference{Name: s.name},
 			Shape:       v1alpha1.ClaimShape{Name: "c4", CPU: resource.MustParse("4"), Memory: resource.MustParse("16Gi")},
@@ -311,4 +313,56 @@ func (b *lockedBuffer) String() string {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.buffer.String()
+}
+
+// A claim whose NodeProvider is deleted while it has a machine waits in
+// Terminating and says for what; the release annotation lets it go, and
+// the machine is collected once its NodeProvider is back.
+func TestClaimOfAGoneProviderWaitsVisiblyAndIsReleasedByAnnotation(t *testing.T) {
+	startOperator(t, operatorOptions{gcGracePeriod: time.Second})
+	s := newScenario(t, "released")
+	defer s.cleanup()
+	s.createProvider(v1alpha1.SimulatedSettings{})
+	s.createPool(nil)
+	claim := &v1alpha1.NodeClaim{
+		ObjectMeta: metav1.ObjectMeta{Name: "released-by-hand", Labels: map[string]string{v1alpha1.LabelNodePool: s.name}},
+		Spec: v1alpha1.NodeClaimSpec{
+			NodePoolRef: v1alpha1.NodePoolReference{Name: s.name},
+			Shape:       v1alpha1.ClaimShape{Name: "c4", CPU: resource.MustParse("4"), Memory: resource.MustParse("16Gi")},
+		},
+	}
+	s.g.Expect(env.Client.Create(s.ctx, claim)).To(Succeed())
+	s.g.Eventually(func() bool {
+		s.g.Expect(env.Client.Get(s.ctx, client.ObjectKeyFromObject(claim), claim)).To(Succeed())
+		return meta.IsStatusConditionTrue(claim.Status.Conditions, v1alpha1.ConditionLaunched)
+	}).Should(BeTrue())
+	s.g.Expect(s.machines()).To(HaveLen(1))
+
+	nodeProvider := &v1alpha1.NodeProvider{}
+	s.g.Expect(env.Client.Get(s.ctx, client.ObjectKey{Name: s.name}, nodeProvider)).To(Succeed())
+	spec := nodeProvider.Spec.DeepCopy()
+	s.g.Expect(env.Client.Delete(s.ctx, nodeProvider)).To(Succeed())
+	s.g.Expect(env.Client.Delete(s.ctx, claim)).To(Succeed())
+	s.g.Eventually(func() string {
+		s.g.Expect(env.Client.Get(s.ctx, client.ObjectKeyFromObject(claim), claim)).To(Succeed())
+		if terminating := meta.FindStatusCondition(claim.Status.Conditions, v1alpha1.ConditionTerminating); terminating != nil {
+			return terminating.Reason + ": " + terminating.Message
+		}
+		return ""
+	}).Should(And(HavePrefix("WaitingForNodeProvider: "), ContainSubstring("NodeProvider released does not exist"), ContainSubstring(v1alpha1.AnnotationReleaseMachine)))
+	s.g.Eventually(func() []string { return eventsOf(s.g, "NodeClaim", claim.Name) }).Should(ContainElement(HavePrefix("WaitingForNodeProvider")))
+	s.g.Consistently(func() error {
+		return env.Client.Get(s.ctx, client.ObjectKeyFromObject(claim), &v1alpha1.NodeClaim{})
+	}).WithTimeout(2*time.Second).Should(Succeed(), "the claim waits while its machine cannot be deleted")
+
+	patch := client.MergeFrom(claim.DeepCopy())
+	claim.Annotations = map[string]string{v1alpha1.AnnotationReleaseMachine: "true"}
+	s.g.Expect(env.Client.Patch(s.ctx, claim, patch)).To(Succeed())
+	s.g.Eventually(func() bool {
+		return apierrors.IsNotFound(env.Client.Get(s.ctx, client.ObjectKeyFromObject(claim), &v1alpha1.NodeClaim{}))
+	}).Should(BeTrue(), "the annotation releases the claim")
+	s.g.Expect(s.machines()).To(HaveLen(1), "the machine is left for garbage collection")
+
+	s.g.Expect(env.Client.Create(s.ctx, &v1alpha1.NodeProvider{ObjectMeta: metav1.ObjectMeta{Name: s.name}, Spec: *spec})).To(Succeed())
+	s.g.Eventually(func() int { return len(s.machines()) }).Should(BeZero(), "garbage collection removes the machine once its NodeProvider is back")
 }
