@@ -216,6 +216,27 @@ func (r *Resolver) build(ctx context.Context, e *entry, nodeProvider *v1alpha1.N
 	e.building = nil
 }
 
+// forgetAllBut drops the providers of NodeProviders that no longer exist,
+// and stops their breakers' probes.
+func (r *Resolver) forgetAllBut(nodeProviders []v1alpha1.NodeProvider) {
+	live := map[string]bool{}
+	for i := range nodeProviders {
+		live[nodeProviders[i].Name] = true
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for name, e := range r.entries {
+		if live[name] {
+			continue
+		}
+		if e.provider != nil {
+			e.provider.breaker.stop()
+		}
+		delete(r.entries, name)
+		r.backoff.Succeeded(name)
+	}
+}
+
 func (r *Resolver) buildTimeout() time.Duration {
 	if r.BuildTimeout > 0 {
 		return r.BuildTimeout
@@ -230,6 +251,7 @@ func (r *Resolver) All(ctx context.Context) (map[string]provider.Provider, map[s
 	if err := r.Kube.List(ctx, &list); err != nil {
 		return nil, nil, fmt.Errorf("listing NodeProviders: %w", err)
 	}
+	r.forgetAllBut(list.Items)
 	built := map[string]provider.Provider{}
 	failed := map[string]error{}
 	for i := range list.Items {
