@@ -3,15 +3,18 @@ package e2e
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"net/url"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	. "github.com/onsi/gomega"
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -365,4 +368,60 @@ func TestClaimOfAGoneProviderWaitsVisiblyAndIsReleasedByAnnotation(t *testing.T)
 
 	s.g.Expect(env.Client.Create(s.ctx, &v1alpha1.NodeProvider{ObjectMeta: metav1.ObjectMeta{Name: s.name}, Spec: *spec})).To(Succeed())
 	s.g.Eventually(func() int { return len(s.machines()) }).Should(BeZero(), "garbage collection removes the machine once its NodeProvider is back")
+}
+
+// switchableProvider is the simulated provider whose Shapes can be made to
+// fail, as a provider's API does when it goes away for a while.
+type switchableProvider struct {
+	provider.Provider
+	failing *atomic.Bool
+}
+
+func (p switchableProvider) Shapes(ctx context.Context, pool *v1alpha1.NodePool) ([]provider.Shape, error) {
+	if p.failing.Load() {
+		return nil, provider.NewRetryable(errors.New("503 Service Unavailable"), 0)
+	}
+	return p.Provider.Shapes(ctx, pool)
+}
+
+// While a pool's provider fails, the machines the pool is booting still
+// count: their pods wait for them and are not bought a second node in
+// another pool.
+func TestMachinesBootingInAFailingPoolAreNotBoughtTwice(t *testing.T) {
+	var failing atomic.Bool
+	registry := operator.DefaultRegistry()
+	registry.Register(v1alpha1.ProviderTypeSimulated, func(ctx context.Context, np *v1alpha1.NodeProvider, opts provider.Options) (provider.Provider, error) {
+		inner, err := simulated.NewFactory(simulated.Config{ExternalRegistrar: true})(ctx, np, opts)
+		if err != nil || np.Name != "failing" {
+			return inner, err
+		}
+		return switchableProvider{Provider: inner, failing: &failing}, nil
+	})
+	startOperator(t, operatorOptions{registry: registry})
+
+	fallback := newScenario(t, "fallback")
+	defer fallback.cleanup()
+	fallback.createProvider(v1alpha1.SimulatedSettings{})
+	fallback.createPool(func(pool *v1alpha1.NodePool) { pool.Spec.Template.Labels = map[string]string{"scenario": "failing"} })
+
+	s := newScenario(t, "failing")
+	defer s.cleanup()
+	s.createProvider(v1alpha1.SimulatedSettings{BootDelay: &metav1.Duration{Duration: 20 * time.Second}})
+	s.createPool(func(pool *v1alpha1.NodePool) { pool.Spec.Weight = 50 })
+	s.createDeployment("waits", 1, "1", nil)
+	s.g.Eventually(func() int { return len(s.claims()) }).Should(Equal(1))
+	s.g.Expect(fallback.claims()).To(BeEmpty(), "the heavier pool was chosen")
+
+	failing.Store(true)
+	// A pod no pool can hold opens new rounds, in which the failing pool is
+	// left out of provisioning.
+	s.createDeployment("nowhere", 1, "1", func(deployment *appsv1.Deployment) {
+		deployment.Spec.Template.Spec.NodeSelector = map[string]string{"scenario": "nowhere"}
+	})
+	s.g.Eventually(func() []string { return eventsOf(s.g, "NodePool", s.name) }).Should(ContainElement(ContainSubstring("503 Service Unavailable")))
+	s.g.Consistently(func() int { return len(fallback.claims()) }).WithTimeout(5*time.Second).Should(BeZero(),
+		"the pod waiting for the failing pool's booting machine got a second node elsewhere")
+	s.g.Expect(s.claims()).To(HaveLen(1))
+	failing.Store(false)
+	s.g.Eventually(func() int { return s.runningPods("waits") }).WithTimeout(time.Minute).Should(Equal(1))
 }

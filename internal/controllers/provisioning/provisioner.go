@@ -73,6 +73,9 @@ type Provisioner struct {
 	ProviderCallTimeout time.Duration
 
 	failures retry.Backoff
+
+	mu            sync.Mutex
+	lastGoodPools map[string]scheduling.Pool
 }
 
 // Provision runs one round: it writes claims for pending pods and for
@@ -200,10 +203,16 @@ func (p *Provisioner) gather(ctx context.Context) (scheduling.Input, map[string]
 		claim := claimList.Items[i]
 		claimsByPool[claim.Spec.NodePoolRef.Name] = append(claimsByPool[claim.Spec.NodePoolRef.Name], claim)
 	}
-	pools := p.usablePools(ctx, poolList.Items, claimsByPool)
+	open, closed := p.usablePools(ctx, poolList.Items, claimsByPool)
+	simulated := map[string]bool{}
 	for i := range poolList.Items {
-		if schedulingPool, ok := pools[poolList.Items[i].Name]; ok {
+		name := poolList.Items[i].Name
+		if schedulingPool, ok := open[name]; ok {
 			input.Pools = append(input.Pools, schedulingPool)
+			simulated[name] = true
+		} else if schedulingPool, ok := closed[name]; ok {
+			input.Pools = append(input.Pools, schedulingPool)
+			simulated[name] = true
 		}
 	}
 	for i := range claimList.Items {
@@ -211,7 +220,7 @@ func (p *Provisioner) gather(ctx context.Context) (scheduling.Input, map[string]
 		if !claim.DeletionTimestamp.IsZero() || meta.IsStatusConditionTrue(claim.Status.Conditions, v1alpha1.ConditionRegistered) {
 			continue
 		}
-		if _, ok := pools[claim.Spec.NodePoolRef.Name]; !ok {
+		if !simulated[claim.Spec.NodePoolRef.Name] {
 			// Its pool is gone or skipped this round: the claim cannot be
 			// simulated as a node of it, and must not stop the others.
 			log.FromContext(ctx).V(1).Info("in-flight claim left out: its pool is not provisioning", "nodeClaim", claim.Name, "nodePool", claim.Spec.NodePoolRef.Name)
@@ -226,29 +235,44 @@ func (p *Provisioner) gather(ctx context.Context) (scheduling.Input, map[string]
 			Zone: zoneOf(claim.Spec.Requirements.NodeSelector),
 		})
 	}
+	// Only open pools get claims.
 	byName := map[string]*v1alpha1.NodePool{}
-	for name, schedulingPool := range pools {
+	for name, schedulingPool := range open {
 		byName[name] = schedulingPool.NodePool
 	}
 	return input, byName, nil
 }
 
 // usablePools works out, concurrently and under the provider call timeout,
-// the scheduling pool of every pool that can provision now. A pool that
-// cannot is backed off and left out; one still backed off is left out
-// without asking its provider again.
-func (p *Provisioner) usablePools(ctx context.Context, pools []v1alpha1.NodePool, claimsByPool map[string][]v1alpha1.NodeClaim) map[string]scheduling.Pool {
+// the scheduling pool of every pool that can provision now (open). A pool
+// that cannot is backed off and left out; one still backed off is left out
+// without asking its provider again. A pool left out only because its
+// provider failed is still simulated from its last good picture with every
+// shape closed (closed), so the machines it is booting count and are not
+// bought twice elsewhere; it gets no new claims.
+func (p *Provisioner) usablePools(ctx context.Context, pools []v1alpha1.NodePool, claimsByPool map[string][]v1alpha1.NodeClaim) (open, closed map[string]scheduling.Pool) {
 	var (
-		mu     sync.Mutex
-		wg     sync.WaitGroup
-		usable = map[string]scheduling.Pool{}
+		mu sync.Mutex
+		wg sync.WaitGroup
 	)
+	open, closed = map[string]scheduling.Pool{}, map[string]scheduling.Pool{}
+	leftOut := func(pool *v1alpha1.NodePool, err error) {
+		if IsTemplateInvalid(err) {
+			return
+		}
+		if last, ok := p.lastGood(pool); ok {
+			mu.Lock()
+			closed[pool.Name] = closedPool(last, pool, claimsByPool[pool.Name])
+			mu.Unlock()
+		}
+	}
 	for i := range pools {
 		pool := &pools[i]
 		if !pool.DeletionTimestamp.IsZero() {
 			continue
 		}
 		if err, _ := p.failures.Waiting(pool.Name, pool.Generation); err != nil {
+			leftOut(pool, err)
 			continue
 		}
 		wg.Add(1)
@@ -262,16 +286,57 @@ func (p *Provisioner) usablePools(ctx context.Context, pools []v1alpha1.NodePool
 			}
 			if err != nil {
 				p.poolFailed(ctx, pool, err)
+				leftOut(pool, err)
 				return
 			}
 			p.failures.Succeeded(pool.Name)
+			p.remember(schedulingPool)
 			mu.Lock()
-			usable[pool.Name] = schedulingPool
+			open[pool.Name] = schedulingPool
 			mu.Unlock()
 		}()
 	}
 	wg.Wait()
-	return usable
+	return open, closed
+}
+
+// remember keeps a pool's last good scheduling picture.
+func (p *Provisioner) remember(pool scheduling.Pool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.lastGoodPools == nil {
+		p.lastGoodPools = map[string]scheduling.Pool{}
+	}
+	p.lastGoodPools[pool.NodePool.Name] = pool
+}
+
+// lastGood returns the pool's last good picture, if it was taken of the
+// pool's current generation.
+func (p *Provisioner) lastGood(pool *v1alpha1.NodePool) (scheduling.Pool, bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	last, ok := p.lastGoodPools[pool.Name]
+	if !ok || last.NodePool.UID != pool.UID || last.NodePool.Generation != pool.Generation {
+		return scheduling.Pool{}, false
+	}
+	return last, true
+}
+
+// closedPool is last with the pool's current claims and every shape
+// closed to new nodes.
+func closedPool(last scheduling.Pool, pool *v1alpha1.NodePool, claims []v1alpha1.NodeClaim) scheduling.Pool {
+	closed := last
+	closed.NodePool = pool
+	nodes, resources := nodepool.InUse(claims)
+	closed.InUse = scheduling.Usage{Nodes: int64(nodes), CPU: resources[corev1.ResourceCPU], Memory: resources[corev1.ResourceMemory]}
+	closed.Unavailable = nil
+	for _, shape := range last.Shapes.Fixed {
+		closed.Unavailable = append(closed.Unavailable, shape.Name)
+	}
+	if last.Shapes.Flexible != nil {
+		closed.Unavailable = append(closed.Unavailable, "flexible")
+	}
+	return closed
 }
 
 func (p *Provisioner) schedulingPool(ctx context.Context, pool *v1alpha1.NodePool, claims []v1alpha1.NodeClaim) (scheduling.Pool, error) {
@@ -315,8 +380,8 @@ func (p *Provisioner) createClaims(ctx context.Context, pools map[string]*v1alph
 	events := 0
 	refused := map[string]bool{}
 	for _, newNode := range result.NewNodes {
-		pool := pools[newNode.Pool]
-		if refused[pool.Name] {
+		pool, ok := pools[newNode.Pool]
+		if !ok || refused[pool.Name] {
 			continue
 		}
 		claim, err := p.createClaim(ctx, pool, newNode.Shape, newNode.TotalRequests(), newNode.Requirements, "provisioning")
@@ -396,7 +461,10 @@ func (p *Provisioner) reportUnschedulable(unschedulable []scheduling.Unschedulab
 // shape, within its limits.
 func (p *Provisioner) keepWarmCapacity(ctx context.Context, pools map[string]*v1alpha1.NodePool, schedulingPools []scheduling.Pool) {
 	for _, schedulingPool := range schedulingPools {
-		pool := pools[schedulingPool.NodePool.Name]
+		pool, ok := pools[schedulingPool.NodePool.Name]
+		if !ok {
+			continue // closed this round
+		}
 		missing := int64(pool.Spec.MinNodes) - schedulingPool.InUse.Nodes
 		if missing <= 0 {
 			continue
