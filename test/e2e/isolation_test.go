@@ -243,13 +243,13 @@ type leakyProvider struct {
 }
 
 func (p leakyProvider) Create(_ context.Context, _ *v1alpha1.NodeClaim, opts provider.CreateOptions) (*provider.Instance, error) {
-	return nil, provider.NewRetryable(fmt.Errorf("POST https://api.example/v1/servers?token=%s: 403 Forbidden: token %q may not create servers; user_data %q",
-		url.QueryEscape(p.token), p.token, opts.UserData), time.Second)
+	return nil, provider.NewRetryable(fmt.Errorf("POST https://api.example/v1/servers?token=%s: 403 Forbidden: token %q may not create servers; user_data %q; request id %s",
+		url.QueryEscape(p.token), p.token, opts.UserData, strings.Repeat("0123456789", 200)), time.Second)
 }
 
 // A provider error that carries the credentials (plain and URL-encoded)
 // reaches the claim's conditions, its events and the controller's logs
-// with them redacted.
+// with them redacted; an error too long for an event is cut there.
 func TestProviderErrorsAreRedactedInConditionsEventsAndLogs(t *testing.T) {
 	const token = "tok/secret+value=42"
 	registry := operator.DefaultRegistry()
@@ -297,6 +297,19 @@ func TestProviderErrorsAreRedactedInConditionsEventsAndLogs(t *testing.T) {
 		}
 	}
 	s.g.Expect(strings.Join(said, "\n")).To(ContainSubstring("[redacted]"))
+	// The error is longer than an event's note may be: the event is cut,
+	// not refused, and the condition keeps it whole.
+	for _, claim := range s.claims() {
+		for _, event := range eventsOf(s.g, "NodeClaim", claim.Name) {
+			if strings.HasPrefix(event, "LaunchFailed: ") {
+				s.g.Expect(len(event) - len("LaunchFailed: ")).To(BeNumerically("<=", 1024))
+				s.g.Expect(event).To(HaveSuffix("…[truncated]"))
+			}
+		}
+		launched := meta.FindStatusCondition(claim.Status.Conditions, v1alpha1.ConditionLaunched)
+		s.g.Expect(launched).NotTo(BeNil())
+		s.g.Expect(len(launched.Message)).To(BeNumerically(">", 2000))
+	}
 }
 
 // lockedBuffer is a bytes.Buffer the controllers write to while the test
