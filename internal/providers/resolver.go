@@ -146,13 +146,15 @@ func (r *Resolver) For(ctx context.Context, nodeProvider *v1alpha1.NodeProvider)
 		r.backoff.Succeeded(name)
 	}
 	if e.provider != nil {
+		built := e.provider
 		r.mu.Unlock()
-		return e.provider, nil
+		return built, nil
 	}
 	if e.err != nil {
 		if waiting, _ := r.backoff.Waiting(name, e.generation); waiting != nil {
+			err := e.err
 			r.mu.Unlock()
-			return nil, e.err
+			return nil, err
 		}
 	}
 	if e.building == nil {
@@ -161,8 +163,9 @@ func (r *Resolver) For(ctx context.Context, nodeProvider *v1alpha1.NodeProvider)
 	}
 	if e.err != nil {
 		// Being retried: the last failure stands until the retry succeeds.
+		err := e.err
 		r.mu.Unlock()
-		return nil, e.err
+		return nil, err
 	}
 	building := e.building
 	r.mu.Unlock()

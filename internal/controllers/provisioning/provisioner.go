@@ -107,7 +107,6 @@ func (p *Provisioner) Provision(ctx context.Context) error {
 // poolFailed leaves a pool out of the next rounds for its backoff and tells
 // why, on the pool's events and in the log.
 func (p *Provisioner) poolFailed(ctx context.Context, pool *v1alpha1.NodePool, err error) {
-	p.failures.Clock = p.Clock
 	wait := p.failures.Failed(pool.Name, pool.Generation, err)
 	log.FromContext(ctx).Info("pool cannot provision, skipped", "nodePool", pool.Name, "reason", err.Error(), "retryIn", wait)
 	if p.Recorder != nil {
@@ -256,6 +255,9 @@ func (p *Provisioner) usablePools(ctx context.Context, pools []v1alpha1.NodePool
 		wg sync.WaitGroup
 	)
 	open, closed = map[string]scheduling.Pool{}, map[string]scheduling.Pool{}
+	if p.Clock != nil {
+		p.failures.Clock = p.Clock // set before any goroutine reads it
+	}
 	leftOut := func(pool *v1alpha1.NodePool, err error) {
 		if IsTemplateInvalid(err) {
 			return
