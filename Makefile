@@ -42,7 +42,9 @@ manifests: bin/controller-gen ## Generate CRDs and RBAC, and copy them into the 
 	$(BIN)/controller-gen rbac:roleName=claimscale paths=./internal/operator/... output:rbac:artifacts:config=config/rbac
 	mkdir -p charts/claimscale/crds charts/claimscale/files
 	cp config/crd/bases/*.yaml charts/claimscale/crds/
+	$(BIN)/controller-gen rbac:roleName=claimscale-simulated paths=./pkg/provider/simulated/... output:rbac:artifacts:config=config/rbac/simulated
 	cp config/rbac/role.yaml charts/claimscale/files/role.yaml
+	cp config/rbac/simulated/role.yaml charts/claimscale/files/role-simulated.yaml
 
 .PHONY: proto
 proto: ## Generate the externalgrpc protocol's Go code (needs Debian's protobuf-compiler).

@@ -80,6 +80,11 @@ type NodeClaimStatus struct {
 	// ProviderID of the machine, as the Node's spec.providerID will say.
 	// +optional
 	ProviderID string `json:"providerID,omitempty"`
+	// NodeProviderName names the NodeProvider that made the machine,
+	// recorded by the controller when it launches it; the machine is
+	// deleted through it even after the pool is gone.
+	// +optional
+	NodeProviderName string `json:"nodeProviderName,omitempty"`
 	// NodeName of the Node that registered for the machine.
 	// +optional
 	NodeName string `json:"nodeName,omitempty"`

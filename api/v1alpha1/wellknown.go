@@ -16,6 +16,13 @@ const (
 	// a claim was made from, so drift can be detected.
 	AnnotationTemplateHash = "claimscale.io/template-hash"
 
+	// AnnotationReleaseMachine: "true" on a deleted claim whose pool or
+	// NodeProvider is gone lets its finalizer come off without deleting
+	// the machine, which garbage collection removes once its NodeProvider
+	// is back. An administrator's deliberate choice, for a claim that would
+	// otherwise wait in Terminating.
+	AnnotationReleaseMachine = "claimscale.io/release-machine"
+
 	// TerminationFinalizer holds a claim (and its node) until the machine is
 	// gone.
 	TerminationFinalizer = "claimscale.io/termination"

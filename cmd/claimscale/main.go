@@ -13,6 +13,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+	"sigs.k8s.io/controller-runtime/pkg/metrics/filters"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"github.com/claimscale/claimscale/internal/externalgrpc"
@@ -33,13 +34,17 @@ func main() {
 		batchIdle, batchMax time.Duration
 		gcInterval, gcGrace time.Duration
 		printVersion        bool
+		secureMetrics       bool
+		simulatedProvider   bool
 		grpcOptions         externalgrpc.Options
 		bootstrapOptions    operator.BootstrapOptions
 	)
 	flag.StringVar(&mode, "mode", string(operator.ModeNative), "native: claimscale provisions and disrupts; externalgrpc: serve cluster-autoscaler's externalgrpc protocol and let it decide")
 	flag.StringVar(&clusterName, "cluster-name", "", "name of this cluster, tagged on every machine; machines without it are never touched (required)")
 	flag.StringVar(&namespace, "namespace", envOr("POD_NAMESPACE", "claimscale-system"), "namespace the controller runs in")
-	flag.StringVar(&metricsAddress, "metrics-bind-address", ":8080", "address of the metrics endpoint (0 disables it)")
+	flag.StringVar(&metricsAddress, "metrics-bind-address", ":8443", "address of the metrics endpoint (0 disables it)")
+	flag.BoolVar(&secureMetrics, "metrics-secure", true, "serve metrics over HTTPS, to callers the API server authenticates and authorizes for GET /metrics; false serves plain HTTP to anyone who reaches the address (bind it to localhost then)")
+	flag.BoolVar(&simulatedProvider, "simulated-provider", false, "offer the simulated provider (NodeProviders of type simulated), for demos and tests: it creates Node objects and keeps machines in ConfigMaps")
 	flag.StringVar(&healthAddress, "health-probe-bind-address", ":8081", "address of the health and readiness probes")
 	flag.BoolVar(&leaderElect, "leader-elect", true, "elect a leader so only one replica acts")
 	flag.StringVar(&leaderElectionNS, "leader-election-namespace", "", "namespace of the leader election lease (default: --namespace)")
@@ -69,17 +74,31 @@ func main() {
 	}
 	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&zapOptions)))
 	logger := ctrl.Log.WithName("claimscale")
+	registry := operator.ProductionRegistry()
+	if simulatedProvider {
+		registry = operator.DefaultRegistry()
+	}
+	metrics := metricsserver.Options{BindAddress: metricsAddress, SecureServing: secureMetrics}
+	if secureMetrics {
+		// As Kubebuilder scaffolds it: a self-signed certificate, and each
+		// scrape's bearer token checked with a TokenReview and a
+		// SubjectAccessReview for GET /metrics.
+		metrics.FilterProvider = filters.WithAuthenticationAndAuthorization
+	}
 	if err := run(logger, operator.Options{
 		Mode: operator.Mode(mode), ClusterName: clusterName, Namespace: namespace,
 		BatchIdle: batchIdle, BatchMax: batchMax, GCInterval: gcInterval, GCGracePeriod: gcGrace,
-		Registry: operator.DefaultRegistry(), ExternalGRPC: grpcOptions, Bootstrap: bootstrapOptions,
-	}, metricsAddress, healthAddress, leaderElect, leaderElectionNS); err != nil {
+		Registry: registry, ExternalGRPC: grpcOptions, Bootstrap: bootstrapOptions,
+	}, metrics, healthAddress, leaderElect, leaderElectionNS); err != nil {
 		logger.Error(err, "exiting")
 		os.Exit(1)
 	}
 }
 
-func run(logger logr.Logger, opts operator.Options, metricsAddress, healthAddress string, leaderElect bool, leaderElectionNS string) error {
+// run checks what can be checked before anything starts (flags, ports, the
+// API server and the CRDs), so a startup failure is the first line printed,
+// then runs the manager.
+func run(logger logr.Logger, opts operator.Options, metrics metricsserver.Options, healthAddress string, leaderElect bool, leaderElectionNS string) error {
 	if opts.ClusterName == "" {
 		return fmt.Errorf("--cluster-name is required: it marks the machines this controller may touch")
 	}
@@ -89,12 +108,28 @@ func run(logger logr.Logger, opts operator.Options, metricsAddress, healthAddres
 	if leaderElectionNS == "" {
 		leaderElectionNS = opts.Namespace
 	}
+	listeners := [][2]string{{"metrics-bind-address", metrics.BindAddress}, {"health-probe-bind-address", healthAddress}}
+	if opts.Mode == operator.ModeExternalGRPC {
+		listeners = append(listeners, [2]string{"grpc-bind-address", opts.ExternalGRPC.BindAddress})
+	}
+	for _, listener := range listeners {
+		if err := operator.CheckListen(listener[0], listener[1]); err != nil {
+			return err
+		}
+	}
+	config, err := ctrl.GetConfig()
+	if err != nil {
+		return fmt.Errorf("finding the API server: %w", err)
+	}
+	if err := operator.CheckCRDs(config); err != nil {
+		return err
+	}
 	logger.Info("starting", "version", version.String(), "mode", opts.Mode, "cluster", opts.ClusterName)
 	ctx := ctrl.SetupSignalHandler()
-	mgr, err := ctrl.NewManager(ctrl.GetConfigOrDie(), ctrl.Options{
+	mgr, err := ctrl.NewManager(config, ctrl.Options{
 		Scheme:                  scheme.New(),
 		Cache:                   operator.CacheOptions(opts.Namespace),
-		Metrics:                 metricsserver.Options{BindAddress: metricsAddress},
+		Metrics:                 metrics,
 		HealthProbeBindAddress:  healthAddress,
 		LeaderElection:          leaderElect,
 		LeaderElectionID:        "claimscale-" + opts.ClusterName,

@@ -82,7 +82,7 @@ func run() error {
 	defer logFile.Close()
 	controller := exec.CommandContext(ctx, filepath.Join(root, "bin", "claimscale"),
 		"--kubeconfig", env.KubeconfigPath, "--cluster-name", "demo", "--namespace", "claimscale-system",
-		"--leader-elect=false", "--metrics-bind-address", "0", "--health-probe-bind-address", "0")
+		"--leader-elect=false", "--metrics-bind-address", "0", "--health-probe-bind-address", "0", "--simulated-provider")
 	controller.Stdout, controller.Stderr = logFile, logFile
 	controller.Cancel = func() error { return controller.Process.Signal(os.Interrupt) }
 	if err := controller.Start(); err != nil {

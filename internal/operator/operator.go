@@ -7,13 +7,16 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"slices"
 	"time"
 
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/events"
 	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 
+	"github.com/claimscale/claimscale/api/v1alpha1"
 	"github.com/claimscale/claimscale/internal/bootstrap"
 	"github.com/claimscale/claimscale/internal/capacity"
 	"github.com/claimscale/claimscale/internal/controllers/disruption"
@@ -106,12 +109,15 @@ func Setup(ctx context.Context, mgr manager.Manager, opts Options) (*Operator, e
 		Registry:       opts.Registry,
 		ClusterName:    opts.ClusterName,
 		Namespace:      opts.Namespace,
+		Clock:          opts.Clock,
 	}
 	if opts.CapacityClock == nil {
 		opts.CapacityClock = opts.Clock
 	}
 	capacityBackoff := capacity.NewBackoff(opts.CapacityClock)
 	op := &Operator{Providers: resolver, Capacity: capacityBackoff}
+	templates := &provisioning.TemplateCheck{Kube: mgr.GetClient()}
+	recorder := func(name string) events.EventRecorder { return newEventRecorder(mgr.GetEventRecorder(name)) }
 
 	bootstrapper, err := newBootstrapper(mgr, opts)
 	if err != nil {
@@ -120,25 +126,25 @@ func Setup(ctx context.Context, mgr manager.Manager, opts Options) (*Operator, e
 	setups := []interface{ SetupWithManager(ctrl.Manager) error }{
 		&nodeclaim.Controller{
 			Kube: mgr.GetClient(), Providers: resolver, Capacity: capacityBackoff,
-			Recorder: mgr.GetEventRecorder(nodeclaim.Name), Clock: opts.Clock,
+			Recorder: recorder(nodeclaim.Name), Clock: opts.Clock,
 			KeepFailedClaims: opts.Mode == ModeExternalGRPC,
 			Bootstrap:        bootstrapper,
 		},
-		&nodepool.Controller{Kube: mgr.GetClient(), Providers: resolver},
-		&nodeprovider.Controller{Kube: mgr.GetClient(), Providers: resolver},
+		&nodepool.Controller{Kube: mgr.GetClient(), Providers: resolver, Templates: templates, Recorder: recorder(nodepool.Name)},
+		&nodeprovider.Controller{Kube: mgr.GetClient(), Providers: resolver, Recorder: recorder(nodeprovider.Name)},
 	}
 	if opts.Mode != ModeExternalGRPC {
 		setups = append(setups,
 			&provisioning.Controller{
 				Provisioner: &provisioning.Provisioner{
 					Kube: mgr.GetClient(), Providers: resolver, Capacity: capacityBackoff,
-					Recorder: mgr.GetEventRecorder(provisioning.Name), Clock: opts.Clock,
+					Recorder: recorder(provisioning.Name), Clock: opts.Clock, Templates: templates,
 				},
 				Batcher: provisioning.NewBatcher(opts.BatchIdle, opts.BatchMax, opts.Clock),
 			},
 			&disruption.Controller{
 				Kube: mgr.GetClient(), Providers: resolver, Capacity: capacityBackoff,
-				Recorder: mgr.GetEventRecorder(disruption.Name), Clock: opts.Clock,
+				Recorder: recorder(disruption.Name), Clock: opts.Clock,
 			},
 		)
 	}
@@ -149,7 +155,7 @@ func Setup(ctx context.Context, mgr manager.Manager, opts Options) (*Operator, e
 	}
 	gc := &garbagecollection.Controller{
 		Kube: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Providers: resolver,
-		Recorder: mgr.GetEventRecorder(garbagecollection.Name), Clock: opts.Clock,
+		Recorder: recorder(garbagecollection.Name), Clock: opts.Clock,
 		Interval: opts.GCInterval, GracePeriod: opts.GCGracePeriod,
 		Tokens: bootstrapper.Tokens,
 	}
@@ -171,11 +177,15 @@ func Setup(ctx context.Context, mgr manager.Manager, opts Options) (*Operator, e
 	}
 	// Simulated machines "boot" by this registrar registering their Nodes;
 	// it stands in for the machines themselves, so it runs on every replica.
-	if opts.Simulated.RESTConfig == nil {
-		opts.Simulated.RESTConfig = mgr.GetConfig()
-	}
-	if err := mgr.Add(simulated.NewRegistrar(mgr.GetClient(), opts.Namespace, opts.ClusterName, opts.Simulated)); err != nil {
-		return nil, err
+	// Without the simulated provider it does not run: it would need rights
+	// to create Nodes and write ConfigMaps that nothing else needs.
+	if slices.Contains(opts.Registry.Types(), v1alpha1.ProviderTypeSimulated) {
+		if opts.Simulated.RESTConfig == nil {
+			opts.Simulated.RESTConfig = mgr.GetConfig()
+		}
+		if err := mgr.Add(simulated.NewRegistrar(mgr.GetClient(), opts.Namespace, opts.ClusterName, opts.Simulated)); err != nil {
+			return nil, err
+		}
 	}
 	return op, nil
 }

@@ -7,7 +7,7 @@ package operator
 // Cluster-wide:
 // +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch;delete
 // +kubebuilder:rbac:groups="",resources=pods/eviction,verbs=create
-// +kubebuilder:rbac:groups="",resources=nodes,verbs=get;list;watch;create;patch;update;delete
+// +kubebuilder:rbac:groups="",resources=nodes,verbs=get;list;watch;patch;delete
 // +kubebuilder:rbac:groups="",resources=events,verbs=create;patch;update
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch;update
 // +kubebuilder:rbac:groups=apps,resources=daemonsets,verbs=list;watch
@@ -16,17 +16,25 @@ package operator
 // +kubebuilder:rbac:groups=claimscale.io,resources=nodeclaims,verbs=get;list;watch;create;update;patch;delete
 // +kubebuilder:rbac:groups=claimscale.io,resources=nodeproviders/status;nodepools/status;nodeclaims/status,verbs=get;update;patch
 // +kubebuilder:rbac:groups=claimscale.io,resources=nodeclaims/finalizers,verbs=update
+// The metrics endpoint checks each scrape's token with the API server:
+// +kubebuilder:rbac:groups=authentication.k8s.io,resources=tokenreviews,verbs=create
+// +kubebuilder:rbac:groups=authorization.k8s.io,resources=subjectaccessreviews,verbs=create
 //
-// In the controller's namespace: leader election, the simulated provider's
-// machine records, the credentials Secrets of NodeProviders (the chart
-// adds a Role for each other namespace that holds such a Secret), the
-// pools' user-data templates, and the simulated machines' user data.
+// In the controller's namespace: leader election, the credentials Secrets
+// of NodeProviders (the chart adds a Role for each other namespace that
+// holds such a Secret) and the pools' user-data templates (ConfigMaps or
+// Secrets), all read uncached.
 // +kubebuilder:rbac:groups=coordination.k8s.io,namespace=claimscale-system,resources=leases,verbs=get;list;watch;create;update;patch;delete
-// +kubebuilder:rbac:groups="",namespace=claimscale-system,resources=configmaps,verbs=get;list;watch;create;update;patch;delete
-// +kubebuilder:rbac:groups="",namespace=claimscale-system,resources=secrets,verbs=get;list;watch;create;update;patch;delete
+// +kubebuilder:rbac:groups="",namespace=claimscale-system,resources=configmaps,verbs=get
+// +kubebuilder:rbac:groups="",namespace=claimscale-system,resources=secrets,verbs=get
 //
 // Bootstrap: per-claim token Secrets in kube-system (listed by label, so
 // list is needed; only Secrets labelled claimscale.io/bootstrap-token are
 // ever deleted), and kubeadm's public cluster-info for the endpoint and CA.
 // +kubebuilder:rbac:groups="",namespace=kube-system,resources=secrets,verbs=list;create;delete
 // +kubebuilder:rbac:groups="",namespace=kube-public,resources=configmaps,verbs=get
+//
+// The simulated provider's own permissions (creating Nodes, its machine
+// records in ConfigMaps, its machines' user data in Secrets) are in
+// pkg/provider/simulated/rbac.go, a role of their own that is granted only
+// where that provider is enabled.

@@ -12,8 +12,16 @@ import (
 // The simulated provider's registrar runs as a manager runnable (see Setup),
 // not per provider built.
 func DefaultRegistry() *provider.Registry {
-	registry := provider.NewRegistry()
+	registry := ProductionRegistry()
 	registry.Register(v1alpha1.ProviderTypeSimulated, simulated.NewFactory(simulated.Config{ExternalRegistrar: true}))
+	return registry
+}
+
+// ProductionRegistry returns a registry with the providers of real
+// machines only: without the simulated provider the controller needs no
+// right to create Nodes or write ConfigMaps.
+func ProductionRegistry() *provider.Registry {
+	registry := provider.NewRegistry()
 	registry.Register(v1alpha1.ProviderTypeProxmox, proxmox.New)
 	registry.Register(v1alpha1.ProviderTypeCloudscale, cloudscale.New)
 	return registry

@@ -43,7 +43,7 @@ func helmTemplate(t *testing.T, args ...string) []*unstructured.Unstructured {
 // and down: a permission the chart lacks fails this test.
 func TestChartInstallsAndItsRBACIsEnough(t *testing.T) {
 	g := NewWithT(t)
-	objects := helmTemplate(t, "--set", "clusterName="+clusterName)
+	objects := helmTemplate(t, "--set", "clusterName="+clusterName, "--set", "simulatedProvider.enabled=true")
 	kinds := map[string]int{}
 	for _, object := range objects {
 		kinds[object.GetKind()]++
@@ -51,7 +51,7 @@ func TestChartInstallsAndItsRBACIsEnough(t *testing.T) {
 		t.Cleanup(func() { _ = env.Client.Delete(context.Background(), object) })
 	}
 	g.Expect(kinds).To(HaveKeyWithValue("Deployment", 1))
-	g.Expect(kinds).To(HaveKeyWithValue("ClusterRole", 1))
+	g.Expect(kinds).To(HaveKeyWithValue("ClusterRole", 3), "the controller's, the simulated provider's and the metrics reader's")
 
 	serviceAccount := rest.CopyConfig(env.Config)
 	serviceAccount.Impersonate = rest.ImpersonationConfig{
@@ -72,6 +72,46 @@ func TestChartInstallsAndItsRBACIsEnough(t *testing.T) {
 	s.g.Eventually(s.readyClaims).Should(BeNumerically(">=", 1))
 	s.scale(deployment, 0)
 	s.g.Eventually(func() int { return len(s.claims()) + len(s.nodes()) + len(s.machines()) }).Should(BeZero())
+}
+
+// By default the chart grants no right to create Nodes or write ConfigMaps:
+// only the simulated provider needs them. Its metrics are served over
+// HTTPS to callers the API server authorizes.
+func TestChartGrantsNodeCreationAndConfigMapWritesOnlyWithTheSimulatedProvider(t *testing.T) {
+	g := NewWithT(t)
+	grants := func(objects []*unstructured.Unstructured) []string {
+		var found []string
+		for _, object := range objects {
+			if object.GetKind() != "ClusterRole" && object.GetKind() != "Role" {
+				continue
+			}
+			rules, _, _ := unstructured.NestedSlice(object.Object, "rules")
+			for _, r := range rules {
+				rule := r.(map[string]any)
+				resources, _ := rule["resources"].([]any)
+				verbs, _ := rule["verbs"].([]any)
+				for _, resource := range resources {
+					for _, verb := range verbs {
+						if (resource == "nodes" && verb == "create") || (resource == "configmaps" && verb != "get" && verb != "list" && verb != "watch") {
+							found = append(found, object.GetKind()+"/"+object.GetName()+": "+verb.(string)+" "+resource.(string))
+						}
+					}
+				}
+			}
+		}
+		return found
+	}
+	defaults := helmTemplate(t, "--set", "clusterName=x")
+	g.Expect(grants(defaults)).To(BeEmpty())
+	g.Expect(grants(helmTemplate(t, "--set", "clusterName=x", "--set", "simulatedProvider.enabled=true"))).To(ContainElements(
+		"ClusterRole/claimscale-simulated: create nodes", "Role/claimscale-simulated: create configmaps"))
+	for _, object := range defaults {
+		if object.GetKind() == "Deployment" {
+			containers, _, _ := unstructured.NestedSlice(object.Object, "spec", "template", "spec", "containers")
+			g.Expect(containers[0].(map[string]any)["args"]).To(ContainElements("--metrics-bind-address=:8443", "--metrics-secure=true"))
+			g.Expect(containers[0].(map[string]any)["args"]).NotTo(ContainElement("--simulated-provider"))
+		}
+	}
 }
 
 // The chart renders for cluster-autoscaler mode: a gRPC Service, the

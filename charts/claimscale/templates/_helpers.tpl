@@ -37,7 +37,7 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{- define "claimscale.generatedRules" -}}
 {{- $kind := .kind -}}
 {{- $namespace := .namespace | default "claimscale-system" -}}
-{{- range $document := splitList "\n---\n" (.root.Files.Get "files/role.yaml") -}}
+{{- range $document := splitList "\n---\n" (.root.Files.Get (.file | default "files/role.yaml")) -}}
 {{- $object := fromYaml $document -}}
 {{- if and (eq (get $object "kind") $kind) (or (eq $kind "ClusterRole") (eq (get (get $object "metadata") "namespace") $namespace)) -}}
 {{- toYaml (get $object "rules") -}}

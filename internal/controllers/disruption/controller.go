@@ -30,7 +30,6 @@ import (
 	"github.com/claimscale/claimscale/api/v1alpha1"
 	"github.com/claimscale/claimscale/internal/controllers/index"
 	"github.com/claimscale/claimscale/internal/controllers/provisioning"
-	"github.com/claimscale/claimscale/internal/providers"
 )
 
 // Name of the controller in logs, metrics and events.
@@ -191,7 +190,9 @@ func (c *Controller) updateClaims(ctx context.Context, s *state) {
 		if !claim.DeletionTimestamp.IsZero() {
 			continue
 		}
-		providerName := claim.Labels[providers.LabelNodeProvider]
+		// The NodeProvider the controller recorded, not the label a user
+		// may have set.
+		providerName := claim.Status.NodeProviderName
 		if pool, ok := s.pools[claim.Spec.NodePoolRef.Name]; ok && providerName == "" {
 			providerName = pool.pool.Spec.ProviderRef.Name
 		}

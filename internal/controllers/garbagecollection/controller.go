@@ -87,6 +87,10 @@ func (c *Controller) Start(ctx context.Context) error {
 	}
 }
 
+// providerCallTimeout bounds each provider call of a pass, so a provider
+// whose API hangs delays the pass, not stops it.
+const providerCallTimeout = 30 * time.Second
+
 // Pass runs one garbage collection pass.
 func (c *Controller) Pass(ctx context.Context) error {
 	providers, failed, err := c.Providers.All(ctx)
@@ -104,7 +108,9 @@ func (c *Controller) Pass(ctx context.Context) error {
 	machineIDs := map[string]bool{}
 	listed := map[string]bool{}
 	for providerName, machines := range providers {
-		instances, err := machines.List(ctx)
+		listCtx, cancel := context.WithTimeout(ctx, providerCallTimeout)
+		instances, err := machines.List(listCtx)
+		cancel()
 		if err != nil {
 			log.FromContext(ctx).Error(err, "listing machines", "nodeProvider", providerName)
 			continue

@@ -42,7 +42,9 @@ const Name = "nodeclaim.lifecycle"
 
 // ProviderResolver finds the provider that makes a claim's machine.
 type ProviderResolver interface {
-	ForClaim(ctx context.Context, claim *v1alpha1.NodeClaim) (provider.Provider, error)
+	// ProviderNameOf names the NodeProvider of a claim's machine.
+	ProviderNameOf(ctx context.Context, claim *v1alpha1.NodeClaim) (string, error)
+	ForProviderName(ctx context.Context, name string) (provider.Provider, error)
 }
 
 // CapacityRecorder is told when a provider has no capacity for a pool's
@@ -243,38 +245,23 @@ func (c *Controller) setCondition(claim *v1alpha1.NodeClaim, conditionType strin
 	claim.SetCondition(conditionType, status, reason, message, c.Clock.Now())
 }
 
-// nodeFor finds the claim's Node: by providerID, else by the machine's
-// name when the Node has no providerID (no cloud controller sets one).
+// nodeFor finds the claim's Node by the providerID of the machine the claim
+// launched, and by nothing else: a Node that merely shares the claim's name
+// (a hand-made claim named after an existing node) is not the claim's to
+// adopt, drain or delete. Nodes must register with their machine's
+// providerID (the kubelet's --provider-id, or a cloud controller manager).
 func (c *Controller) nodeFor(ctx context.Context, claim *v1alpha1.NodeClaim) (*corev1.Node, error) {
-	if claim.Status.ProviderID != "" {
-		var nodes corev1.NodeList
-		if err := c.Kube.List(ctx, &nodes, client.MatchingFields{index.NodeProviderID: claim.Status.ProviderID}); err != nil {
-			return nil, fmt.Errorf("listing nodes with providerID %s: %w", claim.Status.ProviderID, err)
-		}
-		if len(nodes.Items) > 0 {
-			return &nodes.Items[0], nil
-		}
+	if claim.Status.ProviderID == "" {
+		return nil, nil
 	}
-	names := []string{claim.Status.NodeName, claim.Name}
-	for _, name := range names {
-		if name == "" {
-			continue
-		}
-		node := &corev1.Node{}
-		err := c.Kube.Get(ctx, client.ObjectKey{Name: name}, node)
-		if apierrors.IsNotFound(err) {
-			continue
-		}
-		if err != nil {
-			return nil, fmt.Errorf("getting node %s: %w", name, err)
-		}
-		// A node with another machine's providerID is not ours.
-		if node.Spec.ProviderID != "" && claim.Status.ProviderID != "" && node.Spec.ProviderID != claim.Status.ProviderID {
-			continue
-		}
-		return node, nil
+	var nodes corev1.NodeList
+	if err := c.Kube.List(ctx, &nodes, client.MatchingFields{index.NodeProviderID: claim.Status.ProviderID}); err != nil {
+		return nil, fmt.Errorf("listing nodes with providerID %s: %w", claim.Status.ProviderID, err)
 	}
-	return nil, nil
+	if len(nodes.Items) == 0 {
+		return nil, nil
+	}
+	return &nodes.Items[0], nil
 }
 
 // retryAfter returns the next wait of the claim's retry backoff, at least

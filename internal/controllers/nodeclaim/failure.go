@@ -42,7 +42,7 @@ func (c *Controller) giveUp(ctx context.Context, claim *v1alpha1.NodeClaim, reas
 		return reconcile.Result{}, nil
 	}
 	if claim.Status.ProviderID != "" {
-		machines, err := c.Providers.ForClaim(ctx, claim)
+		machines, err := c.providerOf(ctx, claim)
 		if err != nil {
 			return reconcile.Result{RequeueAfter: c.retryAfter(claim, err, maxRetryInterval)}, nil
 		}

@@ -13,7 +13,6 @@ import (
 
 	"github.com/claimscale/claimscale/api/v1alpha1"
 	"github.com/claimscale/claimscale/internal/metrics"
-	"github.com/claimscale/claimscale/internal/providers"
 	"github.com/claimscale/claimscale/pkg/provider"
 )
 
@@ -31,9 +30,9 @@ func (l *launch) Reconcile(ctx context.Context, claim *v1alpha1.NodeClaim) (reco
 	if meta.IsStatusConditionTrue(claim.Status.Conditions, v1alpha1.ConditionLaunched) {
 		return reconcile.Result{}, nil
 	}
-	machines, err := l.Providers.ForClaim(ctx, claim)
+	machines, err := l.providerOf(ctx, claim)
 	if err != nil {
-		l.setCondition(claim, v1alpha1.ConditionLaunched, metav1.ConditionFalse, "ProviderUnavailable", err.Error())
+		l.setCondition(claim, v1alpha1.ConditionLaunched, metav1.ConditionFalse, unavailableReason(err), err.Error())
 		return reconcile.Result{RequeueAfter: l.retryAfter(claim, err, maxTerminalRetryInterval)}, nil
 	}
 
@@ -96,7 +95,7 @@ func (l *launch) launched(ctx context.Context, claim *v1alpha1.NodeClaim, instan
 
 // providerLabel names the claim's provider for metrics.
 func providerLabel(claim *v1alpha1.NodeClaim) string {
-	if name := claim.Labels[providers.LabelNodeProvider]; name != "" {
+	if name := claim.Status.NodeProviderName; name != "" {
 		return name
 	}
 	return "pool:" + poolName(claim)

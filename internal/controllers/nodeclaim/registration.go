@@ -43,7 +43,7 @@ func (r *registration) Reconcile(ctx context.Context, claim *v1alpha1.NodeClaim)
 			return reconcile.Result{RequeueAfter: registrationPoll}, nil
 		}
 		r.setCondition(claim, v1alpha1.ConditionRegistered, metav1.ConditionFalse, "WaitingForNode",
-			fmt.Sprintf("machine created, no node with providerID %s (or name %s) yet", claim.Status.ProviderID, claim.Name))
+			fmt.Sprintf("machine created, no node with providerID %s yet", claim.Status.ProviderID))
 		return reconcile.Result{RequeueAfter: registrationPoll}, nil
 	}
 	if !node.DeletionTimestamp.IsZero() {

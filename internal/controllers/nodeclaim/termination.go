@@ -79,9 +79,18 @@ func (c *Controller) terminate(ctx context.Context, claim *v1alpha1.NodeClaim) (
 
 	c.setCondition(claim, v1alpha1.ConditionTerminating, metav1.ConditionTrue, "Deprovisioning", "deleting the machine")
 	if err := c.deleteMachine(ctx, claim); err != nil {
-		c.setCondition(claim, v1alpha1.ConditionTerminating, metav1.ConditionTrue, "DeprovisionFailed", err.Error())
-		c.eventf(ctx, claim, nil, corev1.EventTypeWarning, "DeprovisionFailed", "Terminate", "%v", err)
-		return reconcile.Result{RequeueAfter: c.retryAfter(claim, err, maxRetryInterval)}, nil
+		if !machineOwnerGone(err) {
+			c.setCondition(claim, v1alpha1.ConditionTerminating, metav1.ConditionTrue, "DeprovisionFailed", err.Error())
+			c.eventf(ctx, claim, nil, corev1.EventTypeWarning, "DeprovisionFailed", "Terminate", "%v", err)
+			return reconcile.Result{RequeueAfter: c.retryAfter(claim, err, maxRetryInterval)}, nil
+		}
+		if !releaseRequested(claim) && !neverLaunched(claim) {
+			return c.waitForMachineOwner(ctx, claim, err), nil
+		}
+		if releaseRequested(claim) {
+			c.eventf(ctx, claim, nil, corev1.EventTypeWarning, "MachineReleased", "Terminate",
+				"%v; released by annotation %s: the machine, if any, is left to garbage collection", err, v1alpha1.AnnotationReleaseMachine)
+		}
 	}
 	if node != nil {
 		if err := c.releaseNode(ctx, node); err != nil {
@@ -175,7 +184,7 @@ func terminationGracePeriod(claim *v1alpha1.NodeClaim) time.Duration {
 // providerID to a crash between Create and the status write still names its
 // machine by tag, so that is looked up too.
 func (c *Controller) deleteMachine(ctx context.Context, claim *v1alpha1.NodeClaim) error {
-	machines, err := c.Providers.ForClaim(ctx, claim)
+	machines, err := c.providerOf(ctx, claim)
 	if err != nil {
 		return fmt.Errorf("finding the provider of claim %s: %w", claim.Name, err)
 	}

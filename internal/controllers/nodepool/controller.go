@@ -5,6 +5,7 @@ package nodepool
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -14,6 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/events"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
@@ -22,6 +24,9 @@ import (
 	"github.com/claimscale/claimscale/api/v1alpha1"
 	"github.com/claimscale/claimscale/internal/controllers/index"
 	"github.com/claimscale/claimscale/internal/metrics"
+	"github.com/claimscale/claimscale/internal/providers"
+	"github.com/claimscale/claimscale/internal/retry"
+	"github.com/claimscale/claimscale/internal/scheduling"
 	"github.com/claimscale/claimscale/pkg/provider"
 )
 
@@ -37,10 +42,35 @@ type ProviderResolver interface {
 	ForProviderName(ctx context.Context, name string) (provider.Provider, error)
 }
 
+// TemplateChecker finds what in a pool's template can never make a node.
+type TemplateChecker interface {
+	Check(ctx context.Context, pool *v1alpha1.NodePool, shapes scheduling.Shapes) error
+}
+
+// Condition reasons of a NodePool's ProviderReady and Ready.
+const (
+	ReasonReady               = "Ready"
+	ReasonProviderNotFound    = "ProviderNotFound"
+	ReasonProviderUnavailable = "ProviderUnavailable"
+	ReasonUnreachable         = "Unreachable"
+	ReasonShapesUnavailable   = "ShapesUnavailable"
+	ReasonNoShapes            = "NoShapes"
+	ReasonTemplateInvalid     = "TemplateInvalid"
+)
+
+// providerCallTimeout bounds each provider call of a status check.
+const providerCallTimeout = 10 * time.Second
+
 // Controller reconciles NodePool status.
 type Controller struct {
 	Kube      client.Client
 	Providers ProviderResolver
+	// Templates checks the pool's template; nil skips the check.
+	Templates TemplateChecker
+	// Recorder tells, on the pool, when it stops or starts being Ready.
+	Recorder events.EventRecorder
+
+	failures retry.Backoff
 }
 
 // SetupWithManager registers the controller; claims and providers wake
@@ -87,8 +117,14 @@ func (c *Controller) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	pool.Status.Resources = resources
 	metrics.NodePoolNodes.WithLabelValues(pool.Name).Set(float64(nodes))
 
-	status, reason, message := c.providerReadiness(ctx, pool)
+	callCtx, cancel := context.WithTimeout(ctx, providerCallTimeout)
+	defer cancel()
+	status, reason, message, offered := c.providerReadiness(callCtx, pool)
 	setCondition(pool, v1alpha1.ConditionProviderReady, status, reason, message)
+	if status == metav1.ConditionTrue {
+		status, reason, message = c.templateValidity(callCtx, pool, offered)
+	}
+	wasReady := meta.FindStatusCondition(stored.Status.Conditions, v1alpha1.ConditionReady)
 	setCondition(pool, v1alpha1.ConditionReady, status, reason, message)
 
 	if !equality.Semantic.DeepEqual(stored.Status, pool.Status) {
@@ -98,23 +134,66 @@ func (c *Controller) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		if err := c.Kube.Status().Patch(ctx, pool, client.MergeFrom(stored)); err != nil {
 			return reconcile.Result{}, client.IgnoreNotFound(err)
 		}
+		c.tell(pool, wasReady, status, reason, message)
 	}
+	if status != metav1.ConditionTrue {
+		// Looked at again on a backoff of its own, and at once when the
+		// pool, its claims or its provider change.
+		return reconcile.Result{RequeueAfter: c.failures.Failed(pool.Name, pool.Generation, nil)}, nil
+	}
+	c.failures.Succeeded(pool.Name)
 	return reconcile.Result{RequeueAfter: shapesRefresh}, nil
 }
 
-func (c *Controller) providerReadiness(ctx context.Context, pool *v1alpha1.NodePool) (metav1.ConditionStatus, string, string) {
+// tell records an event when the pool's Ready condition changes reason.
+func (c *Controller) tell(pool *v1alpha1.NodePool, was *metav1.Condition, status metav1.ConditionStatus, reason, message string) {
+	if c.Recorder == nil || (was != nil && was.Status == status && was.Reason == reason) {
+		return
+	}
+	if status == metav1.ConditionTrue {
+		if was != nil {
+			c.Recorder.Eventf(pool, nil, corev1.EventTypeNormal, reason, "Check", "%s", message)
+		}
+		return
+	}
+	c.Recorder.Eventf(pool, nil, corev1.EventTypeWarning, reason, "Check", "%s", message)
+}
+
+func (c *Controller) providerReadiness(ctx context.Context, pool *v1alpha1.NodePool) (metav1.ConditionStatus, string, string, []provider.Shape) {
 	machines, err := c.Providers.ForProviderName(ctx, pool.Spec.ProviderRef.Name)
-	if err != nil {
-		return metav1.ConditionFalse, "ProviderUnavailable", err.Error()
+	var notFound *providers.ProviderNotFoundError
+	switch {
+	case errors.As(err, &notFound):
+		return metav1.ConditionFalse, ReasonProviderNotFound, err.Error(), nil
+	case providers.IsUnreachable(err):
+		return metav1.ConditionFalse, ReasonUnreachable, err.Error(), nil
+	case err != nil:
+		return metav1.ConditionFalse, ReasonProviderUnavailable, err.Error(), nil
 	}
 	shapes, err := machines.Shapes(ctx, pool)
-	if err != nil {
-		return metav1.ConditionFalse, "ShapesUnavailable", err.Error()
+	switch {
+	case providers.IsUnreachable(err):
+		return metav1.ConditionFalse, ReasonUnreachable, fmt.Sprintf("resolving shapes with NodeProvider %s: %v", pool.Spec.ProviderRef.Name, err), nil
+	case err != nil:
+		return metav1.ConditionFalse, ReasonShapesUnavailable, err.Error(), nil
 	}
 	if len(shapes) == 0 {
-		return metav1.ConditionFalse, "NoShapes", "the provider offers none of the pool's shapes"
+		return metav1.ConditionFalse, ReasonNoShapes, "the provider offers none of the pool's shapes", nil
 	}
-	return metav1.ConditionTrue, "Ready", fmt.Sprintf("provider %s offers %d shapes", pool.Spec.ProviderRef.Name, len(shapes))
+	return metav1.ConditionTrue, ReasonReady, fmt.Sprintf("provider %s offers %d shapes", pool.Spec.ProviderRef.Name, len(shapes)), shapes
+}
+
+// templateValidity says whether the pool's template can make nodes of the
+// shapes its provider offers.
+func (c *Controller) templateValidity(ctx context.Context, pool *v1alpha1.NodePool, offered []provider.Shape) (metav1.ConditionStatus, string, string) {
+	shapes, err := scheduling.PoolShapes(pool, offered)
+	if err == nil && c.Templates != nil {
+		err = c.Templates.Check(ctx, pool, shapes)
+	}
+	if err != nil {
+		return metav1.ConditionFalse, ReasonTemplateInvalid, err.Error()
+	}
+	return metav1.ConditionTrue, ReasonReady, fmt.Sprintf("provider %s offers %d shapes", pool.Spec.ProviderRef.Name, len(offered))
 }
 
 // InUse counts the claims that are not being deleted and totals their

@@ -1,19 +1,25 @@
-// Package nodeprovider reports whether each NodeProvider can be built: its
-// settings parse and its credentials Secret is there (condition Ready).
+// Package nodeprovider reports whether each NodeProvider can be used: its
+// settings parse, its credentials Secret is there and its API answers in
+// time (condition Ready; reason Unreachable when it does not answer).
 package nodeprovider
 
 import (
 	"context"
+	"fmt"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/events"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/claimscale/claimscale/api/v1alpha1"
+	"github.com/claimscale/claimscale/internal/providers"
+	"github.com/claimscale/claimscale/internal/retry"
 	"github.com/claimscale/claimscale/pkg/provider"
 )
 
@@ -32,6 +38,10 @@ type ProviderBuilder interface {
 type Controller struct {
 	Kube      client.Client
 	Providers ProviderBuilder
+	// Recorder tells, on the NodeProvider, when it stops being Ready.
+	Recorder events.EventRecorder
+
+	failures retry.Backoff
 }
 
 // SetupWithManager registers the controller.
@@ -39,7 +49,21 @@ func (c *Controller) SetupWithManager(mgr ctrl.Manager) error {
 	return ctrl.NewControllerManagedBy(mgr).Named(Name).For(&v1alpha1.NodeProvider{}).Complete(c)
 }
 
-// Reconcile writes one NodeProvider's Ready condition.
+// Condition reasons of a NodeProvider's Ready.
+const (
+	ReasonReady                = "Ready"
+	ReasonInvalidConfiguration = "InvalidConfiguration"
+	ReasonUnreachable          = "Unreachable"
+	ReasonAPIError             = "APIError"
+)
+
+// probeTimeout bounds building the provider and asking it for its
+// machines: an API that accepts connections and never answers is
+// Unreachable after this long.
+const probeTimeout = 10 * time.Second
+
+// Reconcile writes one NodeProvider's Ready condition: its settings and
+// credentials build a provider, and its API answers a list of our machines.
 func (c *Controller) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
 	nodeProvider := &v1alpha1.NodeProvider{}
 	if err := c.Kube.Get(ctx, req.NamespacedName, nodeProvider); err != nil {
@@ -47,17 +71,47 @@ func (c *Controller) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	}
 	stored := nodeProvider.DeepCopy()
 	condition := metav1.Condition{
-		Type: v1alpha1.ConditionReady, Status: metav1.ConditionTrue, Reason: "Ready",
-		Message: "settings and credentials read", ObservedGeneration: nodeProvider.Generation,
+		Type: v1alpha1.ConditionReady, Status: metav1.ConditionTrue, Reason: ReasonReady,
+		Message: "settings and credentials read, API answers", ObservedGeneration: nodeProvider.Generation,
 	}
-	if _, err := c.Providers.For(ctx, nodeProvider); err != nil {
-		condition.Status, condition.Reason, condition.Message = metav1.ConditionFalse, "InvalidConfiguration", err.Error()
+	if reason, err := c.probe(ctx, nodeProvider); err != nil {
+		condition.Status, condition.Reason, condition.Message = metav1.ConditionFalse, reason, err.Error()
 	}
+	was := meta.FindStatusCondition(stored.Status.Conditions, v1alpha1.ConditionReady)
 	meta.SetStatusCondition(&nodeProvider.Status.Conditions, condition)
 	if !equality.Semantic.DeepEqual(stored.Status, nodeProvider.Status) {
 		if err := c.Kube.Status().Patch(ctx, nodeProvider, client.MergeFrom(stored)); err != nil {
 			return reconcile.Result{}, client.IgnoreNotFound(err)
 		}
+		if c.Recorder != nil && condition.Status != metav1.ConditionTrue && (was == nil || was.Reason != condition.Reason) {
+			c.Recorder.Eventf(nodeProvider, nil, corev1.EventTypeWarning, condition.Reason, "Check", "%s", condition.Message)
+		}
 	}
+	if condition.Status != metav1.ConditionTrue {
+		return reconcile.Result{RequeueAfter: min(c.failures.Failed(nodeProvider.Name, nodeProvider.Generation, nil), recheck)}, nil
+	}
+	c.failures.Succeeded(nodeProvider.Name)
 	return reconcile.Result{RequeueAfter: recheck}, nil
+}
+
+// probe builds the provider and lists its machines, and says what is
+// wrong when either fails.
+func (c *Controller) probe(ctx context.Context, nodeProvider *v1alpha1.NodeProvider) (string, error) {
+	ctx, cancel := context.WithTimeout(ctx, probeTimeout)
+	defer cancel()
+	machines, err := c.Providers.For(ctx, nodeProvider)
+	switch {
+	case providers.IsUnreachable(err):
+		return ReasonUnreachable, err
+	case err != nil:
+		return ReasonInvalidConfiguration, err
+	}
+	if _, err := machines.List(ctx); err != nil {
+		err = fmt.Errorf("listing machines: %w", err)
+		if providers.IsUnreachable(err) {
+			return ReasonUnreachable, err
+		}
+		return ReasonAPIError, err
+	}
+	return "", nil
 }

@@ -13,6 +13,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/claimscale/claimscale/api/v1alpha1"
+	"github.com/claimscale/claimscale/internal/retry"
 )
 
 // Controller wires the batcher to pod and pool events and runs the
@@ -59,12 +60,18 @@ func (c *Controller) NeedLeaderElection() bool { return true }
 func (c *Controller) Start(ctx context.Context) error {
 	logger := log.FromContext(ctx).WithName(Name)
 	ctx = log.IntoContext(ctx, logger)
+	var failures retry.Backoff
 	for c.Batcher.Wait(ctx, c.Periodic) {
 		if err := c.Provisioner.Provision(ctx); err != nil {
-			logger.Error(err, "provisioning round failed")
-			// Try again soon rather than at the next periodic round.
-			c.Batcher.Trigger()
+			// Try again soon rather than at the next periodic round, but
+			// on a backoff: a round that fails the same way every time
+			// must not become a hot loop.
+			wait := failures.Failed("round", 0, err)
+			logger.Error(err, "provisioning round failed", "retryIn", wait)
+			time.AfterFunc(wait, c.Batcher.Trigger)
+			continue
 		}
+		failures.Succeeded("round")
 	}
 	return nil
 }

@@ -10,10 +10,12 @@ import (
 	"context"
 	"fmt"
 	"strconv"
+	"sync"
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/events"
@@ -25,6 +27,7 @@ import (
 	"github.com/claimscale/claimscale/internal/controllers/nodepool"
 	"github.com/claimscale/claimscale/internal/metrics"
 	"github.com/claimscale/claimscale/internal/providers"
+	"github.com/claimscale/claimscale/internal/retry"
 	"github.com/claimscale/claimscale/internal/scheduling"
 	"github.com/claimscale/claimscale/pkg/provider"
 )
@@ -47,13 +50,32 @@ type CapacityChecker interface {
 	Narrow(pool string, zones, shapes []string) (available, unavailable []string)
 }
 
-// Provisioner runs one provisioning round at a time.
+// DefaultProviderCallTimeout bounds each provider call of a round: a
+// provider whose API hangs costs a round this long at the most, once, and
+// its pools are then backed off.
+const DefaultProviderCallTimeout = 5 * time.Second
+
+// Provisioner runs one provisioning round at a time. A pool that cannot
+// provision (its provider unreachable or missing, its template invalid, its
+// claims refused) is left out of the round, logged and backed off on its
+// own; every other pool provisions as if it were not there.
 type Provisioner struct {
 	Kube      client.Client
 	Providers ProviderResolver
 	Capacity  CapacityChecker
 	Recorder  events.EventRecorder
 	Clock     clock.Clock
+	// Templates checks pool templates against the API server; nil checks
+	// only what needs no API server.
+	Templates *TemplateCheck
+	// ProviderCallTimeout bounds each provider call (default
+	// DefaultProviderCallTimeout).
+	ProviderCallTimeout time.Duration
+
+	failures retry.Backoff
+
+	mu            sync.Mutex
+	lastGoodPools map[string]scheduling.Pool
 }
 
 // Provision runs one round: it writes claims for pending pods and for
@@ -73,14 +95,31 @@ func (p *Provisioner) Provision(ctx context.Context) error {
 		}
 		logger.Info("scheduled pending pods", "pending", len(input.Pending), "inFlight", len(input.InFlight), "nodes", len(input.Nodes), "newNodes", len(result.NewNodes),
 			"placedOnExisting", len(result.Placements), "unschedulable", len(result.Unschedulable), "duration", time.Since(started))
-		if err := p.createClaims(ctx, pools, result); err != nil {
-			return err
-		}
+		p.createClaims(ctx, pools, result)
 		p.reportUnschedulable(result.Unschedulable)
 	} else {
 		metrics.PodsUnschedulable.Set(0)
 	}
-	return p.keepWarmCapacity(ctx, pools, input.Pools)
+	p.keepWarmCapacity(ctx, pools, input.Pools)
+	return nil
+}
+
+// poolFailed leaves a pool out of the next rounds for its backoff and tells
+// why, on the pool's events and in the log.
+func (p *Provisioner) poolFailed(ctx context.Context, pool *v1alpha1.NodePool, err error) {
+	wait := p.failures.Failed(pool.Name, pool.Generation, err)
+	log.FromContext(ctx).Info("pool cannot provision, skipped", "nodePool", pool.Name, "reason", err.Error(), "retryIn", wait)
+	if p.Recorder != nil {
+		p.Recorder.Eventf(pool, nil, corev1.EventTypeWarning, "ProvisioningSkipped", "Provision",
+			"pool skipped by provisioning for %s: %v", wait.Round(time.Second), err)
+	}
+}
+
+func (p *Provisioner) callTimeout() time.Duration {
+	if p.ProviderCallTimeout > 0 {
+		return p.ProviderCallTimeout
+	}
+	return DefaultProviderCallTimeout
 }
 
 func solve(ctx context.Context, input scheduling.Input) (scheduling.Result, error) {
@@ -158,36 +197,148 @@ func (p *Provisioner) gather(ctx context.Context) (scheduling.Input, map[string]
 		input.DaemonSets = append(input.DaemonSets, &daemonSets.Items[i])
 	}
 
-	pools := map[string]*v1alpha1.NodePool{}
 	claimsByPool := map[string][]v1alpha1.NodeClaim{}
 	for i := range claimList.Items {
 		claim := claimList.Items[i]
 		claimsByPool[claim.Spec.NodePoolRef.Name] = append(claimsByPool[claim.Spec.NodePoolRef.Name], claim)
-		if claim.DeletionTimestamp.IsZero() && !meta.IsStatusConditionTrue(claim.Status.Conditions, v1alpha1.ConditionRegistered) {
-			input.InFlight = append(input.InFlight, scheduling.InFlight{
-				Name: claim.Name,
-				Pool: claim.Spec.NodePoolRef.Name,
-				Shape: scheduling.Shape{
-					Name: claim.Spec.Shape.Name, CPU: claim.Spec.Shape.CPU, Memory: claim.Spec.Shape.Memory,
-				},
-				Zone: zoneOf(claim.Spec.Requirements.NodeSelector),
-			})
+	}
+	open, closed := p.usablePools(ctx, poolList.Items, claimsByPool)
+	simulated := map[string]bool{}
+	for i := range poolList.Items {
+		name := poolList.Items[i].Name
+		if schedulingPool, ok := open[name]; ok {
+			input.Pools = append(input.Pools, schedulingPool)
+			simulated[name] = true
+		} else if schedulingPool, ok := closed[name]; ok {
+			input.Pools = append(input.Pools, schedulingPool)
+			simulated[name] = true
 		}
 	}
-	for i := range poolList.Items {
-		pool := &poolList.Items[i]
+	for i := range claimList.Items {
+		claim := &claimList.Items[i]
+		if !claim.DeletionTimestamp.IsZero() || meta.IsStatusConditionTrue(claim.Status.Conditions, v1alpha1.ConditionRegistered) {
+			continue
+		}
+		if !simulated[claim.Spec.NodePoolRef.Name] {
+			// Its pool is gone or skipped this round: the claim cannot be
+			// simulated as a node of it, and must not stop the others.
+			log.FromContext(ctx).V(1).Info("in-flight claim left out: its pool is not provisioning", "nodeClaim", claim.Name, "nodePool", claim.Spec.NodePoolRef.Name)
+			continue
+		}
+		input.InFlight = append(input.InFlight, scheduling.InFlight{
+			Name: claim.Name,
+			Pool: claim.Spec.NodePoolRef.Name,
+			Shape: scheduling.Shape{
+				Name: claim.Spec.Shape.Name, CPU: claim.Spec.Shape.CPU, Memory: claim.Spec.Shape.Memory,
+			},
+			Zone: zoneOf(claim.Spec.Requirements.NodeSelector),
+		})
+	}
+	// Only open pools get claims.
+	byName := map[string]*v1alpha1.NodePool{}
+	for name, schedulingPool := range open {
+		byName[name] = schedulingPool.NodePool
+	}
+	return input, byName, nil
+}
+
+// usablePools works out, concurrently and under the provider call timeout,
+// the scheduling pool of every pool that can provision now (open). A pool
+// that cannot is backed off and left out; one still backed off is left out
+// without asking its provider again. A pool left out only because its
+// provider failed is still simulated from its last good picture with every
+// shape closed (closed), so the machines it is booting count and are not
+// bought twice elsewhere; it gets no new claims.
+func (p *Provisioner) usablePools(ctx context.Context, pools []v1alpha1.NodePool, claimsByPool map[string][]v1alpha1.NodeClaim) (open, closed map[string]scheduling.Pool) {
+	var (
+		mu sync.Mutex
+		wg sync.WaitGroup
+	)
+	open, closed = map[string]scheduling.Pool{}, map[string]scheduling.Pool{}
+	if p.Clock != nil {
+		p.failures.Clock = p.Clock // set before any goroutine reads it
+	}
+	leftOut := func(pool *v1alpha1.NodePool, err error) {
+		if IsTemplateInvalid(err) {
+			return
+		}
+		if last, ok := p.lastGood(pool); ok {
+			mu.Lock()
+			closed[pool.Name] = closedPool(last, pool, claimsByPool[pool.Name])
+			mu.Unlock()
+		}
+	}
+	for i := range pools {
+		pool := &pools[i]
 		if !pool.DeletionTimestamp.IsZero() {
 			continue
 		}
-		schedulingPool, err := p.schedulingPool(ctx, pool, claimsByPool[pool.Name])
-		if err != nil {
-			log.FromContext(ctx).Info("pool cannot provision", "nodePool", pool.Name, "reason", err.Error())
+		if err, _ := p.failures.Waiting(pool.Name, pool.Generation); err != nil {
+			leftOut(pool, err)
 			continue
 		}
-		pools[pool.Name] = pool
-		input.Pools = append(input.Pools, schedulingPool)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			callCtx, cancel := context.WithTimeout(ctx, p.callTimeout())
+			defer cancel()
+			schedulingPool, err := p.schedulingPool(callCtx, pool, claimsByPool[pool.Name])
+			if err == nil {
+				err = p.Templates.Check(callCtx, pool, schedulingPool.Shapes)
+			}
+			if err != nil {
+				p.poolFailed(ctx, pool, err)
+				leftOut(pool, err)
+				return
+			}
+			p.failures.Succeeded(pool.Name)
+			p.remember(schedulingPool)
+			mu.Lock()
+			open[pool.Name] = schedulingPool
+			mu.Unlock()
+		}()
 	}
-	return input, pools, nil
+	wg.Wait()
+	return open, closed
+}
+
+// remember keeps a pool's last good scheduling picture.
+func (p *Provisioner) remember(pool scheduling.Pool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.lastGoodPools == nil {
+		p.lastGoodPools = map[string]scheduling.Pool{}
+	}
+	p.lastGoodPools[pool.NodePool.Name] = pool
+}
+
+// lastGood returns the pool's last good picture, if it was taken of the
+// pool's current generation.
+func (p *Provisioner) lastGood(pool *v1alpha1.NodePool) (scheduling.Pool, bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	last, ok := p.lastGoodPools[pool.Name]
+	if !ok || last.NodePool.UID != pool.UID || last.NodePool.Generation != pool.Generation {
+		return scheduling.Pool{}, false
+	}
+	return last, true
+}
+
+// closedPool is last with the pool's current claims and every shape
+// closed to new nodes.
+func closedPool(last scheduling.Pool, pool *v1alpha1.NodePool, claims []v1alpha1.NodeClaim) scheduling.Pool {
+	closed := last
+	closed.NodePool = pool
+	nodes, resources := nodepool.InUse(claims)
+	closed.InUse = scheduling.Usage{Nodes: int64(nodes), CPU: resources[corev1.ResourceCPU], Memory: resources[corev1.ResourceMemory]}
+	closed.Unavailable = nil
+	for _, shape := range last.Shapes.Fixed {
+		closed.Unavailable = append(closed.Unavailable, shape.Name)
+	}
+	if last.Shapes.Flexible != nil {
+		closed.Unavailable = append(closed.Unavailable, "flexible")
+	}
+	return closed
 }
 
 func (p *Provisioner) schedulingPool(ctx context.Context, pool *v1alpha1.NodePool, claims []v1alpha1.NodeClaim) (scheduling.Pool, error) {
@@ -197,11 +348,11 @@ func (p *Provisioner) schedulingPool(ctx context.Context, pool *v1alpha1.NodePoo
 	}
 	offered, err := machines.Shapes(ctx, pool)
 	if err != nil {
-		return scheduling.Pool{}, fmt.Errorf("resolving shapes: %w", err)
+		return scheduling.Pool{}, fmt.Errorf("resolving shapes with NodeProvider %s: %w", pool.Spec.ProviderRef.Name, err)
 	}
 	shapes, err := scheduling.PoolShapes(pool, offered)
 	if err != nil {
-		return scheduling.Pool{}, err
+		return scheduling.Pool{}, &TemplateInvalidError{Err: err}
 	}
 	var nodeProvider v1alpha1.NodeProvider
 	if err := p.Kube.Get(ctx, client.ObjectKey{Name: pool.Spec.ProviderRef.Name}, &nodeProvider); err != nil {
@@ -224,14 +375,22 @@ func (p *Provisioner) schedulingPool(ctx context.Context, pool *v1alpha1.NodePoo
 	}, nil
 }
 
-// createClaims writes one claim per new node and tells its pods.
-func (p *Provisioner) createClaims(ctx context.Context, pools map[string]*v1alpha1.NodePool, result scheduling.Result) error {
+// createClaims writes one claim per new node and tells its pods. A pool
+// whose claim is refused gets no more claims this round and is backed off;
+// the other pools' claims are still written.
+func (p *Provisioner) createClaims(ctx context.Context, pools map[string]*v1alpha1.NodePool, result scheduling.Result) {
 	events := 0
+	refused := map[string]bool{}
 	for _, newNode := range result.NewNodes {
-		pool := pools[newNode.Pool]
+		pool, ok := pools[newNode.Pool]
+		if !ok || refused[pool.Name] {
+			continue
+		}
 		claim, err := p.createClaim(ctx, pool, newNode.Shape, newNode.TotalRequests(), newNode.Requirements, "provisioning")
 		if err != nil {
-			return err
+			refused[pool.Name] = true
+			p.poolFailed(ctx, pool, err)
+			continue
 		}
 		log.FromContext(ctx).Info("created claim", "nodeClaim", claim.Name, "nodePool", pool.Name, "shape", newNode.Shape.Name, "zone", newNode.Zone, "pods", len(newNode.Pods))
 		for _, pod := range newNode.Pods {
@@ -242,13 +401,16 @@ func (p *Provisioner) createClaims(ctx context.Context, pools map[string]*v1alph
 				"pod should schedule on a new node of claim %s (pool %s, shape %s)", claim.Name, pool.Name, newNode.Shape.Name)
 		}
 	}
-	return nil
 }
 
 func (p *Provisioner) createClaim(ctx context.Context, pool *v1alpha1.NodePool, shape scheduling.Shape, requests corev1.ResourceList, requirements []corev1.NodeSelectorRequirement, reason string) (*v1alpha1.NodeClaim, error) {
 	claim := NewClaim(pool, shape, requests, requirements)
 	if err := p.Kube.Create(ctx, claim); err != nil {
-		return nil, fmt.Errorf("creating claim for pool %s shape %s: %w", pool.Name, shape.Name, err)
+		err = fmt.Errorf("creating claim for pool %s shape %s: %w", pool.Name, shape.Name, err)
+		if apierrors.IsInvalid(err) || apierrors.IsBadRequest(err) {
+			err = &TemplateInvalidError{Err: err}
+		}
+		return nil, err
 	}
 	metrics.NodeClaimsCreated.WithLabelValues(pool.Name, reason).Inc()
 	return claim, nil
@@ -299,9 +461,12 @@ func (p *Provisioner) reportUnschedulable(unschedulable []scheduling.Unschedulab
 
 // keepWarmCapacity tops every pool up to its minNodes with its cheapest
 // shape, within its limits.
-func (p *Provisioner) keepWarmCapacity(ctx context.Context, pools map[string]*v1alpha1.NodePool, schedulingPools []scheduling.Pool) error {
+func (p *Provisioner) keepWarmCapacity(ctx context.Context, pools map[string]*v1alpha1.NodePool, schedulingPools []scheduling.Pool) {
 	for _, schedulingPool := range schedulingPools {
-		pool := pools[schedulingPool.NodePool.Name]
+		pool, ok := pools[schedulingPool.NodePool.Name]
+		if !ok {
+			continue // closed this round
+		}
 		missing := int64(pool.Spec.MinNodes) - schedulingPool.InUse.Nodes
 		if missing <= 0 {
 			continue
@@ -313,12 +478,12 @@ func (p *Provisioner) keepWarmCapacity(ctx context.Context, pools map[string]*v1
 		for range missing {
 			claim, err := p.createClaim(ctx, pool, shape, nil, nil, "minNodes")
 			if err != nil {
-				return err
+				p.poolFailed(ctx, pool, err)
+				break
 			}
 			log.FromContext(ctx).Info("created claim for warm capacity", "nodeClaim", claim.Name, "nodePool", pool.Name, "minNodes", pool.Spec.MinNodes)
 		}
 	}
-	return nil
 }
 
 func cheapest(pool scheduling.Pool) (scheduling.Shape, bool) {

@@ -1,0 +1,250 @@
+package providers
+
+import (
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"net"
+	"net/url"
+	"sort"
+	"strings"
+
+	"github.com/claimscale/claimscale/api/v1alpha1"
+	"github.com/claimscale/claimscale/pkg/provider"
+)
+
+// redactedText replaces a secret wherever it turns up in an error.
+const redactedText = "[redacted]"
+
+// Secrets shorter than this are not redacted: replacing every "1" or "ok"
+// in a message would destroy it and hide nothing.
+const minSecretLength = 4
+
+// A user-data line shorter than this is structure ("runcmd:"), not a secret.
+const minUserDataLine = 16
+
+// redactor replaces secrets in error messages, in the forms a remote API is
+// likely to echo them back in: as given, URL query- and path-escaped (a
+// request URL in a Go net/url error, a form body quoted back), JSON-escaped
+// (a request body quoted back) and base64 (cloud-init user data is often
+// sent so).
+type redactor struct{ replacer *strings.Replacer }
+
+func newRedactor(secrets [][]byte) redactor {
+	seen := map[string]bool{}
+	var forms []string
+	add := func(s string) {
+		if len(s) >= minSecretLength && !seen[s] {
+			seen[s] = true
+			forms = append(forms, s)
+		}
+	}
+	for _, secret := range secrets {
+		value := string(secret)
+		add(value)
+		add(strings.TrimSpace(value))
+		add(url.QueryEscape(value))
+		add(url.PathEscape(value))
+		if quoted, err := json.Marshal(value); err == nil {
+			add(strings.Trim(string(quoted), `"`))
+		}
+		add(base64.StdEncoding.EncodeToString(secret))
+	}
+	// Longest first, so a secret that contains another is replaced whole.
+	sort.Slice(forms, func(i, j int) bool { return len(forms[i]) > len(forms[j]) })
+	pairs := make([]string, 0, 2*len(forms))
+	for _, form := range forms {
+		pairs = append(pairs, form, redactedText)
+	}
+	return redactor{replacer: strings.NewReplacer(pairs...)}
+}
+
+func (r redactor) empty() bool { return r.replacer == nil }
+
+func (r redactor) string(s string) string {
+	if r.replacer == nil {
+		return s
+	}
+	return r.replacer.Replace(s)
+}
+
+// error returns err with every secret replaced in its message. It keeps
+// what callers classify errors by (not found, capacity, terminal,
+// retryable and its delay, unreachable), but not the original chain, whose
+// messages still carry the secret.
+func (r redactor) error(err error) error {
+	if err == nil {
+		return nil
+	}
+	message := err.Error()
+	clean := r.string(message)
+	if clean == message {
+		return err
+	}
+	return newRedactedError(clean, err)
+}
+
+func newRedactedError(message string, original error) error {
+	redacted := &redactedError{message: message, unreachable: isUnreachable(original)}
+	base := errors.New(message)
+	switch {
+	case provider.IsNotFound(original):
+		redacted.kind = &provider.NotFoundError{Err: base}
+	case provider.IsInsufficientCapacity(original):
+		redacted.kind = &provider.InsufficientCapacityError{Err: base}
+	case provider.IsTerminal(original):
+		redacted.kind = &provider.TerminalError{Err: base}
+	case provider.IsRetryable(original):
+		redacted.kind = &provider.RetryableError{Err: base, After: provider.RetryAfter(original)}
+	}
+	for _, ctxErr := range []error{context.DeadlineExceeded, context.Canceled} {
+		if errors.Is(original, ctxErr) {
+			redacted.context = ctxErr
+		}
+	}
+	return redacted
+}
+
+type redactedError struct {
+	message     string
+	kind        error
+	context     error
+	unreachable bool
+}
+
+func (e *redactedError) Error() string { return e.message }
+
+func (e *redactedError) Unwrap() []error {
+	var chain []error
+	for _, err := range []error{e.kind, e.context} {
+		if err != nil {
+			chain = append(chain, err)
+		}
+	}
+	return chain
+}
+
+// IsUnreachable says whether err means the provider's API could not be
+// reached or did not answer in time, rather than answered with a failure.
+func IsUnreachable(err error) bool { return isUnreachable(err) }
+
+func isUnreachable(err error) bool {
+	if err == nil {
+		return false
+	}
+	var redacted *redactedError
+	if errors.As(err, &redacted) {
+		return redacted.unreachable
+	}
+	if errors.Is(err, context.Canceled) {
+		return false // the caller gave up, not the provider
+	}
+	if errors.Is(err, context.DeadlineExceeded) {
+		return true
+	}
+	var netErr net.Error
+	return errors.As(err, &netErr)
+}
+
+// safeProvider is what the resolver hands out: every error it returns has
+// the NodeProvider's credentials, and a Create's user data, redacted, so no
+// provider can leak them into a condition, an event or a log line however
+// its remote API words a failure.
+//
+// It also breaks the circuit to a provider whose API stopped answering
+// (see breaker), so one hung API does not cost every caller a timeout.
+type safeProvider struct {
+	next     provider.Provider
+	redactor redactor
+	breaker  *breaker
+}
+
+func newSafeProvider(name string, next provider.Provider, credentials map[string][]byte) *safeProvider {
+	p := &safeProvider{next: next, redactor: newRedactor(secretValues(credentials))}
+	p.breaker = &breaker{name: name, probe: func(ctx context.Context) error {
+		_, err := p.next.List(ctx)
+		return err
+	}}
+	return p
+}
+
+// done looks at a call's outcome and returns its error, redacted.
+func (p *safeProvider) done(err error) error {
+	err = p.redactor.error(err)
+	p.breaker.observe(err)
+	return err
+}
+
+func secretValues(credentials map[string][]byte) [][]byte {
+	values := make([][]byte, 0, len(credentials))
+	for _, value := range credentials {
+		values = append(values, value)
+	}
+	return values
+}
+
+// userDataSecrets lists the user data whole and each of its lines long
+// enough to carry a token, since an API may quote back only the line it
+// choked on.
+func userDataSecrets(userData []byte) [][]byte {
+	if len(userData) == 0 {
+		return nil
+	}
+	secrets := [][]byte{userData}
+	for _, line := range strings.Split(string(userData), "\n") {
+		if line = strings.TrimSpace(line); len(line) >= minUserDataLine {
+			secrets = append(secrets, []byte(line))
+		}
+	}
+	return secrets
+}
+
+func (p *safeProvider) Create(ctx context.Context, claim *v1alpha1.NodeClaim, opts provider.CreateOptions) (*provider.Instance, error) {
+	if err := p.breaker.open(); err != nil {
+		return nil, err
+	}
+	instance, err := p.next.Create(ctx, claim, opts)
+	if err == nil {
+		return instance, nil
+	}
+	if len(opts.UserData) > 0 {
+		err = newRedactor(userDataSecrets(opts.UserData)).error(err)
+	}
+	return instance, p.done(err)
+}
+
+func (p *safeProvider) Delete(ctx context.Context, providerID string) error {
+	if err := p.breaker.open(); err != nil {
+		return err
+	}
+	return p.done(p.next.Delete(ctx, providerID))
+}
+
+func (p *safeProvider) Get(ctx context.Context, providerID string) (*provider.Instance, error) {
+	if err := p.breaker.open(); err != nil {
+		return nil, err
+	}
+	instance, err := p.next.Get(ctx, providerID)
+	return instance, p.done(err)
+}
+
+func (p *safeProvider) List(ctx context.Context) ([]*provider.Instance, error) {
+	if err := p.breaker.open(); err != nil {
+		return nil, err
+	}
+	instances, err := p.next.List(ctx)
+	return instances, p.done(err)
+}
+
+func (p *safeProvider) Shapes(ctx context.Context, pool *v1alpha1.NodePool) ([]provider.Shape, error) {
+	if err := p.breaker.open(); err != nil {
+		return nil, err
+	}
+	shapes, err := p.next.Shapes(ctx, pool)
+	return shapes, p.done(err)
+}
+
+// Unwrap returns the provider inside, for tests and callers that need the
+// implementation's own type.
+func (p *safeProvider) Unwrap() provider.Provider { return p.next }

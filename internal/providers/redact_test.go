@@ -1,0 +1,91 @@
+package providers
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/url"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/claimscale/claimscale/api/v1alpha1"
+	"github.com/claimscale/claimscale/pkg/provider"
+)
+
+// echoingProvider fails every call with a message that quotes the secrets
+// back, as a remote API may: in the request URL (query-escaped), in the
+// path, and in the body it could not parse.
+type echoingProvider struct {
+	token string
+	fail  func(error) error
+}
+
+func (p echoingProvider) err(userData []byte) error {
+	return p.fail(fmt.Errorf("POST https://api.example/v1/servers?token=%s (path /auth/%s): 401: token %q invalid; body: %s",
+		url.QueryEscape(p.token), url.PathEscape(p.token), p.token, userData))
+}
+
+func (p echoingProvider) Create(_ context.Context, _ *v1alpha1.NodeClaim, opts provider.CreateOptions) (*provider.Instance, error) {
+	return nil, p.err(opts.UserData)
+}
+func (p echoingProvider) Delete(context.Context, string) error { return p.err(nil) }
+func (p echoingProvider) Get(context.Context, string) (*provider.Instance, error) {
+	return nil, p.err(nil)
+}
+func (p echoingProvider) List(context.Context) ([]*provider.Instance, error) { return nil, p.err(nil) }
+func (p echoingProvider) Shapes(context.Context, *v1alpha1.NodePool) ([]provider.Shape, error) {
+	return nil, p.err(nil)
+}
+
+func TestSafeProviderRedactsCredentialsAndUserDataInEveryFormAndKeepsTheErrorKind(t *testing.T) {
+	token := "s3cr3t/t0ken+with=chars"
+	userData := []byte("#cloud-config\nruncmd:\n  - kubeadm join 10.0.0.1:6443 --token abcdef.0123456789abcdef\n")
+	for _, kind := range []struct {
+		name  string
+		wrap  func(error) error
+		check func(error) bool
+	}{
+		{"terminal", provider.NewTerminal, provider.IsTerminal},
+		{"retryable", func(err error) error { return provider.NewRetryable(err, 7*time.Second) }, func(err error) bool {
+			return provider.IsRetryable(err) && provider.RetryAfter(err) == 7*time.Second
+		}},
+		{"not found", func(err error) error { return &provider.NotFoundError{Err: err} }, provider.IsNotFound},
+		{"capacity", provider.NewInsufficientCapacity, provider.IsInsufficientCapacity},
+		{"timeout", func(err error) error { return fmt.Errorf("%w: %w", err, context.DeadlineExceeded) }, IsUnreachable},
+	} {
+		t.Run(kind.name, func(t *testing.T) {
+			safe := newSafeProvider("test", echoingProvider{token: token, fail: kind.wrap}, map[string][]byte{"token": []byte(token), "short": []byte("ab")})
+			_, createErr := safe.Create(context.Background(), &v1alpha1.NodeClaim{}, provider.CreateOptions{UserData: userData})
+			_, listErr := safe.List(context.Background())
+			for _, err := range []error{createErr, listErr, safe.Delete(context.Background(), "x")} {
+				message := err.Error()
+				for _, secret := range []string{token, url.QueryEscape(token), url.PathEscape(token), "abcdef.0123456789abcdef"} {
+					if strings.Contains(message, secret) {
+						t.Errorf("error carries the secret %q: %s", secret, message)
+					}
+				}
+				if !strings.Contains(message, redactedText) || !strings.Contains(message, "401") {
+					t.Errorf("error lost what it said: %s", message)
+				}
+				if !kind.check(err) {
+					t.Errorf("error lost its kind: %T %v", err, err)
+				}
+				// The original, which still carries them, is not reachable.
+				for unwrapped := errors.Unwrap(err); unwrapped != nil; unwrapped = errors.Unwrap(unwrapped) {
+					if strings.Contains(unwrapped.Error(), token) {
+						t.Errorf("the chain still carries the token: %v", unwrapped)
+					}
+				}
+			}
+		})
+	}
+}
+
+func TestSafeProviderLeavesErrorsWithoutSecretsAsTheyAre(t *testing.T) {
+	original := provider.NewTerminal(errors.New("flavor flex-4-1 does not exist"))
+	safe := newSafeProvider("test", echoingProvider{fail: func(error) error { return original }}, map[string][]byte{"token": []byte("s3cr3t-token")})
+	if err := safe.Delete(context.Background(), "x"); err != original {
+		t.Fatalf("an error without secrets was rewrapped: %v", err)
+	}
+}
