@@ -44,6 +44,9 @@ type podClass struct {
 	// simple classes depend only on static filters and resources, so they
 	// skip the full framework and fill a node in one step.
 	simple bool
+	// exclusive classes have a required anti-affinity term over hostnames
+	// that selects their own pods: each pod needs a node of its own.
+	exclusive bool
 
 	// where lists the nodes the class's pods are on: for pods already
 	// bound, and for pods placed in the current round.
@@ -234,6 +237,18 @@ func (c *podClass) needsFullFramework() bool {
 		}
 	}
 	return hasHostPorts(p)
+}
+
+// excludesItself reports whether a required anti-affinity term of the
+// class keeps two of its pods off one node.
+func (c *podClass) excludesItself(nsLabels labels.Set) bool {
+	terms := c.info.GetRequiredAntiAffinityTerms()
+	for i := range terms {
+		if terms[i].TopologyKey == corev1.LabelHostname && terms[i].Matches(c.rep, nsLabels) {
+			return true
+		}
+	}
+	return false
 }
 
 func (c *podClass) on(node string) {

@@ -20,7 +20,8 @@ type option struct {
 }
 
 // options lists where the class could open a node, best first: by pool
-// weight, then by the price of the cheapest shape holding one pod. Pools
+// weight, then by the price of the cheapest shape holding one pod, then
+// by the fewest nodes opened in the zone. Pools
 // with no option get a reason.
 func (r *round) options(cls *podClass) ([]option, map[*poolState]string, error) {
 	reasons := map[*poolState]string{}
@@ -58,7 +59,13 @@ func (r *round) options(cls *podClass) ([]option, map[*poolState]string, error) 
 		if opts[i].pool.weight != opts[j].pool.weight {
 			return opts[i].pool.weight > opts[j].pool.weight
 		}
-		return opts[i].price < opts[j].price
+		if opts[i].price != opts[j].price {
+			return opts[i].price < opts[j].price
+		}
+		// Equal offers: the zone with the fewest nodes opened so far, so
+		// that nodes made for one class are spread over the zones and
+		// later classes that spread over zones find room in each.
+		return r.openedIn[zoneKey{opts[i].pool, opts[i].zone}] < r.openedIn[zoneKey{opts[j].pool, opts[j].zone}]
 	})
 	return opts, reasons, nil
 }
@@ -222,10 +229,12 @@ func (r *round) activate(n *simNode) {
 		n.contrib = n.cands[0].cap
 	}
 	p.used.nodes++
+	r.openedIn[zoneKey{p, n.zone}]++
 	p.used.cpu += n.contrib.cpu
 	p.used.mem += n.contrib.mem
 	r.nodes = append(r.nodes, n)
 	r.opened = append(r.opened, n)
+	n.seq = len(r.opened)
 }
 
 func (r *round) nextName(p *poolState) string {

@@ -31,16 +31,29 @@ type round struct {
 	current   *podClass
 	// placedClasses are the classes with pods placed in this round.
 	placedClasses []*podClass
+	// openedIn counts the nodes opened per pool and zone.
+	openedIn map[zoneKey]int
+	// shares caps how many pods of a simple class go on one new node (see
+	// planShares); classes without an entry are not capped.
+	shares  map[*podClass]int
+	target  *shapeInfo
+	planned int
+}
+
+type zoneKey struct {
+	pool *poolState
+	zone string
 }
 
 func (s *Simulator) newRound(ctx context.Context, nodes []*simNode, allowOpen bool) *round {
 	for _, p := range s.pools {
 		p.used = p.inUse
 	}
-	return &round{s: s, ctx: ctx, nodes: append([]*simNode(nil), nodes...), allowOpen: allowOpen}
+	return &round{s: s, ctx: ctx, nodes: append([]*simNode(nil), nodes...), allowOpen: allowOpen, openedIn: map[zoneKey]int{}}
 }
 
 func (r *round) pack(items []item) error {
+	r.planShares(items)
 	if err := r.packOnce(items); err != nil {
 		return err
 	}
@@ -103,7 +116,7 @@ func (r *round) placeSimple(cls *podClass, pods []*corev1.Pod) error {
 		if !ok {
 			continue
 		}
-		if k := min(r.room(cls, n), len(pods)-i); k > 0 {
+		if k := min(r.room(cls, n), len(pods)-i, r.share(cls, n)); k > 0 {
 			if _, err := r.place(cls, n, pods[i:i+k]); err != nil {
 				return err
 			}
@@ -128,7 +141,8 @@ func (r *round) placeSimple(cls *podClass, pods []*corev1.Pod) error {
 			return err
 		}
 		r.activate(n)
-		k := min(r.room(cls, n), len(pods)-i)
+		// A fresh node takes at least one pod, whatever the plan says.
+		k := min(r.room(cls, n), len(pods)-i, max(r.share(cls, n), 1))
 		if k == 0 {
 			return fmt.Errorf("new node %s of pool %s has no room for pod %s/%s", n.name, n.pool.name, pods[i].Namespace, pods[i].Name)
 		}

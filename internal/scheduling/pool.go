@@ -101,6 +101,9 @@ func newPoolState(p *Pool) (*poolState, error) {
 		// backoff entry takes the whole range out.
 		ps.unavailable = len(unavailable) > 0
 	case len(p.Shapes.Fixed) > 0:
+		if err := validateFixed(p.Shapes.Fixed); err != nil {
+			return nil, fmt.Errorf("shapes of pool %s: %w", np.Name, err)
+		}
 		fixed := append([]Shape(nil), p.Shapes.Fixed...)
 		sortShapes(fixed)
 		for _, sh := range fixed {

@@ -69,6 +69,8 @@ type simNode struct {
 	pods     []*corev1.Pod
 	addedAt  int
 	maxAlloc vec
+	// seq numbers the nodes a round opened, from 1.
+	seq int
 }
 
 // New builds a Simulator for a cluster state.

@@ -105,7 +105,9 @@ type item struct {
 }
 
 // classify sorts pods into equivalence classes, decides which classes are
-// simple, and orders the pods for packing.
+// simple, and orders the pods for packing: by priority, then the classes
+// whose pods exclude each other from a node, then by dominant resource
+// share, largest first.
 func (s *Simulator) classify(pods []*corev1.Pod) ([]item, error) {
 	cl := newClassifier()
 	items := make([]item, 0, len(pods))
@@ -137,11 +139,19 @@ func (s *Simulator) classify(pods []*corev1.Pod) ([]item, error) {
 		}
 		c.simple = !selected && !c.needsFullFramework()
 		c.dominant = max(float64(c.req.cpu)/float64(s.ref.cpu), float64(c.req.mem)/float64(s.ref.mem))
+		c.exclusive = c.excludesItself(s.nsLabels[c.rep.Namespace])
 	}
 	sort.SliceStable(items, func(i, j int) bool {
 		a, b := items[i], items[j]
 		if a.cls.priority != b.cls.priority {
 			return a.cls.priority > b.cls.priority
+		}
+		// Pods that each need a node of their own decide how many nodes
+		// there are: they go first, and every other pod fills the room
+		// they leave. Placed later, they find the nodes full (often on
+		// pod slots or one resource) and open more.
+		if a.cls.exclusive != b.cls.exclusive {
+			return a.cls.exclusive
 		}
 		if a.cls.dominant != b.cls.dominant {
 			return a.cls.dominant > b.cls.dominant
