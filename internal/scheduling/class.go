@@ -54,7 +54,7 @@ type podClass struct {
 	whereOn map[string]bool
 
 	// Per-Solve caches.
-	static       map[int]*fwk.Status
+	static       []verdict
 	staticByNode map[string]*fwk.Status
 	staticState  fwk.CycleState
 	staticPre    *fwk.PreFilterResult
@@ -177,7 +177,6 @@ func newPodClass(id int, p *corev1.Pod) (*podClass, error) {
 		req:          vecOf(res.Resource),
 		priority:     corev1helpers.PodPriority(p),
 		scalar:       len(res.Resource.GetScalarResources()) > 0,
-		static:       map[int]*fwk.Status{},
 		staticByNode: map[string]*fwk.Status{},
 		whereOn:      map[string]bool{},
 	}

@@ -340,6 +340,7 @@ func (r *round) openFor(run *classRun, pod *corev1.Pod) (*simNode, string, error
 			r.noteAdded(run, n)
 		} else {
 			n.cands = append([]*shapeInfo(nil), o.cands...)
+			n.shapesChanged()
 		}
 		if err := r.ensureState(run, pod); err != nil {
 			return nil, "", err

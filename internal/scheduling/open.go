@@ -2,6 +2,7 @@ package scheduling
 
 import (
 	"fmt"
+	"maps"
 	"sort"
 	"strings"
 
@@ -24,6 +25,15 @@ type option struct {
 // by the fewest nodes opened in the zone. Pools
 // with no option get a reason.
 func (r *round) options(cls *podClass) ([]option, map[*poolState]string, error) {
+	// Without limits, what a class may open never changes in a round:
+	// only the order does, by the nodes opened per zone.
+	cacheable := true
+	for _, p := range r.s.pools {
+		cacheable = cacheable && p.limNodes < 0 && p.limCPU < 0 && p.limMem < 0
+	}
+	if c, ok := r.optCache[cls]; ok && cacheable {
+		return r.sortOptions(append([]option(nil), c.opts...)), maps.Clone(c.reasons), nil
+	}
 	reasons := map[*poolState]string{}
 	var opts []option
 	for _, p := range r.s.pools {
@@ -55,6 +65,18 @@ func (r *round) options(cls *podClass) ([]option, map[*poolState]string, error) 
 			delete(reasons, p)
 		}
 	}
+	if cacheable {
+		r.optCache[cls] = cachedOptions{append([]option(nil), opts...), maps.Clone(reasons)}
+	}
+	return r.sortOptions(opts), reasons, nil
+}
+
+type cachedOptions struct {
+	opts    []option
+	reasons map[*poolState]string
+}
+
+func (r *round) sortOptions(opts []option) []option {
 	sort.SliceStable(opts, func(i, j int) bool {
 		if opts[i].pool.weight != opts[j].pool.weight {
 			return opts[i].pool.weight > opts[j].pool.weight
@@ -67,7 +89,7 @@ func (r *round) options(cls *podClass) ([]option, map[*poolState]string, error) 
 		// later classes that spread over zones find room in each.
 		return r.openedIn[zoneKey{opts[i].pool, opts[i].zone}] < r.openedIn[zoneKey{opts[j].pool, opts[j].zone}]
 	})
-	return opts, reasons, nil
+	return opts
 }
 
 func (r *round) option(cls *podClass, p *poolState, zone string, bc, bm int64) (option, string, error) {
