@@ -256,7 +256,6 @@ func (r *round) activate(n *simNode) {
 	p.used.mem += n.contrib.mem
 	r.nodes = append(r.nodes, n)
 	r.opened = append(r.opened, n)
-	n.seq = len(r.opened)
 }
 
 func (r *round) nextName(p *poolState) string {

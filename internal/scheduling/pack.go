@@ -34,17 +34,12 @@ type round struct {
 	placedClasses []*podClass
 	// openedIn counts the nodes opened per pool and zone.
 	openedIn map[zoneKey]int
-	// shares caps how many pods of a simple class go on one new node (see
-	// planShares); classes without an entry are not capped.
 	// optCache holds each class's options while no pool has limits.
 	optCache map[*podClass]cachedOptions
 	// member is scratch space for frontier, by shapeInfo.idx.
 	member []bool
 	// rooms memoises room on new nodes by the node's version.
-	rooms   map[roomKey]roomEntry
-	shares  map[*podClass]int
-	target  *shapeInfo
-	planned int
+	rooms map[roomKey]roomEntry
 }
 
 type zoneKey struct {
@@ -60,7 +55,6 @@ func (s *Simulator) newRound(ctx context.Context, nodes []*simNode, allowOpen bo
 }
 
 func (r *round) pack(items []item) error {
-	r.planShares(items)
 	if err := r.packOnce(items); err != nil {
 		return err
 	}
@@ -123,7 +117,7 @@ func (r *round) placeSimple(cls *podClass, pods []*corev1.Pod) error {
 		if !ok {
 			continue
 		}
-		if k := min(r.room(cls, n), len(pods)-i, r.share(cls, n)); k > 0 {
+		if k := min(r.room(cls, n), len(pods)-i); k > 0 {
 			if _, err := r.place(cls, n, pods[i:i+k]); err != nil {
 				return err
 			}
@@ -148,8 +142,7 @@ func (r *round) placeSimple(cls *podClass, pods []*corev1.Pod) error {
 			return err
 		}
 		r.activate(n)
-		// A fresh node takes at least one pod, whatever the plan says.
-		k := min(r.room(cls, n), len(pods)-i, max(r.share(cls, n), 1))
+		k := min(r.room(cls, n), len(pods)-i)
 		if k == 0 {
 			return fmt.Errorf("new node %s of pool %s has no room for pod %s/%s", n.name, n.pool.name, pods[i].Namespace, pods[i].Name)
 		}

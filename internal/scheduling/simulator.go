@@ -69,8 +69,6 @@ type simNode struct {
 	pods     []*corev1.Pod
 	addedAt  int
 	maxAlloc vec
-	// seq numbers the nodes a round opened, from 1.
-	seq int
 	// ver counts changes to a new node's pods and shapes; front is the
 	// frontier of its shapes (nil: to compute).
 	ver   int

@@ -227,10 +227,10 @@ func TestComplementaryPodsCostNearTheLowerBound(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// Packed one class after another these pods cost 36 % above the bound;
-	// sliced in proportion, 27 %. The aim is 10 %, which needs nodes of two
-	// shapes with different mixes (the bound mixes shape families).
-	if got, lb := cost(r), costLowerBound(s, r); got > lb*1.30 {
-		t.Errorf("cost %.3f is %.1f%% above the lower bound %.3f; want at most 30%%", got, (got/lb-1)*100, lb)
+	// The aim is 10 %; 12.4 % is where packing stands (the catalog's
+	// largest sizes are coarse: 192 cores come with 192 GiB, 384 GiB, 768
+	// GiB or 1.5 TiB, and the last nodes round up to them).
+	if got, lb := cost(r), costLowerBound(s, r); got > lb*1.13 {
+		t.Errorf("cost %.3f is %.1f%% above the lower bound %.3f; want at most 13%%", got, (got/lb-1)*100, lb)
 	}
 }
