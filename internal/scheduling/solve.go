@@ -110,16 +110,19 @@ type item struct {
 // share, largest first.
 func (s *Simulator) classify(pods []*corev1.Pod) ([]item, error) {
 	cl := newClassifier()
-	items := make([]item, 0, len(pods))
+	live := make([]*corev1.Pod, 0, len(pods))
 	for _, p := range pods {
-		if Terminated(p) {
-			continue
+		if !Terminated(p) {
+			live = append(live, p)
 		}
-		cls, err := cl.classify(p)
-		if err != nil {
-			return nil, fmt.Errorf("pod %s/%s: %w", p.Namespace, p.Name, err)
-		}
-		items = append(items, item{p, cls})
+	}
+	classes, err := cl.classifyAll(live)
+	if err != nil {
+		return nil, err
+	}
+	items := make([]item, len(live))
+	for i, p := range live {
+		items[i] = item{p, classes[i]}
 	}
 	// A pod selected by someone's required anti-affinity depends on where
 	// that someone is, so it cannot skip the full framework.
