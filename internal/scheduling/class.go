@@ -42,6 +42,9 @@ type podClass struct {
 	// perNode is set when the static verdict can differ between nodes of
 	// one template (the pod selects on hostname or on node fields).
 	perNode bool
+	// shapeBlind is set when no static verdict of the class depends on a
+	// node's shape: it selects neither on instance type nor per node.
+	shapeBlind bool
 	// simple classes depend only on static filters and resources, so they
 	// skip the full framework and fill a node in one step.
 	simple bool
@@ -247,6 +250,7 @@ func newPodClass(id int, p *corev1.Pod) (*podClass, error) {
 		}
 	}
 	cls.perNode = selectsOnNodeIdentity(p)
+	cls.shapeBlind = !cls.perNode && !selectsOnLabel(p, corev1.LabelInstanceTypeStable, corev1.LabelInstanceType)
 	return cls, nil
 }
 
@@ -267,6 +271,30 @@ func selectsOnNodeIdentity(p *corev1.Pod) bool {
 		for _, r := range t.MatchExpressions {
 			if r.Key == corev1.LabelHostname {
 				return true
+			}
+		}
+	}
+	return false
+}
+
+// selectsOnLabel reports whether the pod's node selector or required node
+// affinity names any of keys.
+func selectsOnLabel(p *corev1.Pod, keys ...string) bool {
+	for _, k := range keys {
+		if _, ok := p.Spec.NodeSelector[k]; ok {
+			return true
+		}
+	}
+	a := p.Spec.Affinity
+	if a == nil || a.NodeAffinity == nil || a.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution == nil {
+		return false
+	}
+	for _, t := range a.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution.NodeSelectorTerms {
+		for _, r := range t.MatchExpressions {
+			for _, k := range keys {
+				if r.Key == k {
+					return true
+				}
 			}
 		}
 	}

@@ -73,16 +73,27 @@ func (s *Simulator) staticVerdict(ctx context.Context, cls *podClass, n *simNode
 	return st, nil
 }
 
-// templateVerdict is staticVerdict for a template.
+// templateVerdict is staticVerdict for a template: once per class and
+// template, or once per class, pool and zone when the class does not look
+// at instance types.
 func (s *Simulator) templateVerdict(ctx context.Context, cls *podClass, t *template) (*fwk.Status, error) {
-	if st, ok := cls.cachedVerdict(t.staticID); ok {
+	id := t.staticID
+	if cls.shapeBlind {
+		id = t.shapeBlindID
+	}
+	if st, ok := cls.cachedVerdict(id); ok {
 		return st, nil
 	}
 	st, err := s.runStatic(ctx, cls, t.info)
 	if err != nil {
 		return nil, err
 	}
-	cls.cacheVerdict(t.staticID, st)
+	if cls.perNode {
+		// PreFilter named nodes: the verdict is per template after all.
+		cls.shapeBlind = false
+		id = t.staticID
+	}
+	cls.cacheVerdict(id, st)
 	return st, nil
 }
 

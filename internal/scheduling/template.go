@@ -210,6 +210,7 @@ func (s *Simulator) template(ctx context.Context, p *poolState, si *shapeInfo, z
 	t.info = framework.NewNodeInfo()
 	t.info.SetNode(node)
 	t.staticID = s.staticID("\x02template\x00" + p.name + "\x00" + si.shape.Name + "\x00" + zone)
+	t.shapeBlindID = s.staticID("\x03template\x00" + p.name + "\x00" + zone)
 	for len(byShape) <= si.idx {
 		byShape = append(byShape, nil)
 	}
@@ -230,4 +231,9 @@ type template struct {
 	dsCount int64
 	// staticID is shared by every node made from the template.
 	staticID int
+	// shapeBlindID is shared by the templates of every shape of the pool
+	// in the zone: they differ only in the instance-type label and
+	// resources, which static filters read only for a pod that selects on
+	// instance type.
+	shapeBlindID int
 }
