@@ -378,13 +378,16 @@ func (r *round) effOrder(p *poolState, zone string) ([]effShape, error) {
 // shapes to those that hold everything on it. It returns the last pod's
 // PodInfo.
 func (r *round) place(cls *podClass, n *simNode, pods []*corev1.Pod) (fwk.PodInfo, error) {
-	var last fwk.PodInfo
-	for _, p := range pods {
-		last = &podInfo{pod: p, cls: cls}
-		if _, err := r.s.snap.addPodInfo(last, n.name); err != nil {
-			return nil, err
-		}
+	// One allocation and one node lookup for the whole batch: a simple
+	// class puts up to a node's pod slots here at once.
+	infos := make([]podInfo, len(pods))
+	for i, p := range pods {
+		infos[i] = podInfo{pod: p, cls: cls}
 	}
+	if err := r.s.snap.addPodInfos(infos, n.name); err != nil {
+		return nil, err
+	}
+	var last fwk.PodInfo = &infos[len(infos)-1]
 	if len(cls.where) == 0 {
 		r.placedClasses = append(r.placedClasses, cls)
 	}
