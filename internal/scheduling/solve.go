@@ -106,8 +106,8 @@ type item struct {
 
 // classify sorts pods into equivalence classes, decides which classes are
 // simple, and orders the pods for packing: by priority, then the classes
-// whose pods exclude each other from a node, then by dominant resource
-// share, largest first.
+// whose pods exclude each other from a node, then those with hard spread
+// constraints, then by dominant resource share, largest first.
 func (s *Simulator) classify(pods []*corev1.Pod) ([]item, error) {
 	cl := newClassifier()
 	live := make([]*corev1.Pod, 0, len(pods))
@@ -155,6 +155,11 @@ func (s *Simulator) classify(pods []*corev1.Pod) ([]item, error) {
 		// pod slots or one resource) and open more.
 		if a.cls.exclusive != b.cls.exclusive {
 			return a.cls.exclusive
+		}
+		// Then pods that spread over zones: placed after plain pods they
+		// find the nodes of some zone full and open one there.
+		if sa, sb := len(a.cls.hardSpread) > 0, len(b.cls.hardSpread) > 0; sa != sb {
+			return sa
 		}
 		if a.cls.dominant != b.cls.dominant {
 			return a.cls.dominant > b.cls.dominant
