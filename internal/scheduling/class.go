@@ -1,16 +1,17 @@
 package scheduling
 
 import (
-	"encoding/binary"
-	"hash/fnv"
+	"context"
+	"fmt"
 	"reflect"
-	"sort"
+	"runtime"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/util/workqueue"
 	corev1helpers "k8s.io/component-helpers/scheduling/corev1"
 	fwk "k8s.io/kube-scheduler/framework"
 	"k8s.io/kubernetes/pkg/scheduler/framework"
@@ -41,9 +42,15 @@ type podClass struct {
 	// perNode is set when the static verdict can differ between nodes of
 	// one template (the pod selects on hostname or on node fields).
 	perNode bool
+	// shapeBlind is set when no static verdict of the class depends on a
+	// node's shape: it selects neither on instance type nor per node.
+	shapeBlind bool
 	// simple classes depend only on static filters and resources, so they
 	// skip the full framework and fill a node in one step.
 	simple bool
+	// exclusive classes have a required anti-affinity term over hostnames
+	// that selects their own pods: each pod needs a node of its own.
+	exclusive bool
 
 	// where lists the nodes the class's pods are on: for pods already
 	// bound, and for pods placed in the current round.
@@ -51,7 +58,7 @@ type podClass struct {
 	whereOn map[string]bool
 
 	// Per-Solve caches.
-	static       map[int]*fwk.Status
+	static       []verdict
 	staticByNode map[string]*fwk.Status
 	staticState  fwk.CycleState
 	staticPre    *fwk.PreFilterResult
@@ -145,7 +152,60 @@ func newClassifier() *classifier {
 }
 
 func (c *classifier) classify(p *corev1.Pod) (*podClass, error) {
-	fp := fingerprint(p)
+	return c.classifyPrinted(p, fingerprint(p))
+}
+
+// classifyAll classifies pods, returning each one's class. Fingerprints,
+// and the comparison of each pod with the first pod of its fingerprint,
+// are independent per pod and run on every core; classes are made in pod
+// order, so the answer does not depend on how many cores there are.
+func (c *classifier) classifyAll(pods []*corev1.Pod) ([]*podClass, error) {
+	fps := make([]uint64, len(pods))
+	parallelize(len(pods), func(i int) { fps[i] = fingerprint(pods[i]) })
+	first := make(map[uint64]int, 16)
+	for i, fp := range fps {
+		if _, ok := first[fp]; !ok {
+			first[fp] = i
+		}
+	}
+	same := make([]bool, len(pods))
+	parallelize(len(pods), func(i int) {
+		j := first[fps[i]]
+		same[i] = j == i || sameClass(pods[j], pods[i])
+	})
+	out := make([]*podClass, len(pods))
+	for i, p := range pods {
+		if j := first[fps[i]]; same[i] && j < i && out[j] != nil {
+			out[i] = out[j]
+			continue
+		}
+		cls, err := c.classifyPrinted(p, fps[i])
+		if err != nil {
+			return nil, fmt.Errorf("pod %s/%s: %w", p.Namespace, p.Name, err)
+		}
+		out[i] = cls
+	}
+	return out, nil
+}
+
+// parallelize runs f for 0..n-1 on GOMAXPROCS workers, in chunks.
+func parallelize(n int, f func(int)) {
+	const chunk = 512
+	workers := min(runtime.GOMAXPROCS(0), (n+chunk-1)/chunk)
+	if workers <= 1 {
+		for i := 0; i < n; i++ {
+			f(i)
+		}
+		return
+	}
+	workqueue.ParallelizeUntil(context.Background(), workers, (n+chunk-1)/chunk, func(piece int) {
+		for i := piece * chunk; i < min(n, (piece+1)*chunk); i++ {
+			f(i)
+		}
+	})
+}
+
+func (c *classifier) classifyPrinted(p *corev1.Pod, fp uint64) (*podClass, error) {
 	for _, cls := range c.buckets[fp] {
 		if sameClass(cls.rep, p) {
 			return cls, nil
@@ -174,7 +234,6 @@ func newPodClass(id int, p *corev1.Pod) (*podClass, error) {
 		req:          vecOf(res.Resource),
 		priority:     corev1helpers.PodPriority(p),
 		scalar:       len(res.Resource.GetScalarResources()) > 0,
-		static:       map[int]*fwk.Status{},
 		staticByNode: map[string]*fwk.Status{},
 		whereOn:      map[string]bool{},
 	}
@@ -191,6 +250,7 @@ func newPodClass(id int, p *corev1.Pod) (*podClass, error) {
 		}
 	}
 	cls.perNode = selectsOnNodeIdentity(p)
+	cls.shapeBlind = !cls.perNode && !selectsOnLabel(p, corev1.LabelInstanceTypeStable, corev1.LabelInstanceType)
 	return cls, nil
 }
 
@@ -217,6 +277,30 @@ func selectsOnNodeIdentity(p *corev1.Pod) bool {
 	return false
 }
 
+// selectsOnLabel reports whether the pod's node selector or required node
+// affinity names any of keys.
+func selectsOnLabel(p *corev1.Pod, keys ...string) bool {
+	for _, k := range keys {
+		if _, ok := p.Spec.NodeSelector[k]; ok {
+			return true
+		}
+	}
+	a := p.Spec.Affinity
+	if a == nil || a.NodeAffinity == nil || a.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution == nil {
+		return false
+	}
+	for _, t := range a.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution.NodeSelectorTerms {
+		for _, r := range t.MatchExpressions {
+			for _, k := range keys {
+				if r.Key == k {
+					return true
+				}
+			}
+		}
+	}
+	return false
+}
+
 // needsFullFramework reports whether a pod's verdict on a node can depend on
 // other pods (affinity, spread, ports, volumes) or on resources the
 // arithmetic does not cover.
@@ -234,6 +318,18 @@ func (c *podClass) needsFullFramework() bool {
 		}
 	}
 	return hasHostPorts(p)
+}
+
+// excludesItself reports whether a required anti-affinity term of the
+// class keeps two of its pods off one node.
+func (c *podClass) excludesItself(nsLabels labels.Set) bool {
+	terms := c.info.GetRequiredAntiAffinityTerms()
+	for i := range terms {
+		if terms[i].TopologyKey == corev1.LabelHostname && terms[i].Matches(c.rep, nsLabels) {
+			return true
+		}
+	}
+	return false
 }
 
 func (c *podClass) on(node string) {
@@ -292,41 +388,59 @@ func controllerUID(p *corev1.Pod) types.UID {
 	return ""
 }
 
+// fingerprint hashes what most often tells pods apart (namespace, owner,
+// labels, node-name affinity of DaemonSet pods, container requests)
+// without allocating: it runs once per pending pod.
 func fingerprint(p *corev1.Pod) uint64 {
-	h := fnv.New64a()
-	w := func(s string) {
-		_, _ = h.Write([]byte(s))
-		_, _ = h.Write([]byte{0})
+	h := fnvString(fnvOffset, p.Namespace)
+	h = fnvString(h, string(controllerUID(p)))
+	// Labels in any order: a sum of per-label hashes needs no sorting.
+	var labels uint64
+	for k, v := range p.Labels {
+		labels += fnvString(fnvString(fnvOffset, k), v)
 	}
-	w(p.Namespace)
-	w(string(controllerUID(p)))
-	keys := make([]string, 0, len(p.Labels))
-	for k := range p.Labels {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	for _, k := range keys {
-		w(k)
-		w(p.Labels[k])
-	}
+	h = fnvUint(h, labels)
 	// DaemonSet pods differ only in the node their affinity names.
 	if a := p.Spec.Affinity; a != nil && a.NodeAffinity != nil && a.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution != nil {
 		for _, t := range a.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution.NodeSelectorTerms {
 			for _, r := range t.MatchFields {
-				w(r.Key)
+				h = fnvString(h, r.Key)
 				for _, v := range r.Values {
-					w(v)
+					h = fnvString(h, v)
 				}
 			}
 		}
 	}
-	var buf [16]byte
-	for _, c := range p.Spec.Containers {
-		binary.LittleEndian.PutUint64(buf[:8], uint64(c.Resources.Requests.Cpu().MilliValue()))
-		binary.LittleEndian.PutUint64(buf[8:], uint64(c.Resources.Requests.Memory().Value()))
-		_, _ = h.Write(buf[:])
+	for i := range p.Spec.Containers {
+		req := p.Spec.Containers[i].Resources.Requests
+		h = fnvUint(h, uint64(req.Cpu().MilliValue()))
+		h = fnvUint(h, uint64(req.Memory().Value()))
 	}
-	return h.Sum64()
+	return h
+}
+
+const (
+	fnvOffset = 14695981039346656037
+	fnvPrime  = 1099511628211
+)
+
+// fnvString is FNV-1a over s and a terminating zero byte.
+func fnvString(h uint64, s string) uint64 {
+	for i := 0; i < len(s); i++ {
+		h ^= uint64(s[i])
+		h *= fnvPrime
+	}
+	h *= fnvPrime
+	return h
+}
+
+func fnvUint(h, v uint64) uint64 {
+	for i := 0; i < 8; i++ {
+		h ^= v & 0xff
+		h *= fnvPrime
+		v >>= 8
+	}
+	return h
 }
 
 // sameClass compares what any filter plugin or the resource arithmetic

@@ -252,7 +252,11 @@ func (r *round) ensureState(run *classRun, pod *corev1.Pod) error {
 		return nil
 	}
 	run.state, run.pre, run.stateAt = state, res, r.version
-	if len(run.cls.hardSpread) > 0 {
+	byValue := false
+	for _, c := range run.cls.hardSpread {
+		byValue = byValue || c.TopologyKey != corev1.LabelHostname
+	}
+	if byValue {
 		run.known = map[string]map[string]bool{}
 		required := nodeaffinity.GetRequiredNodeAffinity(run.cls.rep)
 		for _, ni := range nodes {
@@ -261,6 +265,11 @@ func (r *round) ensureState(run *classRun, pod *corev1.Pod) error {
 				continue
 			}
 			for _, c := range run.cls.hardSpread {
+				if c.TopologyKey == corev1.LabelHostname {
+					// Every node is a domain of its own: noteAdded
+					// needs no list of them.
+					continue
+				}
 				if v, ok := node.Labels[c.TopologyKey]; ok {
 					if run.known[c.TopologyKey] == nil {
 						run.known[c.TopologyKey] = map[string]bool{}
@@ -293,7 +302,7 @@ func (r *round) noteAdded(run *classRun, n *simNode) {
 			run.state = nil
 			return
 		}
-		if v, ok := n.labels[c.TopologyKey]; ok && !run.known[c.TopologyKey][v] {
+		if v, ok := n.labels[c.TopologyKey]; ok && (c.TopologyKey == corev1.LabelHostname || !run.known[c.TopologyKey][v]) {
 			run.state = nil
 			return
 		}
@@ -340,6 +349,7 @@ func (r *round) openFor(run *classRun, pod *corev1.Pod) (*simNode, string, error
 			r.noteAdded(run, n)
 		} else {
 			n.cands = append([]*shapeInfo(nil), o.cands...)
+			n.shapesChanged()
 		}
 		if err := r.ensureState(run, pod); err != nil {
 			return nil, "", err

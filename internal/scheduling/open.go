@@ -2,6 +2,7 @@ package scheduling
 
 import (
 	"fmt"
+	"maps"
 	"sort"
 	"strings"
 
@@ -20,9 +21,19 @@ type option struct {
 }
 
 // options lists where the class could open a node, best first: by pool
-// weight, then by the price of the cheapest shape holding one pod. Pools
+// weight, then by the price of the cheapest shape holding one pod, then
+// by the fewest nodes opened in the zone. Pools
 // with no option get a reason.
 func (r *round) options(cls *podClass) ([]option, map[*poolState]string, error) {
+	// Without limits, what a class may open never changes in a round:
+	// only the order does, by the nodes opened per zone.
+	cacheable := true
+	for _, p := range r.s.pools {
+		cacheable = cacheable && p.limNodes < 0 && p.limCPU < 0 && p.limMem < 0
+	}
+	if c, ok := r.optCache[cls]; ok && cacheable {
+		return r.sortOptions(append([]option(nil), c.opts...)), maps.Clone(c.reasons), nil
+	}
 	reasons := map[*poolState]string{}
 	var opts []option
 	for _, p := range r.s.pools {
@@ -54,13 +65,31 @@ func (r *round) options(cls *podClass) ([]option, map[*poolState]string, error) 
 			delete(reasons, p)
 		}
 	}
+	if cacheable {
+		r.optCache[cls] = cachedOptions{append([]option(nil), opts...), maps.Clone(reasons)}
+	}
+	return r.sortOptions(opts), reasons, nil
+}
+
+type cachedOptions struct {
+	opts    []option
+	reasons map[*poolState]string
+}
+
+func (r *round) sortOptions(opts []option) []option {
 	sort.SliceStable(opts, func(i, j int) bool {
 		if opts[i].pool.weight != opts[j].pool.weight {
 			return opts[i].pool.weight > opts[j].pool.weight
 		}
-		return opts[i].price < opts[j].price
+		if opts[i].price != opts[j].price {
+			return opts[i].price < opts[j].price
+		}
+		// Equal offers: the zone with the fewest nodes opened so far, so
+		// that nodes made for one class are spread over the zones and
+		// later classes that spread over zones find room in each.
+		return r.openedIn[zoneKey{opts[i].pool, opts[i].zone}] < r.openedIn[zoneKey{opts[j].pool, opts[j].zone}]
 	})
-	return opts, reasons, nil
+	return opts
 }
 
 func (r *round) option(cls *podClass, p *poolState, zone string, bc, bm int64) (option, string, error) {
@@ -222,6 +251,7 @@ func (r *round) activate(n *simNode) {
 		n.contrib = n.cands[0].cap
 	}
 	p.used.nodes++
+	r.openedIn[zoneKey{p, n.zone}]++
 	p.used.cpu += n.contrib.cpu
 	p.used.mem += n.contrib.mem
 	r.nodes = append(r.nodes, n)

@@ -3,6 +3,7 @@ package scheduling
 import (
 	"context"
 	"fmt"
+	"sort"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
@@ -31,13 +32,26 @@ type round struct {
 	current   *podClass
 	// placedClasses are the classes with pods placed in this round.
 	placedClasses []*podClass
+	// openedIn counts the nodes opened per pool and zone.
+	openedIn map[zoneKey]int
+	// optCache holds each class's options while no pool has limits.
+	optCache map[*podClass]cachedOptions
+	// member is scratch space for frontier, by shapeInfo.idx.
+	member []bool
+	// rooms memoises room on new nodes by the node's version.
+	rooms map[roomKey]roomEntry
+}
+
+type zoneKey struct {
+	pool *poolState
+	zone string
 }
 
 func (s *Simulator) newRound(ctx context.Context, nodes []*simNode, allowOpen bool) *round {
 	for _, p := range s.pools {
 		p.used = p.inUse
 	}
-	return &round{s: s, ctx: ctx, nodes: append([]*simNode(nil), nodes...), allowOpen: allowOpen}
+	return &round{s: s, ctx: ctx, nodes: append([]*simNode(nil), nodes...), allowOpen: allowOpen, openedIn: map[zoneKey]int{}, rooms: map[roomKey]roomEntry{}, optCache: map[*podClass]cachedOptions{}}
 }
 
 func (r *round) pack(items []item) error {
@@ -203,6 +217,30 @@ func (r *round) room(cls *podClass, n *simNode) int {
 		return 0
 	}
 	p := n.pool
+	if p.limCPU >= 0 || p.limMem >= 0 {
+		// The budget moves with every node of the pool: no memo.
+		return r.newNodeRoom(cls, n)
+	}
+	key := roomKey{n, cls}
+	if e, ok := r.rooms[key]; ok && e.ver == n.ver {
+		return e.room
+	}
+	room := r.newNodeRoom(cls, n)
+	r.rooms[key] = roomEntry{ver: n.ver, room: room}
+	return room
+}
+
+type roomKey struct {
+	n   *simNode
+	cls *podClass
+}
+
+type roomEntry struct {
+	ver, room int
+}
+
+func (r *round) newNodeRoom(cls *podClass, n *simNode) int {
+	p := n.pool
 	bc, bm := p.budget(n.contrib)
 	if p.flex != nil {
 		ci, mi, ok := p.flexLargest(bc, bm)
@@ -212,35 +250,144 @@ func (r *round) room(cls *podClass, n *simNode) int {
 		free := p.flexAllocAt(ci, mi).sub(n.podReq).sub(n.tmpl.dsReq)
 		return fitCount(free, p.maxPods-n.nPods-n.tmpl.dsCount, cls.req)
 	}
+	if n.front == nil {
+		n.front = r.frontier(n)
+	}
+	// The frontier answers unless one of its shapes is out for the class
+	// (a selector on instance type, the pool's limits): then all count.
+	if best, ok := r.bestRoom(cls, n, n.front, bc, bm, true); ok {
+		return best
+	}
+	best, _ := r.bestRoom(cls, n, n.cands, bc, bm, false)
+	return best
+}
+
+// bestRoom is the most pods of the class any of shapes takes besides what
+// the node holds. With strict set it gives up (false) on the first shape
+// the class cannot use.
+func (r *round) bestRoom(cls *podClass, n *simNode, shapes []*shapeInfo, bc, bm int64, strict bool) (int, bool) {
 	best := 0
-	for _, si := range n.cands {
+	for _, si := range shapes {
 		if !withinBudget(si.cap, bc, bm) {
+			if strict {
+				return 0, false
+			}
 			continue
 		}
-		t, err := r.s.template(r.ctx, p, si, n.zone)
+		t, err := r.s.template(r.ctx, n.pool, si, n.zone)
 		if err != nil {
+			if strict {
+				return 0, false
+			}
 			continue
 		}
 		if st, err := r.s.templateVerdict(r.ctx, cls, t); err != nil || !st.IsSuccess() {
+			if strict {
+				return 0, false
+			}
 			continue
 		}
 		free := si.alloc.sub(n.podReq).sub(t.dsReq)
 		best = max(best, fitCount(free, si.allocPods-n.nPods-t.dsCount, cls.req))
 	}
-	return best
+	return best, true
+}
+
+// frontier indexes a new node's shapes for room: those no other shape
+// beats on every resource and pod slot left after its DaemonSet pods. A
+// shape that is beaten holds no more of any class than the one beating
+// it, so room need look at the frontier only: of a 400-shape catalog
+// that is a handful. The pool's shapes are sorted for this once per zone;
+// a node sweeps that order over its own shapes.
+func (r *round) frontier(n *simNode) []*shapeInfo {
+	order, err := r.effOrder(n.pool, n.zone)
+	if err != nil {
+		return n.cands
+	}
+	for len(r.member) < n.pool.nShapes {
+		r.member = append(r.member, false)
+	}
+	for _, si := range n.cands {
+		r.member[si.idx] = true
+	}
+	var kept []effShape
+	for _, e := range order {
+		if !r.member[e.si.idx] {
+			continue
+		}
+		beaten := false
+		for _, k := range kept {
+			if e.eff.le(k.eff) && e.pods <= k.pods {
+				beaten = true
+				break
+			}
+		}
+		if !beaten {
+			kept = append(kept, e)
+		}
+	}
+	for _, si := range n.cands {
+		r.member[si.idx] = false
+	}
+	front := make([]*shapeInfo, len(kept))
+	for i, k := range kept {
+		front[i] = k.si
+	}
+	return front
+}
+
+// effShape is a shape with what is left of it after its DaemonSet pods.
+type effShape struct {
+	si   *shapeInfo
+	eff  vec
+	pods int64
+}
+
+// effOrder is the pool's shapes in one zone, largest first by what is
+// left after DaemonSet pods (cpu, then memory, disk, pod slots).
+func (r *round) effOrder(p *poolState, zone string) ([]effShape, error) {
+	if order, ok := p.effOrder[zone]; ok {
+		return order, nil
+	}
+	order := make([]effShape, 0, len(p.shapes))
+	for _, si := range p.shapes {
+		t, err := r.s.template(r.ctx, p, si, zone)
+		if err != nil {
+			return nil, err
+		}
+		order = append(order, effShape{si, si.alloc.sub(t.dsReq), si.allocPods - t.dsCount})
+	}
+	sort.SliceStable(order, func(i, j int) bool {
+		a, b := order[i], order[j]
+		if a.eff.cpu != b.eff.cpu {
+			return a.eff.cpu > b.eff.cpu
+		}
+		if a.eff.mem != b.eff.mem {
+			return a.eff.mem > b.eff.mem
+		}
+		if a.eff.eph != b.eff.eph {
+			return a.eff.eph > b.eff.eph
+		}
+		return a.pods > b.pods
+	})
+	p.effOrder[zone] = order
+	return order, nil
 }
 
 // place binds pods of a class to a node and, for a new node, narrows its
 // shapes to those that hold everything on it. It returns the last pod's
 // PodInfo.
 func (r *round) place(cls *podClass, n *simNode, pods []*corev1.Pod) (fwk.PodInfo, error) {
-	var last fwk.PodInfo
-	for _, p := range pods {
-		last = &podInfo{pod: p, cls: cls}
-		if _, err := r.s.snap.addPodInfo(last, n.name); err != nil {
-			return nil, err
-		}
+	// One allocation and one node lookup for the whole batch: a simple
+	// class puts up to a node's pod slots here at once.
+	infos := make([]podInfo, len(pods))
+	for i, p := range pods {
+		infos[i] = podInfo{pod: p, cls: cls}
 	}
+	if err := r.s.snap.addPodInfos(infos, n.name); err != nil {
+		return nil, err
+	}
+	var last fwk.PodInfo = &infos[len(infos)-1]
 	if len(cls.where) == 0 {
 		r.placedClasses = append(r.placedClasses, cls)
 	}
@@ -251,6 +398,7 @@ func (r *round) place(cls *podClass, n *simNode, pods []*corev1.Pod) (fwk.PodInf
 		}
 		return last, nil
 	}
+	n.ver++
 	n.pods = append(n.pods, pods...)
 	n.podReq = n.podReq.add(cls.req.scale(len(pods)))
 	n.nPods += int64(len(pods))
@@ -289,6 +437,9 @@ func (r *round) narrow(cls *podClass, n *simNode) error {
 		}
 		if len(keep) == 0 {
 			return fmt.Errorf("node %s of pool %s outgrew its shapes", n.name, p.name)
+		}
+		if len(keep) != len(n.cands) {
+			n.shapesChanged()
 		}
 		n.cands = keep
 		contrib = keep[0].cap

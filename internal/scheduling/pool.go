@@ -36,7 +36,12 @@ type poolState struct {
 	// used is inUse plus the nodes opened in the current round.
 	used usage
 
-	templates map[tmplKey]*template
+	// templates by zone, then by shapeInfo.idx.
+	templates map[string][]*template
+	// nShapes counts the shapeInfos made, to number them.
+	nShapes int
+	// effOrder sorts shapes per zone for the room frontier.
+	effOrder map[string][]effShape
 }
 
 type usage struct{ nodes, cpu, mem int64 }
@@ -47,6 +52,8 @@ type shapeInfo struct {
 	cap       vec
 	alloc     vec
 	allocPods int64
+	// idx numbers the pool's shapeInfos, for the template index.
+	idx int
 }
 
 func newPoolState(p *Pool) (*poolState, error) {
@@ -64,7 +71,8 @@ func newPoolState(p *Pool) (*poolState, error) {
 		limNodes:  -1,
 		limCPU:    -1,
 		limMem:    -1,
-		templates: map[tmplKey]*template{},
+		templates: map[string][]*template{},
+		effOrder:  map[string][]effShape{},
 		flexMemo:  [2]map[int]int64{{}, {}},
 	}
 	if len(ps.zones) == 0 {
@@ -101,6 +109,9 @@ func newPoolState(p *Pool) (*poolState, error) {
 		// backoff entry takes the whole range out.
 		ps.unavailable = len(unavailable) > 0
 	case len(p.Shapes.Fixed) > 0:
+		if err := validateFixed(p.Shapes.Fixed); err != nil {
+			return nil, fmt.Errorf("shapes of pool %s: %w", np.Name, err)
+		}
 		fixed := append([]Shape(nil), p.Shapes.Fixed...)
 		sortShapes(fixed)
 		for _, sh := range fixed {
@@ -126,7 +137,9 @@ func (p *poolState) newShapeInfo(sh Shape) (*shapeInfo, error) {
 	if err != nil {
 		return nil, err
 	}
+	p.nShapes++
 	return &shapeInfo{
+		idx:       p.nShapes - 1,
 		shape:     sh,
 		cap:       vecOfList(capacity),
 		alloc:     vecOfList(alloc),
@@ -144,7 +157,8 @@ func (p *poolState) shapeNamed(sh Shape) *shapeInfo {
 	if err != nil {
 		// The pool's kubelet settings were already accepted for its own
 		// shapes, so this cannot fail for a valid shape.
-		si = &shapeInfo{shape: sh}
+		p.nShapes++
+		si = &shapeInfo{shape: sh, idx: p.nShapes - 1}
 	}
 	p.byName[sh.Name] = si
 	return si

@@ -2,6 +2,7 @@ package scheduling
 
 import (
 	"fmt"
+	"math"
 	"sort"
 	"strconv"
 
@@ -101,6 +102,9 @@ func PoolShapes(pool *v1alpha1.NodePool, resolved []provider.Shape) (Shapes, err
 	}
 	byName := make(map[string]provider.Shape, len(resolved))
 	for _, s := range resolved {
+		if prev, dup := byName[s.Name]; dup && !sameSize(prev, s) {
+			return Shapes{}, fmt.Errorf("the provider's catalog for pool %s lists shape %s twice with different sizes", pool.Name, s.Name)
+		}
 		byName[s.Name] = s
 	}
 	var out Shapes
@@ -134,32 +138,116 @@ func PoolShapes(pool *v1alpha1.NodePool, resolved []provider.Shape) (Shapes, err
 	if len(out.Fixed) == 0 {
 		return Shapes{}, fmt.Errorf("pool %s has no shapes", pool.Name)
 	}
+	if err := validateFixed(out.Fixed); err != nil {
+		return Shapes{}, fmt.Errorf("shapes of pool %s: %w", pool.Name, err)
+	}
 	return out, nil
+}
+
+func sameSize(a, b provider.Shape) bool {
+	return a.Capacity.Cpu().Cmp(*b.Capacity.Cpu()) == 0 && a.Capacity.Memory().Cmp(*b.Capacity.Memory()) == 0
+}
+
+// validateFixed checks what packing relies on in a list of shapes: each
+// states cpu and memory within what the arithmetic represents, and no name
+// is used twice (a node's instance-type label names its shape).
+func validateFixed(shapes []Shape) error {
+	seen := make(map[string]bool, len(shapes))
+	for _, s := range shapes {
+		switch {
+		case s.Name == "":
+			return fmt.Errorf("a shape has no name")
+		case seen[s.Name]:
+			return fmt.Errorf("shape %s is listed twice", s.Name)
+		case !representable(s.CPU, true):
+			return fmt.Errorf("shape %s: cpu %s must be a whole number of millicores, greater than zero and at most %s", s.Name, s.CPU.String(), maxOf(true))
+		case !representable(s.Memory, false):
+			return fmt.Errorf("shape %s: memory %s must be a whole number of bytes, greater than zero and at most %s", s.Name, s.Memory.String(), maxOf(false))
+		case s.EphemeralStorage.Sign() < 0 || !s.EphemeralStorage.IsZero() && !representable(s.EphemeralStorage, false):
+			return fmt.Errorf("shape %s: ephemeral storage %s must be at most %s", s.Name, s.EphemeralStorage.String(), maxOf(false))
+		case math.IsNaN(s.Price) || math.IsInf(s.Price, 0) || s.Price < 0:
+			return fmt.Errorf("shape %s: price %v must be a non-negative number", s.Name, s.Price)
+		}
+		seen[s.Name] = true
+	}
+	return nil
 }
 
 func sizePrice(cpu, memory resource.Quantity, perCPU, perGiB float64) float64 {
 	return float64(cpu.MilliValue())/1000*perCPU + float64(memory.Value())/gib*perGiB
 }
 
+// maxQuantity bounds every cpu (in millicores) and memory (in bytes) value
+// of a shape: far beyond any machine, and small enough that the grid
+// arithmetic (a size plus a step) never overflows an int64.
+const maxQuantity = math.MaxInt64 / 4
+
+// MaxExpandedShapes is the most sizes Expand lists for a flexible range.
+const MaxExpandedShapes = 256
+
+// representable reports whether q is positive, at most maxQuantity and a
+// whole number in the unit given (millicores for cpu, else bytes), so that
+// MilliValue and Value read it exactly instead of wrapping, saturating or
+// rounding.
+func representable(q resource.Quantity, milli bool) bool {
+	limit, exact := resource.NewQuantity(maxQuantity, resource.DecimalSI), func() *resource.Quantity {
+		return resource.NewQuantity(q.Value(), resource.DecimalSI)
+	}
+	if milli {
+		limit, exact = resource.NewMilliQuantity(maxQuantity, resource.DecimalSI), func() *resource.Quantity {
+			return resource.NewMilliQuantity(q.MilliValue(), resource.DecimalSI)
+		}
+	}
+	return q.Sign() > 0 && q.Cmp(*limit) <= 0 && q.Cmp(*exact()) == 0
+}
+
 func (f *Flexible) validate() error {
+	for _, c := range []struct {
+		what  string
+		q     resource.Quantity
+		milli bool
+	}{
+		{"minimum cpu", f.MinCPU, true}, {"maximum cpu", f.MaxCPU, true}, {"cpu step", f.CPUStep, true},
+		{"minimum memory", f.MinMemory, false}, {"maximum memory", f.MaxMemory, false}, {"memory step", f.MemoryStep, false},
+	} {
+		if !representable(c.q, c.milli) {
+			return fmt.Errorf("%s %s must be a whole number of %s, greater than zero and at most %s", c.what, c.q.String(), unitOf(c.milli), maxOf(c.milli))
+		}
+	}
+	for _, p := range []float64{f.PricePerCPU, f.PricePerGiB} {
+		if math.IsNaN(p) || math.IsInf(p, 0) || p < 0 {
+			return fmt.Errorf("price %v must be a non-negative number", p)
+		}
+	}
 	switch {
-	case f.CPUStep.MilliValue() <= 0 || f.MemoryStep.Value() <= 0:
-		return fmt.Errorf("steps must be greater than zero")
-	case f.MinCPU.MilliValue() <= 0 || f.MinMemory.Value() <= 0:
-		return fmt.Errorf("minimum cpu and memory must be greater than zero")
 	case f.MinCPU.Cmp(f.MaxCPU) > 0 || f.MinMemory.Cmp(f.MaxMemory) > 0:
 		return fmt.Errorf("minimum exceeds maximum")
 	}
 	return nil
 }
 
+func unitOf(milli bool) string {
+	if milli {
+		return "millicores"
+	}
+	return "bytes"
+}
+
+func maxOf(milli bool) string {
+	if milli {
+		return resource.NewMilliQuantity(maxQuantity, resource.DecimalSI).String()
+	}
+	return resource.NewQuantity(maxQuantity, resource.BinarySI).String()
+}
+
 // grid is one axis of a flexible range in integer units (millicores or
 // bytes): index 0 is the minimum, index i>0 the i-th multiple of the step
-// above it.
+// above it. Every value is in (0, maxQuantity], so no sum or product below
+// overflows.
 type grid struct{ min, max, step int64 }
 
 func (g grid) first() int64 {
-	// The first multiple of step strictly above min.
+	// The first multiple of step strictly above min: at most min+step.
 	return (g.min/g.step + 1) * g.step
 }
 
@@ -184,6 +272,9 @@ func (g grid) ceil(v int64) (int, bool) {
 	if v <= g.min {
 		return 0, true
 	}
+	if v > g.max {
+		return 0, false
+	}
 	up := (v + g.step - 1) / g.step * g.step
 	if up > g.max {
 		return 0, false
@@ -201,6 +292,30 @@ func (g grid) floor(v int64) (int, bool) {
 		return 0, true
 	}
 	return 1 + int((v-g.first())/g.step), true
+}
+
+// sample picks n grid indices spread evenly from the first to the last
+// (all of them when the axis has no more than n).
+func (g grid) sample(n int) []int {
+	l := g.len()
+	if l <= n {
+		out := make([]int, l)
+		for i := range out {
+			out[i] = i
+		}
+		return out
+	}
+	if n <= 1 {
+		return []int{l - 1}
+	}
+	// i*(l-1)/(n-1) without the product overflowing: l-1 can be near 2^62.
+	span, parts := l-1, n-1
+	whole, rest := span/parts, span%parts
+	out := make([]int, n)
+	for i := range out {
+		out[i] = i*whole + i*rest/parts
+	}
+	return out
 }
 
 func (f *Flexible) cpuGrid() grid {
@@ -227,6 +342,9 @@ func (f *Flexible) at(ci, mi int) Shape {
 // Smallest returns the smallest size on the grid with at least cpu and
 // memory of capacity, or false when the range has none.
 func (f *Flexible) Smallest(cpu, memory resource.Quantity) (Shape, bool) {
+	if cpu.Cmp(f.MaxCPU) > 0 || memory.Cmp(f.MaxMemory) > 0 {
+		return Shape{}, false
+	}
 	ci, ok := f.cpuGrid().ceil(cpu.MilliValue())
 	if !ok {
 		return Shape{}, false
@@ -243,14 +361,29 @@ func (f *Flexible) Largest() Shape {
 	return f.at(f.cpuGrid().len()-1, f.memGrid().len()-1)
 }
 
-// Expand lists every size on the grid, cheapest first (for callers that
-// need a catalog, such as the externalgrpc shim). A grid can be large:
-// 1–64 cores by 1 and 1–256 GiB by 1 GiB is 16,384 sizes.
+// Expand lists sizes of the grid, cheapest first, for callers that need a
+// catalog (warm capacity, the externalgrpc shim). A grid can be huge (1–64
+// cores by 1 and 1–256 GiB by 1 GiB is 16,384 sizes; a range up to 1Ei of
+// memory has billions), so at most MaxExpandedShapes are listed: every point
+// of a small grid, else points spread evenly over each axis, always with the
+// smallest and the largest size. Solve itself never expands: it searches the
+// grid.
 func (f *Flexible) Expand() []Shape {
 	cg, mg := f.cpuGrid(), f.memGrid()
-	out := make([]Shape, 0, cg.len()*mg.len())
-	for ci := 0; ci < cg.len(); ci++ {
-		for mi := 0; mi < mg.len(); mi++ {
+	nc, nm := cg.len(), mg.len()
+	switch {
+	case nc <= MaxExpandedShapes/nm:
+	case nc <= 16:
+		nm = MaxExpandedShapes / nc
+	case nm <= 16:
+		nc = MaxExpandedShapes / nm
+	default:
+		nc, nm = 16, 16
+	}
+	cpus, mems := cg.sample(nc), mg.sample(nm)
+	out := make([]Shape, 0, len(cpus)*len(mems))
+	for _, ci := range cpus {
+		for _, mi := range mems {
 			out = append(out, f.at(ci, mi))
 		}
 	}

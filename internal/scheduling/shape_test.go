@@ -1,6 +1,8 @@
 package scheduling
 
 import (
+	"context"
+	"strings"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
@@ -121,5 +123,79 @@ func TestFlexibleGrid(t *testing.T) {
 	}
 	if l := f.Largest(); l.CPU.Cmp(resource.MustParse("16")) != 0 || l.Memory.Cmp(resource.MustParse("64Gi")) != 0 {
 		t.Errorf("Largest = %s", l.Name)
+	}
+}
+
+// A pool's shapes must agree with what packing relies on; each way they
+// can disagree is refused with an error naming the shape.
+func TestPoolShapesRefusesInconsistentShapes(t *testing.T) {
+	cpu4, mem8, huge := q("4"), q("8Gi"), q("1e18")
+	tests := []struct {
+		name     string
+		fixed    []v1alpha1.Shape
+		resolved []provider.Shape
+		want     string
+	}{
+		{
+			name:  "a name listed twice",
+			fixed: []v1alpha1.Shape{{Name: "b", CPU: &cpu4, Memory: &mem8}, {Name: "b", CPU: &cpu4, Memory: &mem8}},
+			want:  "shape b is listed twice",
+		},
+		{
+			name:  "cpu beyond what the arithmetic represents",
+			fixed: []v1alpha1.Shape{{Name: "big", CPU: &huge, Memory: &mem8}},
+			want:  "shape big: cpu 1e18 must be a whole number of millicores",
+		},
+		{
+			name:  "a shape without memory",
+			fixed: []v1alpha1.Shape{{Name: "half", CPU: &cpu4}},
+			want:  "shape half of pool p has no cpu or memory",
+		},
+		{
+			name:  "a catalog naming one shape twice with different sizes",
+			fixed: []v1alpha1.Shape{{Name: "s"}},
+			resolved: []provider.Shape{
+				{Name: "s", Capacity: corev1.ResourceList{corev1.ResourceCPU: q("4"), corev1.ResourceMemory: q("8Gi")}},
+				{Name: "s", Capacity: corev1.ResourceList{corev1.ResourceCPU: q("8"), corev1.ResourceMemory: q("8Gi")}},
+			},
+			want: "lists shape s twice with different sizes",
+		},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			np := &v1alpha1.NodePool{ObjectMeta: metaName("p"), Spec: v1alpha1.NodePoolSpec{Shapes: v1alpha1.Shapes{Fixed: tc.fixed}}}
+			_, err := PoolShapes(np, tc.resolved)
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("err = %v, want one containing %q", err, tc.want)
+			}
+		})
+	}
+	// Pools built by hand (as callers of Solve do) are checked the same way.
+	dup := Cluster{Pools: []Pool{nodePool("p", []Shape{shape("a", "1", "1Gi", 1), shape("a", "2", "2Gi", 2)})}}
+	if _, err := New(context.Background(), dup); err == nil || !strings.Contains(err.Error(), "shape a is listed twice") {
+		t.Fatalf("New with a duplicate shape: err = %v", err)
+	}
+}
+
+// A flexible range far larger than any grid can list expands to a bounded
+// catalog with its smallest and largest sizes, without overflowing.
+func TestFlexibleExpandIsBounded(t *testing.T) {
+	f := &Flexible{
+		MinCPU: q("1m"), MaxCPU: q("1e6"), CPUStep: q("1"),
+		MinMemory: q("1Mi"), MaxMemory: q("1Ei"), MemoryStep: q("1Gi"),
+		PricePerCPU: 1, PricePerGiB: 0.25,
+	}
+	if err := f.validate(); err != nil {
+		t.Fatal(err)
+	}
+	all := f.Expand()
+	if len(all) != MaxExpandedShapes {
+		t.Fatalf("Expand listed %d sizes, want %d", len(all), MaxExpandedShapes)
+	}
+	if all[0].CPU.Cmp(q("1m")) != 0 || all[0].Memory.Cmp(q("1Mi")) != 0 {
+		t.Errorf("first size %s, want the minimum", all[0].Name)
+	}
+	if l := f.Largest(); l.CPU.Cmp(q("1e6")) != 0 || l.Memory.Cmp(q("1Ei")) != 0 {
+		t.Errorf("largest size %s, want the maximum", l.Name)
 	}
 }

@@ -69,6 +69,16 @@ type simNode struct {
 	pods     []*corev1.Pod
 	addedAt  int
 	maxAlloc vec
+	// ver counts changes to a new node's pods and shapes; front is the
+	// frontier of its shapes (nil: to compute).
+	ver   int
+	front []*shapeInfo
+}
+
+// shapesChanged notes that a new node's shapes changed.
+func (n *simNode) shapesChanged() {
+	n.ver++
+	n.front = nil
 }
 
 // New builds a Simulator for a cluster state.

@@ -230,6 +230,21 @@ func (s *Snapshot) addPodInfo(pi fwk.PodInfo, nodeName string) (*framework.NodeI
 	return ni, nil
 }
 
+// addPodInfos binds pending pods of one class to a node.
+func (s *Snapshot) addPodInfos(infos []podInfo, nodeName string) error {
+	ni, err := s.mutable(nodeName)
+	if err != nil {
+		return err
+	}
+	for i := range infos {
+		ni.AddPodInfo(&infos[i])
+	}
+	if len(infos) > 0 && hasAffinity(infos[0].pod) {
+		s.affinityValid = false
+	}
+	return nil
+}
+
 // RemovePod takes a pod off a node of the snapshot.
 func (s *Snapshot) RemovePod(pod *corev1.Pod, nodeName string) error {
 	ni, err := s.mutable(nodeName)

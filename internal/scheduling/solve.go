@@ -105,19 +105,24 @@ type item struct {
 }
 
 // classify sorts pods into equivalence classes, decides which classes are
-// simple, and orders the pods for packing.
+// simple, and orders the pods for packing: by priority, then the classes
+// whose pods exclude each other from a node, then those with hard spread
+// constraints, then by dominant resource share, largest first.
 func (s *Simulator) classify(pods []*corev1.Pod) ([]item, error) {
 	cl := newClassifier()
-	items := make([]item, 0, len(pods))
+	live := make([]*corev1.Pod, 0, len(pods))
 	for _, p := range pods {
-		if Terminated(p) {
-			continue
+		if !Terminated(p) {
+			live = append(live, p)
 		}
-		cls, err := cl.classify(p)
-		if err != nil {
-			return nil, fmt.Errorf("pod %s/%s: %w", p.Namespace, p.Name, err)
-		}
-		items = append(items, item{p, cls})
+	}
+	classes, err := cl.classifyAll(live)
+	if err != nil {
+		return nil, err
+	}
+	items := make([]item, len(live))
+	for i, p := range live {
+		items[i] = item{p, classes[i]}
 	}
 	// A pod selected by someone's required anti-affinity depends on where
 	// that someone is, so it cannot skip the full framework.
@@ -137,11 +142,24 @@ func (s *Simulator) classify(pods []*corev1.Pod) ([]item, error) {
 		}
 		c.simple = !selected && !c.needsFullFramework()
 		c.dominant = max(float64(c.req.cpu)/float64(s.ref.cpu), float64(c.req.mem)/float64(s.ref.mem))
+		c.exclusive = c.excludesItself(s.nsLabels[c.rep.Namespace])
 	}
 	sort.SliceStable(items, func(i, j int) bool {
 		a, b := items[i], items[j]
 		if a.cls.priority != b.cls.priority {
 			return a.cls.priority > b.cls.priority
+		}
+		// Pods that each need a node of their own decide how many nodes
+		// there are: they go first, and every other pod fills the room
+		// they leave. Placed later, they find the nodes full (often on
+		// pod slots or one resource) and open more.
+		if a.cls.exclusive != b.cls.exclusive {
+			return a.cls.exclusive
+		}
+		// Then pods that spread over zones: placed after plain pods they
+		// find the nodes of some zone full and open one there.
+		if sa, sb := len(a.cls.hardSpread) > 0, len(b.cls.hardSpread) > 0; sa != sb {
+			return sa
 		}
 		if a.cls.dominant != b.cls.dominant {
 			return a.cls.dominant > b.cls.dominant

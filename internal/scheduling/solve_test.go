@@ -121,6 +121,18 @@ func TestSolve(t *testing.T) {
 			check:   wantNodes("default/medium/:1"),
 		},
 		{
+			name:    "a pod that selects an instance type gets that shape, not the cheapest",
+			cluster: Cluster{Pools: []Pool{nodePool("default", []Shape{small, medium, large})}},
+			pending: []*corev1.Pod{pod("p", "1", "1Gi", nodeSelector(corev1.LabelInstanceTypeStable, "large")), pod("q", "1", "1Gi")},
+			check:   wantNodes("default/large/:2"),
+		},
+		{
+			name:    "a pod that rules out instance types by affinity gets another shape",
+			cluster: Cluster{Pools: []Pool{nodePool("default", []Shape{small, medium, large})}},
+			pending: []*corev1.Pod{pod("p", "1", "1Gi", nodeAffinity(corev1.LabelInstanceTypeStable, corev1.NodeSelectorOpNotIn, "small"))},
+			check:   wantNodes("default/medium/:1"),
+		},
+		{
 			name:    "memory decides the shape when it is the scarce resource",
 			cluster: Cluster{Pools: []Pool{nodePool("default", []Shape{small, medium, large})}},
 			pending: []*corev1.Pod{pod("p", "100m", "20Gi")},

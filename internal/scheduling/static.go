@@ -58,7 +58,7 @@ func (s *Simulator) staticVerdict(ctx context.Context, cls *podClass, n *simNode
 		if st, ok := cls.staticByNode[n.name]; ok {
 			return st, nil
 		}
-	} else if st, ok := cls.static[n.staticID]; ok {
+	} else if st, ok := cls.cachedVerdict(n.staticID); ok {
 		return st, nil
 	}
 	st, err := s.runStatic(ctx, cls, ni)
@@ -68,21 +68,32 @@ func (s *Simulator) staticVerdict(ctx context.Context, cls *podClass, n *simNode
 	if cls.perNode {
 		cls.staticByNode[n.name] = st
 	} else {
-		cls.static[n.staticID] = st
+		cls.cacheVerdict(n.staticID, st)
 	}
 	return st, nil
 }
 
-// templateVerdict is staticVerdict for a template.
+// templateVerdict is staticVerdict for a template: once per class and
+// template, or once per class, pool and zone when the class does not look
+// at instance types.
 func (s *Simulator) templateVerdict(ctx context.Context, cls *podClass, t *template) (*fwk.Status, error) {
-	if st, ok := cls.static[t.staticID]; ok {
+	id := t.staticID
+	if cls.shapeBlind {
+		id = t.shapeBlindID
+	}
+	if st, ok := cls.cachedVerdict(id); ok {
 		return st, nil
 	}
 	st, err := s.runStatic(ctx, cls, t.info)
 	if err != nil {
 		return nil, err
 	}
-	cls.static[t.staticID] = st
+	if cls.perNode {
+		// PreFilter named nodes: the verdict is per template after all.
+		cls.shapeBlind = false
+		id = t.staticID
+	}
+	cls.cacheVerdict(id, st)
 	return st, nil
 }
 
@@ -126,4 +137,26 @@ func describe(st *fwk.Status, pod *corev1.Pod, node *corev1.Node) string {
 		}
 	}
 	return st.Message()
+}
+
+// verdict is a cached static verdict; a nil status is a success.
+type verdict struct {
+	st    *fwk.Status
+	known bool
+}
+
+// cachedVerdict looks a verdict up by the node signature's dense id: a
+// slice, since packing asks for it on every try.
+func (c *podClass) cachedVerdict(id int) (*fwk.Status, bool) {
+	if id < len(c.static) && c.static[id].known {
+		return c.static[id].st, true
+	}
+	return nil, false
+}
+
+func (c *podClass) cacheVerdict(id int, st *fwk.Status) {
+	for len(c.static) <= id {
+		c.static = append(c.static, verdict{})
+	}
+	c.static[id] = verdict{st: st, known: true}
 }

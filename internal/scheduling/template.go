@@ -183,9 +183,9 @@ func (s *Simulator) addTemplateNode(n *simNode, t *template) error {
 // template returns (building once) the template of a pool, shape and zone:
 // its node, the DaemonSet pods that would run on it, and their requests.
 func (s *Simulator) template(ctx context.Context, p *poolState, si *shapeInfo, zone string) (*template, error) {
-	key := tmplKey{si, zone}
-	if t, ok := p.templates[key]; ok {
-		return t, nil
+	byShape := p.templates[zone]
+	if si.idx < len(byShape) && byShape[si.idx] != nil {
+		return byShape[si.idx], nil
 	}
 	name := "template-" + p.name + "-" + si.shape.Name
 	if zone != "" {
@@ -210,13 +210,13 @@ func (s *Simulator) template(ctx context.Context, p *poolState, si *shapeInfo, z
 	t.info = framework.NewNodeInfo()
 	t.info.SetNode(node)
 	t.staticID = s.staticID("\x02template\x00" + p.name + "\x00" + si.shape.Name + "\x00" + zone)
-	p.templates[key] = t
+	t.shapeBlindID = s.staticID("\x03template\x00" + p.name + "\x00" + zone)
+	for len(byShape) <= si.idx {
+		byShape = append(byShape, nil)
+	}
+	byShape[si.idx] = t
+	p.templates[zone] = byShape
 	return t, nil
-}
-
-type tmplKey struct {
-	shape *shapeInfo
-	zone  string
 }
 
 // template is a pool's node for one shape and zone, before it has a name.
@@ -231,4 +231,9 @@ type template struct {
 	dsCount int64
 	// staticID is shared by every node made from the template.
 	staticID int
+	// shapeBlindID is shared by the templates of every shape of the pool
+	// in the zone: they differ only in the instance-type label and
+	// resources, which static filters read only for a pod that selects on
+	// instance type.
+	shapeBlindID int
 }
