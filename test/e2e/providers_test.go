@@ -196,6 +196,12 @@ func TestCloudscaleLifecycle(t *testing.T) {
 	s.g.Expect(servers).To(HaveLen(1))
 	s.g.Expect(servers[0].name).To(Equal(claim.Name))
 	s.g.Expect(claim.Status.ProviderID).To(Equal(servers[0].providerID))
+	// The stand-in kubelet sets neither; the node must carry what its
+	// template node was simulated with.
+	var node corev1.Node
+	s.g.Expect(env.Client.Get(s.ctx, client.ObjectKey{Name: claim.Status.NodeName}, &node)).To(Succeed())
+	s.g.Expect(node.Labels).To(HaveKeyWithValue(corev1.LabelInstanceTypeStable, "flex-16-4"))
+	s.g.Expect(node.Labels).To(HaveKeyWithValue(corev1.LabelTopologyZone, "lpg1"))
 	for _, srv := range server.Servers() {
 		s.g.Expect(srv.Tags).To(HaveKeyWithValue(v1alpha1.TagNodeClaim, claim.Name))
 		s.g.Expect(srv.Tags).To(HaveKeyWithValue(v1alpha1.TagNodePool, s.name))

@@ -89,6 +89,11 @@ func (r *registration) adopt(ctx context.Context, claim *v1alpha1.NodeClaim, nod
 	}
 	node.Labels[v1alpha1.LabelNodePool] = poolName(claim)
 	node.Labels[v1alpha1.LabelNodeClaim] = claim.Name
+	for key, value := range simulatedLabels(claim) {
+		if _, set := node.Labels[key]; !set {
+			node.Labels[key] = value
+		}
+	}
 	if !meta.IsStatusConditionTrue(claim.Status.Conditions, v1alpha1.ConditionRegistered) {
 		for _, taint := range append(append([]corev1.Taint{}, claim.Spec.Taints...), claim.Spec.StartupTaints...) {
 			if !hasTaint(node.Spec.Taints, taint) {
@@ -107,6 +112,26 @@ func (r *registration) adopt(ctx context.Context, claim *v1alpha1.NodeClaim, nod
 		return fmt.Errorf("adopting node %s: %w", node.Name, err)
 	}
 	return nil
+}
+
+// simulatedLabels are the well-known labels the claim's template node was
+// simulated with that a kubelet sets only when told (--node-labels) and
+// a cloud controller otherwise: the shape as instance type, and the zone
+// provisioning chose. Without them pods that select on either would not
+// fit the node bought for them, and another would be bought. A value the
+// node already carries (a cloud controller's) is the machine's own and is
+// kept.
+func simulatedLabels(claim *v1alpha1.NodeClaim) map[string]string {
+	labels := map[string]string{}
+	if claim.Spec.Shape.Name != "" {
+		labels[corev1.LabelInstanceTypeStable] = claim.Spec.Shape.Name
+	}
+	for _, requirement := range claim.Spec.Requirements.NodeSelector {
+		if requirement.Key == corev1.LabelTopologyZone && requirement.Operator == corev1.NodeSelectorOpIn && len(requirement.Values) == 1 {
+			labels[corev1.LabelTopologyZone] = requirement.Values[0]
+		}
+	}
+	return labels
 }
 
 func hasTaint(taints []corev1.Taint, want corev1.Taint) bool {
