@@ -247,7 +247,9 @@ type SimulatedSettings struct {
 	// +optional
 	// +kubebuilder:default="2s"
 	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:MaxLength=32
 	// +kubebuilder:validation:Pattern=`^([0-9]+(\.[0-9]+)?(ns|us|µs|ms|s|m|h))+$`
+	// +kubebuilder:validation:XValidation:rule="duration(self) >= duration('0s')",message="simulated.bootDelay must be a duration of at most 2562047h"
 	BootDelay *metav1.Duration `json:"bootDelay,omitempty"`
 	// CreateFailurePercent of Create calls fail with a retryable error.
 	// +optional
@@ -277,7 +279,10 @@ type NodeProviderStatus struct {
 }
 
 // NodeProvider says where machines come from. One provider serves many pools.
+// Its name is at most 63 characters: it is the value of the
+// claimscale.io/nodeprovider label on every node and claim it makes.
 //
+// +kubebuilder:validation:XValidation:rule="size(self.metadata.name) <= 63",message="metadata.name: a NodeProvider's name must be at most 63 characters, as it is a label value on its nodes and claims"
 // +kubebuilder:object:root=true
 // +kubebuilder:resource:scope=Cluster,shortName=np
 // +kubebuilder:subresource:status
