@@ -153,6 +153,9 @@ func nodeResources(cpu, memory resource.Quantity, kubelet v1alpha1.KubeletConfig
 	}
 	allocatable = capacity.DeepCopy()
 	reserve := func(name corev1.ResourceName, q resource.Quantity) {
+		if q.Sign() <= 0 {
+			return // a negative reservation would add to capacity
+		}
 		left := allocatable[name]
 		left.Sub(q)
 		if left.Sign() < 0 {
@@ -181,18 +184,26 @@ func nodeResources(cpu, memory resource.Quantity, kubelet v1alpha1.KubeletConfig
 }
 
 // thresholdQuantity reads an eviction threshold, a quantity or a percentage
-// of capacity. One that does not parse reserves nothing (the API validates
-// the pattern).
+// of capacity, never below zero nor above capacity. One that does not
+// parse, or is negative or above 100%, reserves nothing (the API refuses
+// those; a kubelet would not start with them).
 func thresholdQuantity(threshold string, capacity resource.Quantity) (resource.Quantity, bool) {
 	if percent, ok := strings.CutSuffix(threshold, "%"); ok {
 		p, err := strconv.ParseFloat(percent, 64)
-		if err != nil {
+		if err != nil || !(p >= 0 && p <= 100) { // NaN fails both
 			return resource.Quantity{}, false
 		}
-		return *resource.NewQuantity(int64(float64(capacity.Value())*p/100), capacity.Format), true
+		whole := max(capacity.Value(), 0)
+		part := float64(whole) * p / 100
+		if part >= float64(whole) {
+			// Also where float64 rounds a large capacity up past every
+			// int64.
+			return *resource.NewQuantity(whole, capacity.Format), true
+		}
+		return *resource.NewQuantity(int64(part), capacity.Format), true
 	}
 	q, err := resource.ParseQuantity(threshold)
-	if err != nil {
+	if err != nil || q.Sign() < 0 {
 		return resource.Quantity{}, false
 	}
 	return q, true
