@@ -92,6 +92,9 @@ func badInputCases() []rejection {
 		{"system-reserved memory of 10P", pool(templateWith("    kubelet:\n      systemReserved: {memory: 10P}\n")), "systemReserved.memory must be at most 64Ti"},
 		{"system-reserved pid beyond pid_max", pool(templateWith("    kubelet:\n      systemReserved: {pid: \"5000000\"}\n")), "systemReserved.pid must be at most 4194304"},
 		{"kube-reserved ephemeral storage of 1Ei", pool(templateWith("    kubelet:\n      kubeReserved: {ephemeral-storage: 1Ei}\n")), "kubeReserved.ephemeral-storage must be at most 1Pi"},
+		{"limits cpu with an exponent that takes the API server seconds to compare", pool(oneShape + "  limits: {cpu: \"1e33333336\"}\n"), "spec.limits.cpu in body should match"},
+		{"claim cpu with an exponent that takes minutes to parse", "apiVersion: claimscale.io/v1alpha1\nkind: NodeClaim\nmetadata: {name: invalid}\nspec:\n  nodePoolRef: {name: general}\n  shape: {name: small, cpu: \"1e3333333336\", memory: 4Gi}\n", "spec.shape.cpu in body should match"},
+		{"shape memory with an exponent of three digits", pool("  shapes:\n    fixed: [{name: huge, cpu: \"2\", memory: \"1e100\"}]\n"), "spec.shapes.fixed[0].memory in body should match"},
 		{"price too long to be a number", pool("  shapes:\n    fixed: [{name: small, cpu: \"2\", memory: 4Gi, price: \"" + strings.Repeat("9", 40) + "\"}]\n"), "spec.shapes.fixed[0].price: Too long"},
 
 		// Flexible ranges whose grid would overflow or is unbounded.

@@ -57,17 +57,17 @@ type NodePoolReference struct {
 }
 
 // ClaimShape is the machine size chosen for a claim.
-// +kubebuilder:validation:XValidation:rule="quantity(string(self.cpu)).isGreaterThan(quantity('0')) && quantity(string(self.memory)).isGreaterThan(quantity('0'))",message="shape cpu and memory must be greater than zero"
+// +kubebuilder:validation:XValidation:rule="(has(self.cpu) && string(self.cpu).matches('[eE][+-]?[0-9]{3}')) || (has(self.memory) && string(self.memory).matches('[eE][+-]?[0-9]{3}')) || (quantity(string(self.cpu)).isGreaterThan(quantity('0')) && quantity(string(self.memory)).isGreaterThan(quantity('0')))",message="shape cpu and memory must be greater than zero"
 type ClaimShape struct {
 	// Name of the shape (the instance type).
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=63
 	Name string `json:"name"`
 	// CPU of the machine, at most 10000 cores.
-	// +kubebuilder:validation:XValidation:rule="quantity(string(self)).compareTo(quantity('10000')) <= 0",message="shape cpu must be at most 10000 (cores of one machine)"
+	// +kubebuilder:validation:XValidation:rule="string(self).matches('[eE][+-]?[0-9]{3}') || (quantity(string(self)).compareTo(quantity('10000')) <= 0)",message="shape cpu must be at most 10000 (cores of one machine)"
 	CPU resource.Quantity `json:"cpu"`
 	// Memory of the machine, at most 64Ti.
-	// +kubebuilder:validation:XValidation:rule="quantity(string(self)).compareTo(quantity('64Ti')) <= 0",message="shape memory must be at most 64Ti (the memory of one machine)"
+	// +kubebuilder:validation:XValidation:rule="string(self).matches('[eE][+-]?[0-9]{3}') || (quantity(string(self)).compareTo(quantity('64Ti')) <= 0)",message="shape memory must be at most 64Ti (the memory of one machine)"
 	Memory resource.Quantity `json:"memory"`
 	// Price per hour, when known.
 	// +optional

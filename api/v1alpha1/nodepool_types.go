@@ -134,20 +134,20 @@ type KubeletConfiguration struct {
 	// most 64Ti, ephemeral-storage at most 1Pi.
 	// +optional
 	// +kubebuilder:validation:XValidation:rule="self.all(k, k in ['cpu', 'memory', 'ephemeral-storage', 'pid'])",message="kubeReserved takes cpu, memory, ephemeral-storage and pid"
-	// +kubebuilder:validation:XValidation:rule="self.all(k, !quantity(string(self[k])).isLessThan(quantity('0')))",message="kubeReserved: values must not be negative"
-	// +kubebuilder:validation:XValidation:rule="!('cpu' in self) || quantity(string(self['cpu'])).compareTo(quantity('10000')) <= 0",message="kubeReserved.cpu must be at most 10000 (cores of one machine)"
-	// +kubebuilder:validation:XValidation:rule="!('memory' in self) || quantity(string(self['memory'])).compareTo(quantity('64Ti')) <= 0",message="kubeReserved.memory must be at most 64Ti (the memory of one machine)"
-	// +kubebuilder:validation:XValidation:rule="!('ephemeral-storage' in self) || quantity(string(self['ephemeral-storage'])).compareTo(quantity('1Pi')) <= 0",message="kubeReserved.ephemeral-storage must be at most 1Pi"
-	// +kubebuilder:validation:XValidation:rule="!('pid' in self) || quantity(string(self['pid'])).compareTo(quantity('4194304')) <= 0",message="kubeReserved.pid must be at most 4194304 (the kernel's largest pid_max)"
+	// +kubebuilder:validation:XValidation:rule="self.exists(k, string(self[k]).matches('[eE][+-]?[0-9]{3}')) || (self.all(k, !quantity(string(self[k])).isLessThan(quantity('0'))))",message="kubeReserved: values must not be negative"
+	// +kubebuilder:validation:XValidation:rule="('cpu' in self && string(self['cpu']).matches('[eE][+-]?[0-9]{3}')) || (!('cpu' in self) || quantity(string(self['cpu'])).compareTo(quantity('10000')) <= 0)",message="kubeReserved.cpu must be at most 10000 (cores of one machine)"
+	// +kubebuilder:validation:XValidation:rule="('memory' in self && string(self['memory']).matches('[eE][+-]?[0-9]{3}')) || (!('memory' in self) || quantity(string(self['memory'])).compareTo(quantity('64Ti')) <= 0)",message="kubeReserved.memory must be at most 64Ti (the memory of one machine)"
+	// +kubebuilder:validation:XValidation:rule="('ephemeral-storage' in self && string(self['ephemeral-storage']).matches('[eE][+-]?[0-9]{3}')) || (!('ephemeral-storage' in self) || quantity(string(self['ephemeral-storage'])).compareTo(quantity('1Pi')) <= 0)",message="kubeReserved.ephemeral-storage must be at most 1Pi"
+	// +kubebuilder:validation:XValidation:rule="('pid' in self && string(self['pid']).matches('[eE][+-]?[0-9]{3}')) || (!('pid' in self) || quantity(string(self['pid'])).compareTo(quantity('4194304')) <= 0)",message="kubeReserved.pid must be at most 4194304 (the kernel's largest pid_max)"
 	KubeReserved corev1.ResourceList `json:"kubeReserved,omitempty"`
 	// SystemReserved resources, with the bounds of KubeReserved.
 	// +optional
 	// +kubebuilder:validation:XValidation:rule="self.all(k, k in ['cpu', 'memory', 'ephemeral-storage', 'pid'])",message="systemReserved takes cpu, memory, ephemeral-storage and pid"
-	// +kubebuilder:validation:XValidation:rule="self.all(k, !quantity(string(self[k])).isLessThan(quantity('0')))",message="systemReserved: values must not be negative"
-	// +kubebuilder:validation:XValidation:rule="!('cpu' in self) || quantity(string(self['cpu'])).compareTo(quantity('10000')) <= 0",message="systemReserved.cpu must be at most 10000 (cores of one machine)"
-	// +kubebuilder:validation:XValidation:rule="!('memory' in self) || quantity(string(self['memory'])).compareTo(quantity('64Ti')) <= 0",message="systemReserved.memory must be at most 64Ti (the memory of one machine)"
-	// +kubebuilder:validation:XValidation:rule="!('ephemeral-storage' in self) || quantity(string(self['ephemeral-storage'])).compareTo(quantity('1Pi')) <= 0",message="systemReserved.ephemeral-storage must be at most 1Pi"
-	// +kubebuilder:validation:XValidation:rule="!('pid' in self) || quantity(string(self['pid'])).compareTo(quantity('4194304')) <= 0",message="systemReserved.pid must be at most 4194304 (the kernel's largest pid_max)"
+	// +kubebuilder:validation:XValidation:rule="self.exists(k, string(self[k]).matches('[eE][+-]?[0-9]{3}')) || (self.all(k, !quantity(string(self[k])).isLessThan(quantity('0'))))",message="systemReserved: values must not be negative"
+	// +kubebuilder:validation:XValidation:rule="('cpu' in self && string(self['cpu']).matches('[eE][+-]?[0-9]{3}')) || (!('cpu' in self) || quantity(string(self['cpu'])).compareTo(quantity('10000')) <= 0)",message="systemReserved.cpu must be at most 10000 (cores of one machine)"
+	// +kubebuilder:validation:XValidation:rule="('memory' in self && string(self['memory']).matches('[eE][+-]?[0-9]{3}')) || (!('memory' in self) || quantity(string(self['memory'])).compareTo(quantity('64Ti')) <= 0)",message="systemReserved.memory must be at most 64Ti (the memory of one machine)"
+	// +kubebuilder:validation:XValidation:rule="('ephemeral-storage' in self && string(self['ephemeral-storage']).matches('[eE][+-]?[0-9]{3}')) || (!('ephemeral-storage' in self) || quantity(string(self['ephemeral-storage'])).compareTo(quantity('1Pi')) <= 0)",message="systemReserved.ephemeral-storage must be at most 1Pi"
+	// +kubebuilder:validation:XValidation:rule="('pid' in self && string(self['pid']).matches('[eE][+-]?[0-9]{3}')) || (!('pid' in self) || quantity(string(self['pid'])).compareTo(quantity('4194304')) <= 0)",message="systemReserved.pid must be at most 4194304 (the kernel's largest pid_max)"
 	SystemReserved corev1.ResourceList `json:"systemReserved,omitempty"`
 	// EvictionHard thresholds, e.g. memory.available: 100Mi,
 	// nodefs.available: 10%.
@@ -185,8 +185,8 @@ type Shapes struct {
 }
 
 // Shape is one machine size.
-// +kubebuilder:validation:XValidation:rule="!has(self.cpu) || quantity(string(self.cpu)).isGreaterThan(quantity('0'))",message="shape cpu must be greater than zero"
-// +kubebuilder:validation:XValidation:rule="!has(self.memory) || quantity(string(self.memory)).isGreaterThan(quantity('0'))",message="shape memory must be greater than zero"
+// +kubebuilder:validation:XValidation:rule="(has(self.cpu) && string(self.cpu).matches('[eE][+-]?[0-9]{3}')) || (!has(self.cpu) || quantity(string(self.cpu)).isGreaterThan(quantity('0')))",message="shape cpu must be greater than zero"
+// +kubebuilder:validation:XValidation:rule="(has(self.memory) && string(self.memory).matches('[eE][+-]?[0-9]{3}')) || (!has(self.memory) || quantity(string(self.memory)).isGreaterThan(quantity('0')))",message="shape memory must be greater than zero"
 type Shape struct {
 	// Name of the shape: the provider's flavor name, or a name of your own.
 	// It becomes the node's node.kubernetes.io/instance-type label.
@@ -196,11 +196,11 @@ type Shape struct {
 	Name string `json:"name"`
 	// CPU of the machine, at most 10000 cores.
 	// +optional
-	// +kubebuilder:validation:XValidation:rule="quantity(string(self)).compareTo(quantity('10000')) <= 0",message="shape cpu must be at most 10000 (cores of one machine)"
+	// +kubebuilder:validation:XValidation:rule="string(self).matches('[eE][+-]?[0-9]{3}') || (quantity(string(self)).compareTo(quantity('10000')) <= 0)",message="shape cpu must be at most 10000 (cores of one machine)"
 	CPU *resource.Quantity `json:"cpu,omitempty"`
 	// Memory of the machine, at most 64Ti.
 	// +optional
-	// +kubebuilder:validation:XValidation:rule="quantity(string(self)).compareTo(quantity('64Ti')) <= 0",message="shape memory must be at most 64Ti (the memory of one machine)"
+	// +kubebuilder:validation:XValidation:rule="string(self).matches('[eE][+-]?[0-9]{3}') || (quantity(string(self)).compareTo(quantity('64Ti')) <= 0)",message="shape memory must be at most 64Ti (the memory of one machine)"
 	Memory *resource.Quantity `json:"memory,omitempty"`
 	// Price per hour in any currency, used to pick the cheapest shape that
 	// fits. Unset means the provider's price, else one derived from size.
@@ -215,36 +215,36 @@ type Shape struct {
 // it up to the maximum. Each axis has at most 1024 sizes and the grid at
 // most 65536, so that listing it stays cheap: 1 to 64 cores by 1 and 1Gi to
 // 1Ti by 1Gi are both fine.
-// +kubebuilder:validation:XValidation:rule="quantity(string(self.minCPU)).compareTo(quantity(string(self.maxCPU))) <= 0",message="flexible minCPU must not exceed maxCPU"
-// +kubebuilder:validation:XValidation:rule="quantity(string(self.minMemory)).compareTo(quantity(string(self.maxMemory))) <= 0",message="flexible minMemory must not exceed maxMemory"
-// +kubebuilder:validation:XValidation:rule="quantity(string(self.minCPU)).isGreaterThan(quantity('0')) && quantity(string(self.minMemory)).isGreaterThan(quantity('0'))",message="flexible minCPU and minMemory must be greater than zero"
-// +kubebuilder:validation:XValidation:rule="!has(self.cpuStep) || quantity(string(self.cpuStep)).compareTo(quantity('1m')) >= 0",message="flexible cpuStep must be at least 1m"
-// +kubebuilder:validation:XValidation:rule="!has(self.memoryStep) || quantity(string(self.memoryStep)).compareTo(quantity('1Mi')) >= 0",message="flexible memoryStep must be at least 1Mi"
-// +kubebuilder:validation:XValidation:rule="!has(self.cpuStep) || !quantity(string(self.cpuStep)).isGreaterThan(quantity('0')) || (quantity(string(self.maxCPU)).asApproximateFloat() - quantity(string(self.minCPU)).asApproximateFloat()) / quantity(string(self.cpuStep)).asApproximateFloat() <= 1023.0",message="flexible cpu has more than 1024 sizes: (maxCPU - minCPU) / cpuStep must be at most 1023"
-// +kubebuilder:validation:XValidation:rule="!has(self.memoryStep) || !quantity(string(self.memoryStep)).isGreaterThan(quantity('0')) || (quantity(string(self.maxMemory)).asApproximateFloat() - quantity(string(self.minMemory)).asApproximateFloat()) / quantity(string(self.memoryStep)).asApproximateFloat() <= 1023.0",message="flexible memory has more than 1024 sizes: (maxMemory - minMemory) / memoryStep must be at most 1023"
-// +kubebuilder:validation:XValidation:rule="!has(self.cpuStep) || !has(self.memoryStep) || !quantity(string(self.cpuStep)).isGreaterThan(quantity('0')) || !quantity(string(self.memoryStep)).isGreaterThan(quantity('0')) || ((quantity(string(self.maxCPU)).asApproximateFloat() - quantity(string(self.minCPU)).asApproximateFloat()) / quantity(string(self.cpuStep)).asApproximateFloat() + 1.0) * ((quantity(string(self.maxMemory)).asApproximateFloat() - quantity(string(self.minMemory)).asApproximateFloat()) / quantity(string(self.memoryStep)).asApproximateFloat() + 1.0) <= 65536.0",message="flexible shapes has more than 65536 sizes: use a larger cpuStep or memoryStep, or a narrower range"
+// +kubebuilder:validation:XValidation:rule="(has(self.minCPU) && string(self.minCPU).matches('[eE][+-]?[0-9]{3}')) || (has(self.maxCPU) && string(self.maxCPU).matches('[eE][+-]?[0-9]{3}')) || (quantity(string(self.minCPU)).compareTo(quantity(string(self.maxCPU))) <= 0)",message="flexible minCPU must not exceed maxCPU"
+// +kubebuilder:validation:XValidation:rule="(has(self.minMemory) && string(self.minMemory).matches('[eE][+-]?[0-9]{3}')) || (has(self.maxMemory) && string(self.maxMemory).matches('[eE][+-]?[0-9]{3}')) || (quantity(string(self.minMemory)).compareTo(quantity(string(self.maxMemory))) <= 0)",message="flexible minMemory must not exceed maxMemory"
+// +kubebuilder:validation:XValidation:rule="(has(self.minCPU) && string(self.minCPU).matches('[eE][+-]?[0-9]{3}')) || (has(self.minMemory) && string(self.minMemory).matches('[eE][+-]?[0-9]{3}')) || (quantity(string(self.minCPU)).isGreaterThan(quantity('0')) && quantity(string(self.minMemory)).isGreaterThan(quantity('0')))",message="flexible minCPU and minMemory must be greater than zero"
+// +kubebuilder:validation:XValidation:rule="(has(self.cpuStep) && string(self.cpuStep).matches('[eE][+-]?[0-9]{3}')) || (!has(self.cpuStep) || quantity(string(self.cpuStep)).compareTo(quantity('1m')) >= 0)",message="flexible cpuStep must be at least 1m"
+// +kubebuilder:validation:XValidation:rule="(has(self.memoryStep) && string(self.memoryStep).matches('[eE][+-]?[0-9]{3}')) || (!has(self.memoryStep) || quantity(string(self.memoryStep)).compareTo(quantity('1Mi')) >= 0)",message="flexible memoryStep must be at least 1Mi"
+// +kubebuilder:validation:XValidation:rule="(has(self.cpuStep) && string(self.cpuStep).matches('[eE][+-]?[0-9]{3}')) || (has(self.maxCPU) && string(self.maxCPU).matches('[eE][+-]?[0-9]{3}')) || (has(self.minCPU) && string(self.minCPU).matches('[eE][+-]?[0-9]{3}')) || (!has(self.cpuStep) || !quantity(string(self.cpuStep)).isGreaterThan(quantity('0')) || (quantity(string(self.maxCPU)).asApproximateFloat() - quantity(string(self.minCPU)).asApproximateFloat()) / quantity(string(self.cpuStep)).asApproximateFloat() <= 1023.0)",message="flexible cpu has more than 1024 sizes: (maxCPU - minCPU) / cpuStep must be at most 1023"
+// +kubebuilder:validation:XValidation:rule="(has(self.memoryStep) && string(self.memoryStep).matches('[eE][+-]?[0-9]{3}')) || (has(self.maxMemory) && string(self.maxMemory).matches('[eE][+-]?[0-9]{3}')) || (has(self.minMemory) && string(self.minMemory).matches('[eE][+-]?[0-9]{3}')) || (!has(self.memoryStep) || !quantity(string(self.memoryStep)).isGreaterThan(quantity('0')) || (quantity(string(self.maxMemory)).asApproximateFloat() - quantity(string(self.minMemory)).asApproximateFloat()) / quantity(string(self.memoryStep)).asApproximateFloat() <= 1023.0)",message="flexible memory has more than 1024 sizes: (maxMemory - minMemory) / memoryStep must be at most 1023"
+// +kubebuilder:validation:XValidation:rule="(has(self.cpuStep) && string(self.cpuStep).matches('[eE][+-]?[0-9]{3}')) || (has(self.memoryStep) && string(self.memoryStep).matches('[eE][+-]?[0-9]{3}')) || (has(self.maxCPU) && string(self.maxCPU).matches('[eE][+-]?[0-9]{3}')) || (has(self.minCPU) && string(self.minCPU).matches('[eE][+-]?[0-9]{3}')) || (has(self.maxMemory) && string(self.maxMemory).matches('[eE][+-]?[0-9]{3}')) || (has(self.minMemory) && string(self.minMemory).matches('[eE][+-]?[0-9]{3}')) || (!has(self.cpuStep) || !has(self.memoryStep) || !quantity(string(self.cpuStep)).isGreaterThan(quantity('0')) || !quantity(string(self.memoryStep)).isGreaterThan(quantity('0')) || ((quantity(string(self.maxCPU)).asApproximateFloat() - quantity(string(self.minCPU)).asApproximateFloat()) / quantity(string(self.cpuStep)).asApproximateFloat() + 1.0) * ((quantity(string(self.maxMemory)).asApproximateFloat() - quantity(string(self.minMemory)).asApproximateFloat()) / quantity(string(self.memoryStep)).asApproximateFloat() + 1.0) <= 65536.0)",message="flexible shapes has more than 65536 sizes: use a larger cpuStep or memoryStep, or a narrower range"
 type FlexibleShape struct {
 	// MinCPU is the smallest CPU size.
-	// +kubebuilder:validation:XValidation:rule="quantity(string(self)).compareTo(quantity('10000')) <= 0",message="flexible minCPU must be at most 10000 (cores of one machine)"
+	// +kubebuilder:validation:XValidation:rule="string(self).matches('[eE][+-]?[0-9]{3}') || (quantity(string(self)).compareTo(quantity('10000')) <= 0)",message="flexible minCPU must be at most 10000 (cores of one machine)"
 	MinCPU resource.Quantity `json:"minCPU"`
 	// MaxCPU is the largest CPU size, at most 10000 cores.
-	// +kubebuilder:validation:XValidation:rule="quantity(string(self)).compareTo(quantity('10000')) <= 0",message="flexible maxCPU must be at most 10000 (cores of one machine)"
+	// +kubebuilder:validation:XValidation:rule="string(self).matches('[eE][+-]?[0-9]{3}') || (quantity(string(self)).compareTo(quantity('10000')) <= 0)",message="flexible maxCPU must be at most 10000 (cores of one machine)"
 	MaxCPU resource.Quantity `json:"maxCPU"`
 	// CPUStep is the grid CPU sizes are rounded up to, at least 1m.
 	// +optional
 	// +kubebuilder:default="1"
-	// +kubebuilder:validation:XValidation:rule="quantity(string(self)).compareTo(quantity('10000')) <= 0",message="flexible cpuStep must be at most 10000"
+	// +kubebuilder:validation:XValidation:rule="string(self).matches('[eE][+-]?[0-9]{3}') || (quantity(string(self)).compareTo(quantity('10000')) <= 0)",message="flexible cpuStep must be at most 10000"
 	CPUStep *resource.Quantity `json:"cpuStep,omitempty"`
 	// MinMemory is the smallest memory size.
-	// +kubebuilder:validation:XValidation:rule="quantity(string(self)).compareTo(quantity('64Ti')) <= 0",message="flexible minMemory must be at most 64Ti (the memory of one machine)"
+	// +kubebuilder:validation:XValidation:rule="string(self).matches('[eE][+-]?[0-9]{3}') || (quantity(string(self)).compareTo(quantity('64Ti')) <= 0)",message="flexible minMemory must be at most 64Ti (the memory of one machine)"
 	MinMemory resource.Quantity `json:"minMemory"`
 	// MaxMemory is the largest memory size, at most 64Ti.
-	// +kubebuilder:validation:XValidation:rule="quantity(string(self)).compareTo(quantity('64Ti')) <= 0",message="flexible maxMemory must be at most 64Ti (the memory of one machine)"
+	// +kubebuilder:validation:XValidation:rule="string(self).matches('[eE][+-]?[0-9]{3}') || (quantity(string(self)).compareTo(quantity('64Ti')) <= 0)",message="flexible maxMemory must be at most 64Ti (the memory of one machine)"
 	MaxMemory resource.Quantity `json:"maxMemory"`
 	// MemoryStep is the grid memory sizes are rounded up to, at least 1Mi.
 	// +optional
 	// +kubebuilder:default="1Gi"
-	// +kubebuilder:validation:XValidation:rule="quantity(string(self)).compareTo(quantity('64Ti')) <= 0",message="flexible memoryStep must be at most 64Ti"
+	// +kubebuilder:validation:XValidation:rule="string(self).matches('[eE][+-]?[0-9]{3}') || (quantity(string(self)).compareTo(quantity('64Ti')) <= 0)",message="flexible memoryStep must be at most 64Ti"
 	MemoryStep *resource.Quantity `json:"memoryStep,omitempty"`
 	// PricePerCPU per hour, to rank sizes; unset counts one unit per core.
 	// +optional
@@ -259,8 +259,8 @@ type FlexibleShape struct {
 }
 
 // Limits cap what a pool may hold.
-// +kubebuilder:validation:XValidation:rule="!has(self.cpu) || !quantity(string(self.cpu)).isLessThan(quantity('0'))",message="limits.cpu must not be negative"
-// +kubebuilder:validation:XValidation:rule="!has(self.memory) || !quantity(string(self.memory)).isLessThan(quantity('0'))",message="limits.memory must not be negative"
+// +kubebuilder:validation:XValidation:rule="(has(self.cpu) && string(self.cpu).matches('[eE][+-]?[0-9]{3}')) || (!has(self.cpu) || !quantity(string(self.cpu)).isLessThan(quantity('0')))",message="limits.cpu must not be negative"
+// +kubebuilder:validation:XValidation:rule="(has(self.memory) && string(self.memory).matches('[eE][+-]?[0-9]{3}')) || (!has(self.memory) || !quantity(string(self.memory)).isLessThan(quantity('0')))",message="limits.memory must not be negative"
 type Limits struct {
 	// Nodes is the most nodes the pool may hold.
 	// +optional
@@ -269,12 +269,12 @@ type Limits struct {
 	// CPU is the most CPU the pool's nodes may have in total, at most 1e9
 	// cores (counted in millicores); leave it unset for no limit.
 	// +optional
-	// +kubebuilder:validation:XValidation:rule="quantity(string(self)).compareTo(quantity('1e9')) <= 0",message="limits.cpu must be at most 1e9 cores; leave it unset for no limit"
+	// +kubebuilder:validation:XValidation:rule="string(self).matches('[eE][+-]?[0-9]{3}') || (quantity(string(self)).compareTo(quantity('1e9')) <= 0)",message="limits.cpu must be at most 1e9 cores; leave it unset for no limit"
 	CPU *resource.Quantity `json:"cpu,omitempty"`
 	// Memory is the most memory the pool's nodes may have in total, at most
 	// 1Ei; leave it unset for no limit.
 	// +optional
-	// +kubebuilder:validation:XValidation:rule="quantity(string(self)).compareTo(quantity('1Ei')) <= 0",message="limits.memory must be at most 1Ei; leave it unset for no limit"
+	// +kubebuilder:validation:XValidation:rule="string(self).matches('[eE][+-]?[0-9]{3}') || (quantity(string(self)).compareTo(quantity('1Ei')) <= 0)",message="limits.memory must be at most 1Ei; leave it unset for no limit"
 	Memory *resource.Quantity `json:"memory,omitempty"`
 }
 

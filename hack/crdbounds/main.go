@@ -1,5 +1,6 @@
 // Command crdbounds gives every int-or-string property (resource quantities)
-// of the generated CRDs a maxLength, every resource list a maxProperties,
+// of the generated CRDs a maxLength and a pattern, every resource list a
+// maxProperties,
 // the key, value and effect of every taint (core/v1 Taint) and the values
 // of every labels map the longest Kubernetes allows. controller-gen cannot put markers on types of
 // other modules, and without bounds the API server prices CEL rules over
@@ -15,6 +16,13 @@ import (
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	"sigs.k8s.io/yaml"
 )
+
+// quantityPattern is Kubernetes' quantity syntax with an exponent of at
+// most two digits. resource.ParseQuantity takes any exponent, but comparing
+// 1e33333336 with another quantity takes the API server (evaluating a CEL
+// rule) and the controller tens of seconds; a failed pattern keeps the
+// rules from running at all.
+const quantityPattern = `^[+-]?([0-9]+(\.[0-9]*)?|\.[0-9]+)(Ki|Mi|Gi|Ti|Pi|Ei|n|u|m|k|M|G|T|P|E|[eE][+-]?[0-9]{1,2})?$`
 
 const (
 	quantityMaxLength   = 64
@@ -63,6 +71,10 @@ func bound(path string) error {
 func walk(schema *apiextensionsv1.JSONSchemaProps) {
 	if schema.XIntOrString && schema.MaxLength == nil {
 		schema.MaxLength = ptr(int64(quantityMaxLength))
+	}
+	if schema.XIntOrString {
+		// In place of controller-gen's, which takes exponents of any length.
+		schema.Pattern = quantityPattern
 	}
 	if schema.Type == "object" && schema.AdditionalProperties != nil && schema.AdditionalProperties.Schema != nil {
 		if schema.AdditionalProperties.Schema.XIntOrString && schema.MaxProperties == nil {
