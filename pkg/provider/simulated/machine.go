@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"maps"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -202,12 +203,20 @@ func thresholdQuantity(threshold string, capacity resource.Quantity) (resource.Q
 		}
 		return *resource.NewQuantity(int64(part), capacity.Format), true
 	}
+	if !thresholdSyntax.MatchString(threshold) {
+		return resource.Quantity{}, false
+	}
 	q, err := resource.ParseQuantity(threshold)
-	if err != nil || q.Sign() < 0 {
+	if err != nil {
 		return resource.Quantity{}, false
 	}
 	return q, true
 }
+
+// thresholdSyntax is the quantity form the API admits for an eviction
+// threshold (v1alpha1.EvictionThreshold): no sign, no exponent, whose
+// arithmetic can take seconds (1e33333336).
+var thresholdSyntax = regexp.MustCompile(`^[0-9]+(\.[0-9]+)?([KMGTPE]i?)?$`)
 
 // chooseZone picks the first of the provider's zones that the claim's zone
 // requirements admit, else the first zone. With no zones configured, a

@@ -94,10 +94,13 @@ var (
 // machineSize checks that q is a size a machine can have: above zero and
 // at most limit.
 func machineSize(what string, q, limit resource.Quantity) error {
-	if q.Sign() <= 0 {
+	// The float first: comparing quantities of exponents like 1e33333336
+	// or 1e-33333336 exactly takes seconds, their floats are +Inf and 0.
+	approximate := q.AsApproximateFloat64()
+	if !(approximate > 0) {
 		return fmt.Errorf("%s %s must be greater than zero", what, q.String())
 	}
-	if q.Cmp(limit) > 0 {
+	if approximate > 2*limit.AsApproximateFloat64() || q.Cmp(limit) > 0 {
 		return fmt.Errorf("%s %s is above the %s a machine may have", what, q.String(), limit.String())
 	}
 	return nil
@@ -138,11 +141,12 @@ func flexibleShapes(f *v1alpha1.FlexibleShape) ([]provider.Shape, error) {
 	}
 	// CPU in millicores and memory in bytes, so both are whole numbers;
 	// within the bounds just checked both fit an int64 many times over.
-	cpus, err := newGrid(f.MinCPU.MilliValue(), f.MaxCPU.MilliValue(), cpuStep.MilliValue())
+	// Minimums round up and maximums down, so every size lies in the range.
+	cpus, err := newGrid(f.MinCPU.MilliValue(), floorMilli(f.MaxCPU), cpuStep.MilliValue())
 	if err != nil {
 		return nil, fmt.Errorf("cpu %s to %s in steps of %s: %w", f.MinCPU.String(), f.MaxCPU.String(), cpuStep.String(), err)
 	}
-	memories, err := newGrid(f.MinMemory.Value(), f.MaxMemory.Value(), memoryStep.Value())
+	memories, err := newGrid(f.MinMemory.Value(), floorValue(f.MaxMemory), memoryStep.Value())
 	if err != nil {
 		return nil, fmt.Errorf("memory %s to %s in steps of %s: %w", f.MinMemory.String(), f.MaxMemory.String(), memoryStep.String(), err)
 	}
@@ -174,6 +178,24 @@ func flexibleShapes(f *v1alpha1.FlexibleShape) ([]provider.Shape, error) {
 	return shapes, nil
 }
 
+// floorMilli is q in millicores, rounded down (MilliValue rounds up).
+func floorMilli(q resource.Quantity) int64 {
+	v := q.MilliValue()
+	if resource.NewMilliQuantity(v, q.Format).Cmp(q) > 0 {
+		v--
+	}
+	return v
+}
+
+// floorValue is q in whole units, rounded down (Value rounds up).
+func floorValue(q resource.Quantity) int64 {
+	v := q.Value()
+	if resource.NewQuantity(v, q.Format).Cmp(q) > 0 {
+		v--
+	}
+	return v
+}
+
 // grid is one axis of a flexible range: point 0 is the minimum, point i>0
 // the i-th multiple of step above it; of the n points every stride-th is
 // used, and always the last.
@@ -188,7 +210,7 @@ func newGrid(minimum, maximum, step int64) (grid, error) {
 	case minimum <= 0:
 		return grid{}, fmt.Errorf("the minimum must be greater than zero")
 	case minimum > maximum:
-		return grid{}, fmt.Errorf("the minimum exceeds the maximum")
+		return grid{}, fmt.Errorf("the minimum exceeds the maximum, in whole millicores or bytes")
 	}
 	// Divisions first: no sum or product here can overflow.
 	return grid{minimum: minimum, step: step, n: maximum/step - minimum/step + 1, stride: 1}, nil
