@@ -262,9 +262,13 @@ type SimulatedSettings struct {
 	// +kubebuilder:validation:Maximum=100
 	NeverRegisterPercent int32 `json:"neverRegisterPercent,omitempty"`
 	// Zones the simulated machines are spread over; a machine's zone label
-	// is chosen from its claim's requirements, else the first zone.
+	// is chosen from its claim's requirements, else the first zone. Each is
+	// a label value (topology.kubernetes.io/zone).
 	// +optional
 	// +listType=set
+	// +kubebuilder:validation:MaxItems=64
+	// +kubebuilder:validation:items:MaxLength=63
+	// +kubebuilder:validation:XValidation:rule="self.all(z, z != '' && !format.labelValue().validate(z).hasValue())",message="simulated.zones: every zone must be a label value: at most 63 letters, digits, '-', '_' or '.', starting and ending with a letter or digit"
 	Zones []string `json:"zones,omitempty"`
 }
 
