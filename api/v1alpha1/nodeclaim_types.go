@@ -22,11 +22,19 @@ type NodeClaimSpec struct {
 	// Taints the node registers with.
 	// +optional
 	// +kubebuilder:validation:MaxItems=50
+	// +kubebuilder:validation:XValidation:rule="self.all(t, !format.qualifiedName().validate(t.key).hasValue())",message="spec.taints: every key must be a qualified name: an optional DNS subdomain prefix and '/', then at most 63 letters, digits, '-', '_' or '.', starting and ending with a letter or digit"
+	// +kubebuilder:validation:XValidation:rule="self.all(t, !has(t.value) || !format.labelValue().validate(t.value).hasValue())",message="spec.taints: every value must be at most 63 letters, digits, '-', '_' or '.', starting and ending with a letter or digit, or empty"
+	// +kubebuilder:validation:XValidation:rule="self.all(t, t.effect in ['NoSchedule', 'PreferNoSchedule', 'NoExecute'])",message="spec.taints: effect must be NoSchedule, PreferNoSchedule or NoExecute"
+	// +kubebuilder:validation:XValidation:rule="self.all(t, self.exists_one(u, u.key == t.key && u.effect == t.effect))",message="spec.taints: a key may appear only once per effect"
 	Taints []corev1.Taint `json:"taints,omitempty"`
 
 	// StartupTaints the node registers with and that something else removes.
 	// +optional
 	// +kubebuilder:validation:MaxItems=50
+	// +kubebuilder:validation:XValidation:rule="self.all(t, !format.qualifiedName().validate(t.key).hasValue())",message="spec.startupTaints: every key must be a qualified name: an optional DNS subdomain prefix and '/', then at most 63 letters, digits, '-', '_' or '.', starting and ending with a letter or digit"
+	// +kubebuilder:validation:XValidation:rule="self.all(t, !has(t.value) || !format.labelValue().validate(t.value).hasValue())",message="spec.startupTaints: every value must be at most 63 letters, digits, '-', '_' or '.', starting and ending with a letter or digit, or empty"
+	// +kubebuilder:validation:XValidation:rule="self.all(t, t.effect in ['NoSchedule', 'PreferNoSchedule', 'NoExecute'])",message="spec.startupTaints: effect must be NoSchedule, PreferNoSchedule or NoExecute"
+	// +kubebuilder:validation:XValidation:rule="self.all(t, self.exists_one(u, u.key == t.key && u.effect == t.effect))",message="spec.startupTaints: a key may appear only once per effect"
 	StartupTaints []corev1.Taint `json:"startupTaints,omitempty"`
 
 	// TerminationGracePeriod is how long draining may take before the
@@ -34,31 +42,36 @@ type NodeClaimSpec struct {
 	// +optional
 	// +kubebuilder:default="5m"
 	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:MaxLength=32
 	// +kubebuilder:validation:Pattern=`^([0-9]+(\.[0-9]+)?(ns|us|µs|ms|s|m|h))+$`
+	// +kubebuilder:validation:XValidation:rule="duration(self) >= duration('0s')",message="terminationGracePeriod must be a duration of at most 2562047h"
 	TerminationGracePeriod *metav1.Duration `json:"terminationGracePeriod,omitempty"`
 }
 
 // NodePoolReference names a NodePool.
 type NodePoolReference struct {
-	// Name of the NodePool.
+	// Name of the NodePool; a NodePool's name has at most 57 characters.
 	// +kubebuilder:validation:MinLength=1
-	// +kubebuilder:validation:MaxLength=253
+	// +kubebuilder:validation:MaxLength=57
 	Name string `json:"name"`
 }
 
 // ClaimShape is the machine size chosen for a claim.
-// +kubebuilder:validation:XValidation:rule="quantity(string(self.cpu)).isGreaterThan(quantity('0')) && quantity(string(self.memory)).isGreaterThan(quantity('0'))",message="shape cpu and memory must be greater than zero"
+// +kubebuilder:validation:XValidation:rule="(has(self.cpu) && string(self.cpu).matches('[eE][+-]?[0-9]{3}')) || (has(self.memory) && string(self.memory).matches('[eE][+-]?[0-9]{3}')) || (quantity(string(self.cpu)).isGreaterThan(quantity('0')) && quantity(string(self.memory)).isGreaterThan(quantity('0')))",message="shape cpu and memory must be greater than zero"
 type ClaimShape struct {
 	// Name of the shape (the instance type).
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=63
 	Name string `json:"name"`
-	// CPU of the machine.
+	// CPU of the machine, at most 10000 cores.
+	// +kubebuilder:validation:XValidation:rule="string(self).matches('[eE][+-]?[0-9]{3}') || (quantity(string(self)).compareTo(quantity('10000')) <= 0)",message="shape cpu must be at most 10000 (cores of one machine)"
 	CPU resource.Quantity `json:"cpu"`
-	// Memory of the machine.
+	// Memory of the machine, at most 64Ti.
+	// +kubebuilder:validation:XValidation:rule="string(self).matches('[eE][+-]?[0-9]{3}') || (quantity(string(self)).compareTo(quantity('64Ti')) <= 0)",message="shape memory must be at most 64Ti (the memory of one machine)"
 	Memory resource.Quantity `json:"memory"`
 	// Price per hour, when known.
 	// +optional
+	// +kubebuilder:validation:MaxLength=32
 	// +kubebuilder:validation:Pattern=`^[0-9]+(\.[0-9]+)?$`
 	Price string `json:"price,omitempty"`
 }
@@ -123,7 +136,10 @@ type BootstrapTokenStatus struct {
 }
 
 // NodeClaim is one node wanted. The controller writes them; a person may too.
+// Its name is at most 63 characters: it is the node's host name and the
+// value of the claimscale.io/nodeclaim label.
 //
+// +kubebuilder:validation:XValidation:rule="size(self.metadata.name) <= 63",message="metadata.name: a NodeClaim's name must be at most 63 characters, as it is its node's host name and a label value"
 // +kubebuilder:object:root=true
 // +kubebuilder:resource:scope=Cluster,shortName=nc
 // +kubebuilder:subresource:status

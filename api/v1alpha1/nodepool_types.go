@@ -49,39 +49,68 @@ type NodePoolSpec struct {
 	Disruption Disruption `json:"disruption,omitempty"`
 
 	// RegistrationTimeout is how long a machine may take to register as a
-	// Node before it is deleted and its claim with it.
+	// Node before it is deleted and its claim with it. At least 5s, which
+	// only simulated machines meet: a timeout shorter than a machine's boot
+	// deletes every machine before its node can register, so on real
+	// infrastructure keep it at minutes.
 	// +optional
 	// +kubebuilder:default="15m"
 	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:MaxLength=32
 	// +kubebuilder:validation:Pattern=`^([0-9]+(\.[0-9]+)?(ns|us|µs|ms|s|m|h))+$`
+	// +kubebuilder:validation:XValidation:rule="duration(self) >= duration('5s')",message="registrationTimeout must be at least 5s (and at most 2562047h)"
 	RegistrationTimeout *metav1.Duration `json:"registrationTimeout,omitempty"`
 }
 
 // ProviderReference names a NodeProvider.
 type ProviderReference struct {
-	// Name of the NodeProvider.
+	// Name of the NodeProvider. At most 63 characters, as a NodeProvider's
+	// name is the value of the claimscale.io/nodeprovider label.
 	// +kubebuilder:validation:MinLength=1
-	// +kubebuilder:validation:MaxLength=253
+	// +kubebuilder:validation:MaxLength=63
 	Name string `json:"name"`
 }
 
 // NodeTemplate is what every node of a pool carries.
+// +kubebuilder:validation:XValidation:rule="!has(self.taints) || !has(self.startupTaints) || self.startupTaints.all(s, !self.taints.exists(t, t.key == s.key && t.effect == s.effect))",message="template.startupTaints: a key and effect may not be both a taint and a startup taint"
 type NodeTemplate struct {
-	// Labels on every node of the pool.
+	// Labels on every node of the pool. Keys and values follow Kubernetes'
+	// label syntax. The claimscale.io domain is reserved, and in the
+	// kubernetes.io and k8s.io domains only the labels a kubelet may set on
+	// its own node are allowed (kubelet.kubernetes.io/ and
+	// node.kubernetes.io/ keys, and the well-known os, arch, zone, region,
+	// instance-type and hostname labels): a kubelet refuses to start with
+	// any other.
 	// +optional
-	// +kubebuilder:validation:XValidation:rule="self.all(k, !k.startsWith('claimscale.io/'))",message="labels in the claimscale.io/ domain are reserved"
+	// +kubebuilder:validation:MaxProperties=100
+	// +kubebuilder:validation:XValidation:rule="self.all(k, !format.qualifiedName().validate(k).hasValue())",message="template.labels: every key must be a qualified name: an optional DNS subdomain prefix and '/', then at most 63 letters, digits, '-', '_' or '.', starting and ending with a letter or digit"
+	// +kubebuilder:validation:XValidation:rule="self.all(k, !format.labelValue().validate(self[k]).hasValue())",message="template.labels: every value must be a label value: at most 63 letters, digits, '-', '_' or '.', starting and ending with a letter or digit, or empty"
+	// +kubebuilder:validation:XValidation:rule="self.all(k, !k.startsWith('claimscale.io/') && !(k.contains('/') && k.split('/')[0].endsWith('.claimscale.io')))",message="template.labels: labels in the claimscale.io/ domain are reserved"
+	// +kubebuilder:validation:XValidation:rule="self.all(k, !k.contains('/') || !(k.split('/')[0] in ['kubernetes.io', 'k8s.io'] || k.split('/')[0].endsWith('.kubernetes.io') || k.split('/')[0].endsWith('.k8s.io')) || k in ['kubernetes.io/hostname', 'kubernetes.io/os', 'kubernetes.io/arch', 'beta.kubernetes.io/os', 'beta.kubernetes.io/arch', 'beta.kubernetes.io/instance-type', 'node.kubernetes.io/instance-type', 'topology.kubernetes.io/zone', 'topology.kubernetes.io/region', 'failure-domain.beta.kubernetes.io/zone', 'failure-domain.beta.kubernetes.io/region'] || k.split('/')[0] in ['kubelet.kubernetes.io', 'node.kubernetes.io'] || k.split('/')[0].endsWith('.kubelet.kubernetes.io') || k.split('/')[0].endsWith('.node.kubernetes.io'))",message="template.labels: in the kubernetes.io and k8s.io domains only labels a kubelet may set on its node are allowed (kubelet.kubernetes.io/, node.kubernetes.io/ and the well-known os, arch, zone, region, instance-type and hostname labels)"
 	Labels map[string]string `json:"labels,omitempty"`
 
-	// Taints on every node of the pool.
+	// Taints on every node of the pool. Keys are qualified names, values
+	// label values, effects NoSchedule, PreferNoSchedule or NoExecute, and
+	// a key may appear once per effect.
 	// +optional
 	// +kubebuilder:validation:MaxItems=50
+	// +kubebuilder:validation:XValidation:rule="self.all(t, !format.qualifiedName().validate(t.key).hasValue())",message="template.taints: every key must be a qualified name: an optional DNS subdomain prefix and '/', then at most 63 letters, digits, '-', '_' or '.', starting and ending with a letter or digit"
+	// +kubebuilder:validation:XValidation:rule="self.all(t, !has(t.value) || !format.labelValue().validate(t.value).hasValue())",message="template.taints: every value must be at most 63 letters, digits, '-', '_' or '.', starting and ending with a letter or digit, or empty"
+	// +kubebuilder:validation:XValidation:rule="self.all(t, t.effect in ['NoSchedule', 'PreferNoSchedule', 'NoExecute'])",message="template.taints: effect must be NoSchedule, PreferNoSchedule or NoExecute"
+	// +kubebuilder:validation:XValidation:rule="self.all(t, self.exists_one(u, u.key == t.key && u.effect == t.effect))",message="template.taints: a key may appear only once per effect"
 	Taints []corev1.Taint `json:"taints,omitempty"`
 
 	// StartupTaints are expected on a new node until something (a CNI, a
 	// driver installer) removes them; the node is Initialized only once they
 	// are gone. They do not keep pending pods from being placed on the pool.
+	// The same syntax as taints applies, and a key and effect may not be
+	// both a taint and a startup taint.
 	// +optional
 	// +kubebuilder:validation:MaxItems=50
+	// +kubebuilder:validation:XValidation:rule="self.all(t, !format.qualifiedName().validate(t.key).hasValue())",message="template.startupTaints: every key must be a qualified name: an optional DNS subdomain prefix and '/', then at most 63 letters, digits, '-', '_' or '.', starting and ending with a letter or digit"
+	// +kubebuilder:validation:XValidation:rule="self.all(t, !has(t.value) || !format.labelValue().validate(t.value).hasValue())",message="template.startupTaints: every value must be at most 63 letters, digits, '-', '_' or '.', starting and ending with a letter or digit, or empty"
+	// +kubebuilder:validation:XValidation:rule="self.all(t, t.effect in ['NoSchedule', 'PreferNoSchedule', 'NoExecute'])",message="template.startupTaints: effect must be NoSchedule, PreferNoSchedule or NoExecute"
+	// +kubebuilder:validation:XValidation:rule="self.all(t, self.exists_one(u, u.key == t.key && u.effect == t.effect))",message="template.startupTaints: a key may appear only once per effect"
 	StartupTaints []corev1.Taint `json:"startupTaints,omitempty"`
 
 	// Kubelet settings the nodes are started with, needed to know their
@@ -169,13 +198,25 @@ type KubeletConfiguration struct {
 	// +kubebuilder:validation:Minimum=1
 	// +kubebuilder:validation:Maximum=10000
 	MaxPods *int32 `json:"maxPods,omitempty"`
-	// KubeReserved resources (cpu, memory, ephemeral-storage).
+	// KubeReserved resources (cpu, memory, ephemeral-storage, pid), none
+	// negative and none beyond one machine: cpu at most 10000, memory at
+	// most 64Ti, ephemeral-storage at most 1Pi.
 	// +optional
 	// +kubebuilder:validation:XValidation:rule="self.all(k, k in ['cpu', 'memory', 'ephemeral-storage', 'pid'])",message="kubeReserved takes cpu, memory, ephemeral-storage and pid"
+	// +kubebuilder:validation:XValidation:rule="self.exists(k, string(self[k]).matches('[eE][+-]?[0-9]{3}')) || (self.all(k, !quantity(string(self[k])).isLessThan(quantity('0'))))",message="kubeReserved: values must not be negative"
+	// +kubebuilder:validation:XValidation:rule="('cpu' in self && string(self['cpu']).matches('[eE][+-]?[0-9]{3}')) || (!('cpu' in self) || quantity(string(self['cpu'])).compareTo(quantity('10000')) <= 0)",message="kubeReserved.cpu must be at most 10000 (cores of one machine)"
+	// +kubebuilder:validation:XValidation:rule="('memory' in self && string(self['memory']).matches('[eE][+-]?[0-9]{3}')) || (!('memory' in self) || quantity(string(self['memory'])).compareTo(quantity('64Ti')) <= 0)",message="kubeReserved.memory must be at most 64Ti (the memory of one machine)"
+	// +kubebuilder:validation:XValidation:rule="('ephemeral-storage' in self && string(self['ephemeral-storage']).matches('[eE][+-]?[0-9]{3}')) || (!('ephemeral-storage' in self) || quantity(string(self['ephemeral-storage'])).compareTo(quantity('1Pi')) <= 0)",message="kubeReserved.ephemeral-storage must be at most 1Pi"
+	// +kubebuilder:validation:XValidation:rule="('pid' in self && string(self['pid']).matches('[eE][+-]?[0-9]{3}')) || (!('pid' in self) || quantity(string(self['pid'])).compareTo(quantity('4194304')) <= 0)",message="kubeReserved.pid must be at most 4194304 (the kernel's largest pid_max)"
 	KubeReserved corev1.ResourceList `json:"kubeReserved,omitempty"`
-	// SystemReserved resources (cpu, memory, ephemeral-storage).
+	// SystemReserved resources, with the bounds of KubeReserved.
 	// +optional
 	// +kubebuilder:validation:XValidation:rule="self.all(k, k in ['cpu', 'memory', 'ephemeral-storage', 'pid'])",message="systemReserved takes cpu, memory, ephemeral-storage and pid"
+	// +kubebuilder:validation:XValidation:rule="self.exists(k, string(self[k]).matches('[eE][+-]?[0-9]{3}')) || (self.all(k, !quantity(string(self[k])).isLessThan(quantity('0'))))",message="systemReserved: values must not be negative"
+	// +kubebuilder:validation:XValidation:rule="('cpu' in self && string(self['cpu']).matches('[eE][+-]?[0-9]{3}')) || (!('cpu' in self) || quantity(string(self['cpu'])).compareTo(quantity('10000')) <= 0)",message="systemReserved.cpu must be at most 10000 (cores of one machine)"
+	// +kubebuilder:validation:XValidation:rule="('memory' in self && string(self['memory']).matches('[eE][+-]?[0-9]{3}')) || (!('memory' in self) || quantity(string(self['memory'])).compareTo(quantity('64Ti')) <= 0)",message="systemReserved.memory must be at most 64Ti (the memory of one machine)"
+	// +kubebuilder:validation:XValidation:rule="('ephemeral-storage' in self && string(self['ephemeral-storage']).matches('[eE][+-]?[0-9]{3}')) || (!('ephemeral-storage' in self) || quantity(string(self['ephemeral-storage'])).compareTo(quantity('1Pi')) <= 0)",message="systemReserved.ephemeral-storage must be at most 1Pi"
+	// +kubebuilder:validation:XValidation:rule="('pid' in self && string(self['pid']).matches('[eE][+-]?[0-9]{3}')) || (!('pid' in self) || quantity(string(self['pid'])).compareTo(quantity('4194304')) <= 0)",message="systemReserved.pid must be at most 4194304 (the kernel's largest pid_max)"
 	SystemReserved corev1.ResourceList `json:"systemReserved,omitempty"`
 	// EvictionHard thresholds, e.g. memory.available: 100Mi,
 	// nodefs.available: 10%.
@@ -185,9 +226,12 @@ type KubeletConfiguration struct {
 	EvictionHard map[string]EvictionThreshold `json:"evictionHard,omitempty"`
 }
 
-// EvictionThreshold is a quantity (100Mi) or a percentage (10%).
+// EvictionThreshold is a quantity (100Mi) of at most 1Pi, or a percentage
+// (10%) of at most 100%.
 // +kubebuilder:validation:Pattern=`^([0-9]+(\.[0-9]+)?%|[0-9]+(\.[0-9]+)?([KMGTPE]i?)?)$`
 // +kubebuilder:validation:MaxLength=32
+// +kubebuilder:validation:XValidation:rule="!self.matches('^[0-9]+([.][0-9]+)?%$') || double(self.substring(0, size(self) - 1)) <= 100.0",message="evictionHard: a percentage must be at most 100%"
+// +kubebuilder:validation:XValidation:rule="!self.matches('^[0-9]+([.][0-9]+)?([KMGTPE]i?)?$') || quantity(self).compareTo(quantity('1Pi')) <= 0",message="evictionHard: a quantity must be at most 1Pi"
 type EvictionThreshold string
 
 // Shapes are the machine sizes a pool may use.
@@ -210,8 +254,8 @@ type Shapes struct {
 }
 
 // Shape is one machine size.
-// +kubebuilder:validation:XValidation:rule="!has(self.cpu) || quantity(string(self.cpu)).isGreaterThan(quantity('0'))",message="shape cpu must be greater than zero"
-// +kubebuilder:validation:XValidation:rule="!has(self.memory) || quantity(string(self.memory)).isGreaterThan(quantity('0'))",message="shape memory must be greater than zero"
+// +kubebuilder:validation:XValidation:rule="(has(self.cpu) && string(self.cpu).matches('[eE][+-]?[0-9]{3}')) || (!has(self.cpu) || quantity(string(self.cpu)).isGreaterThan(quantity('0')))",message="shape cpu must be greater than zero"
+// +kubebuilder:validation:XValidation:rule="(has(self.memory) && string(self.memory).matches('[eE][+-]?[0-9]{3}')) || (!has(self.memory) || quantity(string(self.memory)).isGreaterThan(quantity('0')))",message="shape memory must be greater than zero"
 type Shape struct {
 	// Name of the shape: the provider's flavor name, or a name of your own.
 	// It becomes the node's node.kubernetes.io/instance-type label.
@@ -219,65 +263,87 @@ type Shape struct {
 	// +kubebuilder:validation:MaxLength=63
 	// +kubebuilder:validation:Pattern=`^[a-zA-Z0-9]([-a-zA-Z0-9_.]*[a-zA-Z0-9])?$`
 	Name string `json:"name"`
-	// CPU of the machine.
+	// CPU of the machine, at most 10000 cores.
 	// +optional
+	// +kubebuilder:validation:XValidation:rule="string(self).matches('[eE][+-]?[0-9]{3}') || (quantity(string(self)).compareTo(quantity('10000')) <= 0)",message="shape cpu must be at most 10000 (cores of one machine)"
 	CPU *resource.Quantity `json:"cpu,omitempty"`
-	// Memory of the machine.
+	// Memory of the machine, at most 64Ti.
 	// +optional
+	// +kubebuilder:validation:XValidation:rule="string(self).matches('[eE][+-]?[0-9]{3}') || (quantity(string(self)).compareTo(quantity('64Ti')) <= 0)",message="shape memory must be at most 64Ti (the memory of one machine)"
 	Memory *resource.Quantity `json:"memory,omitempty"`
 	// Price per hour in any currency, used to pick the cheapest shape that
 	// fits. Unset means the provider's price, else one derived from size.
 	// +optional
+	// +kubebuilder:validation:MaxLength=32
 	// +kubebuilder:validation:Pattern=`^[0-9]+(\.[0-9]+)?$`
 	Price string `json:"price,omitempty"`
 }
 
 // FlexibleShape is a range of sizes: CPU and memory from min to max, in steps.
-// +kubebuilder:validation:XValidation:rule="quantity(string(self.minCPU)).compareTo(quantity(string(self.maxCPU))) <= 0",message="flexible minCPU must not exceed maxCPU"
-// +kubebuilder:validation:XValidation:rule="quantity(string(self.minMemory)).compareTo(quantity(string(self.maxMemory))) <= 0",message="flexible minMemory must not exceed maxMemory"
-// +kubebuilder:validation:XValidation:rule="quantity(string(self.minCPU)).isGreaterThan(quantity('0')) && quantity(string(self.minMemory)).isGreaterThan(quantity('0'))",message="flexible minCPU and minMemory must be greater than zero"
-// +kubebuilder:validation:XValidation:rule="!has(self.cpuStep) || quantity(string(self.cpuStep)).isGreaterThan(quantity('0'))",message="flexible cpuStep must be greater than zero"
-// +kubebuilder:validation:XValidation:rule="!has(self.memoryStep) || quantity(string(self.memoryStep)).isGreaterThan(quantity('0'))",message="flexible memoryStep must be greater than zero"
+// The grid of each axis is its minimum and every multiple of the step above
+// it up to the maximum. Each axis has at most 1024 sizes and the grid at
+// most 65536, so that listing it stays cheap: 1 to 64 cores by 1 and 1Gi to
+// 1Ti by 1Gi are both fine.
+// +kubebuilder:validation:XValidation:rule="(has(self.minCPU) && string(self.minCPU).matches('[eE][+-]?[0-9]{3}')) || (has(self.maxCPU) && string(self.maxCPU).matches('[eE][+-]?[0-9]{3}')) || (quantity(string(self.minCPU)).compareTo(quantity(string(self.maxCPU))) <= 0)",message="flexible minCPU must not exceed maxCPU"
+// +kubebuilder:validation:XValidation:rule="(has(self.minMemory) && string(self.minMemory).matches('[eE][+-]?[0-9]{3}')) || (has(self.maxMemory) && string(self.maxMemory).matches('[eE][+-]?[0-9]{3}')) || (quantity(string(self.minMemory)).compareTo(quantity(string(self.maxMemory))) <= 0)",message="flexible minMemory must not exceed maxMemory"
+// +kubebuilder:validation:XValidation:rule="(has(self.minCPU) && string(self.minCPU).matches('[eE][+-]?[0-9]{3}')) || (has(self.minMemory) && string(self.minMemory).matches('[eE][+-]?[0-9]{3}')) || (quantity(string(self.minCPU)).isGreaterThan(quantity('0')) && quantity(string(self.minMemory)).isGreaterThan(quantity('0')))",message="flexible minCPU and minMemory must be greater than zero"
+// +kubebuilder:validation:XValidation:rule="(has(self.cpuStep) && string(self.cpuStep).matches('[eE][+-]?[0-9]{3}')) || (!has(self.cpuStep) || quantity(string(self.cpuStep)).compareTo(quantity('1m')) >= 0)",message="flexible cpuStep must be at least 1m"
+// +kubebuilder:validation:XValidation:rule="(has(self.memoryStep) && string(self.memoryStep).matches('[eE][+-]?[0-9]{3}')) || (!has(self.memoryStep) || quantity(string(self.memoryStep)).compareTo(quantity('1Mi')) >= 0)",message="flexible memoryStep must be at least 1Mi"
+// +kubebuilder:validation:XValidation:rule="(has(self.cpuStep) && string(self.cpuStep).matches('[eE][+-]?[0-9]{3}')) || (has(self.maxCPU) && string(self.maxCPU).matches('[eE][+-]?[0-9]{3}')) || (has(self.minCPU) && string(self.minCPU).matches('[eE][+-]?[0-9]{3}')) || (!has(self.cpuStep) || !quantity(string(self.cpuStep)).isGreaterThan(quantity('0')) || (quantity(string(self.maxCPU)).asApproximateFloat() - quantity(string(self.minCPU)).asApproximateFloat()) / quantity(string(self.cpuStep)).asApproximateFloat() <= 1023.0)",message="flexible cpu has more than 1024 sizes: (maxCPU - minCPU) / cpuStep must be at most 1023"
+// +kubebuilder:validation:XValidation:rule="(has(self.memoryStep) && string(self.memoryStep).matches('[eE][+-]?[0-9]{3}')) || (has(self.maxMemory) && string(self.maxMemory).matches('[eE][+-]?[0-9]{3}')) || (has(self.minMemory) && string(self.minMemory).matches('[eE][+-]?[0-9]{3}')) || (!has(self.memoryStep) || !quantity(string(self.memoryStep)).isGreaterThan(quantity('0')) || (quantity(string(self.maxMemory)).asApproximateFloat() - quantity(string(self.minMemory)).asApproximateFloat()) / quantity(string(self.memoryStep)).asApproximateFloat() <= 1023.0)",message="flexible memory has more than 1024 sizes: (maxMemory - minMemory) / memoryStep must be at most 1023"
+// +kubebuilder:validation:XValidation:rule="(has(self.cpuStep) && string(self.cpuStep).matches('[eE][+-]?[0-9]{3}')) || (has(self.memoryStep) && string(self.memoryStep).matches('[eE][+-]?[0-9]{3}')) || (has(self.maxCPU) && string(self.maxCPU).matches('[eE][+-]?[0-9]{3}')) || (has(self.minCPU) && string(self.minCPU).matches('[eE][+-]?[0-9]{3}')) || (has(self.maxMemory) && string(self.maxMemory).matches('[eE][+-]?[0-9]{3}')) || (has(self.minMemory) && string(self.minMemory).matches('[eE][+-]?[0-9]{3}')) || (!has(self.cpuStep) || !has(self.memoryStep) || !quantity(string(self.cpuStep)).isGreaterThan(quantity('0')) || !quantity(string(self.memoryStep)).isGreaterThan(quantity('0')) || ((quantity(string(self.maxCPU)).asApproximateFloat() - quantity(string(self.minCPU)).asApproximateFloat()) / quantity(string(self.cpuStep)).asApproximateFloat() + 1.0) * ((quantity(string(self.maxMemory)).asApproximateFloat() - quantity(string(self.minMemory)).asApproximateFloat()) / quantity(string(self.memoryStep)).asApproximateFloat() + 1.0) <= 65536.0)",message="flexible shapes has more than 65536 sizes: use a larger cpuStep or memoryStep, or a narrower range"
 type FlexibleShape struct {
 	// MinCPU is the smallest CPU size.
+	// +kubebuilder:validation:XValidation:rule="string(self).matches('[eE][+-]?[0-9]{3}') || (quantity(string(self)).compareTo(quantity('10000')) <= 0)",message="flexible minCPU must be at most 10000 (cores of one machine)"
 	MinCPU resource.Quantity `json:"minCPU"`
-	// MaxCPU is the largest CPU size.
+	// MaxCPU is the largest CPU size, at most 10000 cores.
+	// +kubebuilder:validation:XValidation:rule="string(self).matches('[eE][+-]?[0-9]{3}') || (quantity(string(self)).compareTo(quantity('10000')) <= 0)",message="flexible maxCPU must be at most 10000 (cores of one machine)"
 	MaxCPU resource.Quantity `json:"maxCPU"`
-	// CPUStep is the grid CPU sizes are rounded up to.
+	// CPUStep is the grid CPU sizes are rounded up to, at least 1m.
 	// +optional
 	// +kubebuilder:default="1"
+	// +kubebuilder:validation:XValidation:rule="string(self).matches('[eE][+-]?[0-9]{3}') || (quantity(string(self)).compareTo(quantity('10000')) <= 0)",message="flexible cpuStep must be at most 10000"
 	CPUStep *resource.Quantity `json:"cpuStep,omitempty"`
 	// MinMemory is the smallest memory size.
+	// +kubebuilder:validation:XValidation:rule="string(self).matches('[eE][+-]?[0-9]{3}') || (quantity(string(self)).compareTo(quantity('64Ti')) <= 0)",message="flexible minMemory must be at most 64Ti (the memory of one machine)"
 	MinMemory resource.Quantity `json:"minMemory"`
-	// MaxMemory is the largest memory size.
+	// MaxMemory is the largest memory size, at most 64Ti.
+	// +kubebuilder:validation:XValidation:rule="string(self).matches('[eE][+-]?[0-9]{3}') || (quantity(string(self)).compareTo(quantity('64Ti')) <= 0)",message="flexible maxMemory must be at most 64Ti (the memory of one machine)"
 	MaxMemory resource.Quantity `json:"maxMemory"`
-	// MemoryStep is the grid memory sizes are rounded up to.
+	// MemoryStep is the grid memory sizes are rounded up to, at least 1Mi.
 	// +optional
 	// +kubebuilder:default="1Gi"
+	// +kubebuilder:validation:XValidation:rule="string(self).matches('[eE][+-]?[0-9]{3}') || (quantity(string(self)).compareTo(quantity('64Ti')) <= 0)",message="flexible memoryStep must be at most 64Ti"
 	MemoryStep *resource.Quantity `json:"memoryStep,omitempty"`
 	// PricePerCPU per hour, to rank sizes; unset counts one unit per core.
 	// +optional
+	// +kubebuilder:validation:MaxLength=32
 	// +kubebuilder:validation:Pattern=`^[0-9]+(\.[0-9]+)?$`
 	PricePerCPU string `json:"pricePerCPU,omitempty"`
 	// PricePerGiB of memory per hour; unset counts a quarter unit per GiB.
 	// +optional
+	// +kubebuilder:validation:MaxLength=32
 	// +kubebuilder:validation:Pattern=`^[0-9]+(\.[0-9]+)?$`
 	PricePerGiB string `json:"pricePerGiB,omitempty"`
 }
 
 // Limits cap what a pool may hold.
-// +kubebuilder:validation:XValidation:rule="!has(self.cpu) || !quantity(string(self.cpu)).isLessThan(quantity('0'))",message="limits.cpu must not be negative"
-// +kubebuilder:validation:XValidation:rule="!has(self.memory) || !quantity(string(self.memory)).isLessThan(quantity('0'))",message="limits.memory must not be negative"
+// +kubebuilder:validation:XValidation:rule="(has(self.cpu) && string(self.cpu).matches('[eE][+-]?[0-9]{3}')) || (!has(self.cpu) || !quantity(string(self.cpu)).isLessThan(quantity('0')))",message="limits.cpu must not be negative"
+// +kubebuilder:validation:XValidation:rule="(has(self.memory) && string(self.memory).matches('[eE][+-]?[0-9]{3}')) || (!has(self.memory) || !quantity(string(self.memory)).isLessThan(quantity('0')))",message="limits.memory must not be negative"
 type Limits struct {
 	// Nodes is the most nodes the pool may hold.
 	// +optional
 	// +kubebuilder:validation:Minimum=0
 	Nodes *int32 `json:"nodes,omitempty"`
-	// CPU is the most CPU the pool's nodes may have in total.
+	// CPU is the most CPU the pool's nodes may have in total, at most 1e9
+	// cores (counted in millicores); leave it unset for no limit.
 	// +optional
+	// +kubebuilder:validation:XValidation:rule="string(self).matches('[eE][+-]?[0-9]{3}') || (quantity(string(self)).compareTo(quantity('1e9')) <= 0)",message="limits.cpu must be at most 1e9 cores; leave it unset for no limit"
 	CPU *resource.Quantity `json:"cpu,omitempty"`
-	// Memory is the most memory the pool's nodes may have in total.
+	// Memory is the most memory the pool's nodes may have in total, at most
+	// 1Ei; leave it unset for no limit.
 	// +optional
+	// +kubebuilder:validation:XValidation:rule="string(self).matches('[eE][+-]?[0-9]{3}') || (quantity(string(self)).compareTo(quantity('1Ei')) <= 0)",message="limits.memory must be at most 1Ei; leave it unset for no limit"
 	Memory *resource.Quantity `json:"memory,omitempty"`
 }
 
@@ -299,16 +365,23 @@ type Disruption struct {
 	// +kubebuilder:default=WhenEmpty
 	ConsolidationPolicy ConsolidationPolicy `json:"consolidationPolicy,omitempty"`
 	// ConsolidateAfter is how long a node must be empty or underused before
-	// it is removed.
+	// it is removed. 0s removes it as soon as it is.
 	// +optional
 	// +kubebuilder:default="30s"
 	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:MaxLength=32
 	// +kubebuilder:validation:Pattern=`^([0-9]+(\.[0-9]+)?(ns|us|µs|ms|s|m|h))+$`
+	// +kubebuilder:validation:XValidation:rule="duration(self) >= duration('0s')",message="consolidateAfter must be a duration of at most 2562047h"
 	ConsolidateAfter *metav1.Duration `json:"consolidateAfter,omitempty"`
-	// ExpireAfter replaces nodes older than this. Unset: never.
+	// ExpireAfter replaces nodes older than this. Unset: never. At least
+	// 10s: a node must live long enough to boot, join and run something
+	// before it is replaced, or expiry only churns machines; on real
+	// infrastructure that is hours or days.
 	// +optional
 	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:MaxLength=32
 	// +kubebuilder:validation:Pattern=`^([0-9]+(\.[0-9]+)?(ns|us|µs|ms|s|m|h))+$`
+	// +kubebuilder:validation:XValidation:rule="duration(self) >= duration('10s')",message="expireAfter must be at least 10s (and at most 2562047h); leave it unset to never expire nodes"
 	ExpireAfter *metav1.Duration `json:"expireAfter,omitempty"`
 	// Budgets cap how many nodes may be disrupted at once; the strictest
 	// active budget wins.
@@ -332,21 +405,34 @@ const (
 // only for some reasons.
 // +kubebuilder:validation:XValidation:rule="has(self.schedule) == has(self.duration)",message="a budget's schedule and duration must be set together"
 type Budget struct {
-	// Nodes is a count ("3") or a percentage of the pool's nodes ("10%").
-	// +kubebuilder:validation:Pattern=`^((100|[0-9]{1,2})%|[0-9]+)$`
+	// Nodes is a count ("3", at most 9 digits) or a percentage of the
+	// pool's nodes ("10%", at most 100%).
+	// +kubebuilder:validation:MaxLength=10
+	// +kubebuilder:validation:XValidation:rule="self.matches('^((100|[0-9]{1,2})%|[0-9]{1,9})$')",message="budget nodes must be a count of at most 9 digits, such as 3, or a percentage of at most 100%, such as 10%"
 	Nodes string `json:"nodes"`
 	// Reasons the budget applies to; unset means all.
 	// +optional
 	// +listType=set
 	Reasons []DisruptionReason `json:"reasons,omitempty"`
-	// Schedule (cron syntax, UTC) at which the budget becomes active.
+	// Schedule (cron syntax, UTC) at which the budget becomes active: a
+	// descriptor (@daily, @hourly, ...) or the five fields minute, hour,
+	// day of month, month and day of week, each a list of *, numbers or
+	// names, ranges and steps in that field's bounds. A schedule that names
+	// only days no month has (30 or 31 February, 31 April) never fires and
+	// is refused.
 	// +optional
-	// +kubebuilder:validation:Pattern=`^(@(annually|yearly|monthly|weekly|daily|midnight|hourly))|((.+)\s(.+)\s(.+)\s(.+)\s(.+))$`
+	// +kubebuilder:validation:MaxLength=200
+	// +kubebuilder:validation:XValidation:rule="self.matches('^(@(annually|yearly|monthly|weekly|daily|midnight|hourly)|([*]|([0-5]?[0-9])(-([0-5]?[0-9]))?)(/[1-9][0-9]?)?(,([*]|([0-5]?[0-9])(-([0-5]?[0-9]))?)(/[1-9][0-9]?)?)*[ ]+([*]|([01]?[0-9]|2[0-3])(-([01]?[0-9]|2[0-3]))?)(/[1-9][0-9]?)?(,([*]|([01]?[0-9]|2[0-3])(-([01]?[0-9]|2[0-3]))?)(/[1-9][0-9]?)?)*[ ]+([*]|[?]|(0?[1-9]|[12][0-9]|3[01])(-(0?[1-9]|[12][0-9]|3[01]))?)(/[1-9][0-9]?)?(,([*]|[?]|(0?[1-9]|[12][0-9]|3[01])(-(0?[1-9]|[12][0-9]|3[01]))?)(/[1-9][0-9]?)?)*[ ]+([*]|(0?[1-9]|1[0-2]|(?i:jan|feb|mar|apr|may|jun|jul|aug|sep|oct|nov|dec))(-(0?[1-9]|1[0-2]|(?i:jan|feb|mar|apr|may|jun|jul|aug|sep|oct|nov|dec)))?)(/[1-9][0-9]?)?(,([*]|(0?[1-9]|1[0-2]|(?i:jan|feb|mar|apr|may|jun|jul|aug|sep|oct|nov|dec))(-(0?[1-9]|1[0-2]|(?i:jan|feb|mar|apr|may|jun|jul|aug|sep|oct|nov|dec)))?)(/[1-9][0-9]?)?)*[ ]+([*]|[?]|([0-6]|(?i:sun|mon|tue|wed|thu|fri|sat))(-([0-6]|(?i:sun|mon|tue|wed|thu|fri|sat)))?)(/[1-9][0-9]?)?(,([*]|[?]|([0-6]|(?i:sun|mon|tue|wed|thu|fri|sat))(-([0-6]|(?i:sun|mon|tue|wed|thu|fri|sat)))?)(/[1-9][0-9]?)?)*)$')",message="schedule must be a descriptor (@yearly, @monthly, @weekly, @daily, @hourly) or five cron fields: minute 0-59, hour 0-23, day of month 1-31, month 1-12 or jan-dec, day of week 0-6 or sun-sat, each *, a value, a range a-b or a list, with an optional step /n of 1 to 99"
+	// +kubebuilder:validation:XValidation:rule="!self.matches('^[^ ]+[ ]+[^ ]+[ ]+(30|31)(-(30|31))?(/[0-9]+)?(,(30|31)(-(30|31))?(/[0-9]+)?)*[ ]+(0?2|(?i:feb))(,(0?2|(?i:feb)))*[ ]+[*?]$')",message="schedule never fires: February has no day 30 or 31"
+	// +kubebuilder:validation:XValidation:rule="!self.matches('^[^ ]+[ ]+[^ ]+[ ]+31(/[0-9]+)?(,31(/[0-9]+)?)*[ ]+(0?[2469]|11|(?i:feb|apr|jun|sep|nov))(,(0?[2469]|11|(?i:feb|apr|jun|sep|nov)))*[ ]+[*?]$')",message="schedule never fires: none of its months has a day 31"
 	Schedule *string `json:"schedule,omitempty"`
-	// Duration the budget stays active after each scheduled start.
+	// Duration the budget stays active after each scheduled start, at
+	// least 1m (a schedule fires at most once a minute).
 	// +optional
 	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:MaxLength=32
 	// +kubebuilder:validation:Pattern=`^([0-9]+(\.[0-9]+)?(ns|us|µs|ms|s|m|h))+$`
+	// +kubebuilder:validation:XValidation:rule="duration(self) >= duration('1m')",message="budget duration must be at least 1m (and at most 2562047h)"
 	Duration *metav1.Duration `json:"duration,omitempty"`
 }
 
@@ -365,8 +451,12 @@ type NodePoolStatus struct {
 	Conditions []metav1.Condition `json:"conditions,omitempty"`
 }
 
-// NodePool says what nodes may exist.
+// NodePool says what nodes may exist. Its name is a DNS-1123 label of at
+// most 57 characters: its claims are named <pool>-<5 characters>, and a
+// claim's name is a node's host name and a label value, both at most 63.
 //
+// +kubebuilder:validation:XValidation:rule="size(self.metadata.name) <= 57",message="metadata.name: a NodePool's name must be at most 57 characters, so its claims' names (<pool>-<5 characters>) fit in 63"
+// +kubebuilder:validation:XValidation:rule="!format.dns1123Label().validate(self.metadata.name).hasValue()",message="metadata.name: a NodePool's name must be a DNS-1123 label (lower-case letters, digits and '-', starting and ending with a letter or digit): it begins its nodes' host names"
 // +kubebuilder:object:root=true
 // +kubebuilder:resource:scope=Cluster,shortName=pool
 // +kubebuilder:subresource:status

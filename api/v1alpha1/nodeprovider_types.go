@@ -418,7 +418,9 @@ type SimulatedSettings struct {
 	// +optional
 	// +kubebuilder:default="2s"
 	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:MaxLength=32
 	// +kubebuilder:validation:Pattern=`^([0-9]+(\.[0-9]+)?(ns|us|µs|ms|s|m|h))+$`
+	// +kubebuilder:validation:XValidation:rule="duration(self) >= duration('0s')",message="simulated.bootDelay must be a duration of at most 2562047h"
 	BootDelay *metav1.Duration `json:"bootDelay,omitempty"`
 	// CreateFailurePercent of Create calls fail with a retryable error.
 	// +optional
@@ -431,9 +433,13 @@ type SimulatedSettings struct {
 	// +kubebuilder:validation:Maximum=100
 	NeverRegisterPercent int32 `json:"neverRegisterPercent,omitempty"`
 	// Zones the simulated machines are spread over; a machine's zone label
-	// is chosen from its claim's requirements, else the first zone.
+	// is chosen from its claim's requirements, else the first zone. Each is
+	// a label value (topology.kubernetes.io/zone).
 	// +optional
 	// +listType=set
+	// +kubebuilder:validation:MaxItems=64
+	// +kubebuilder:validation:items:MaxLength=63
+	// +kubebuilder:validation:XValidation:rule="self.all(z, z != '' && !format.labelValue().validate(z).hasValue())",message="simulated.zones: every zone must be a label value: at most 63 letters, digits, '-', '_' or '.', starting and ending with a letter or digit"
 	Zones []string `json:"zones,omitempty"`
 }
 
@@ -448,7 +454,10 @@ type NodeProviderStatus struct {
 }
 
 // NodeProvider says where machines come from. One provider serves many pools.
+// Its name is at most 63 characters: it is the value of the
+// claimscale.io/nodeprovider label on every node and claim it makes.
 //
+// +kubebuilder:validation:XValidation:rule="size(self.metadata.name) <= 63",message="metadata.name: a NodeProvider's name must be at most 63 characters, as it is a label value on its nodes and claims"
 // +kubebuilder:object:root=true
 // +kubebuilder:resource:scope=Cluster,shortName=np
 // +kubebuilder:subresource:status

@@ -160,13 +160,13 @@ func TestInvalidObjectsAreRejected(t *testing.T) {
 		{"no shapes at all", pool("  shapes: {}\n"), "exactly one of shapes.fixed or shapes.flexible must be set"},
 		{"flexible min cpu above max", pool("  shapes:\n    flexible: {minCPU: \"16\", maxCPU: \"8\", minMemory: 1Gi, maxMemory: 8Gi}\n"), "flexible minCPU must not exceed maxCPU"},
 		{"flexible min memory above max", pool("  shapes:\n    flexible: {minCPU: \"1\", maxCPU: \"8\", minMemory: 16Gi, maxMemory: 8Gi}\n"), "flexible minMemory must not exceed maxMemory"},
-		{"flexible zero step", pool("  shapes:\n    flexible: {minCPU: \"1\", maxCPU: \"8\", cpuStep: \"0\", minMemory: 1Gi, maxMemory: 8Gi}\n"), "flexible cpuStep must be greater than zero"},
+		{"flexible zero step", pool("  shapes:\n    flexible: {minCPU: \"1\", maxCPU: \"8\", cpuStep: \"0\", minMemory: 1Gi, maxMemory: 8Gi}\n"), "flexible cpuStep must be at least 1m"},
 		{"negative cpu limit", pool(fixedShapes + "  limits: {cpu: \"-4\"}\n"), "limits.cpu must not be negative"},
 		{"negative memory limit", pool(fixedShapes + "  limits: {memory: -1Gi}\n"), "limits.memory must not be negative"},
 		{"negative node limit", pool(fixedShapes + "  limits: {nodes: -1}\n"), "should be greater than or equal to 0"},
 		{"minNodes above the node limit", pool(fixedShapes + "  minNodes: 5\n  limits: {nodes: 3}\n"), "minNodes must not exceed limits.nodes"},
-		{"budget nodes neither count nor percent", pool(fixedShapes + "  disruption:\n    budgets: [{nodes: ten}]\n"), "spec.disruption.budgets[0].nodes"},
-		{"budget percent above 100", pool(fixedShapes + "  disruption:\n    budgets: [{nodes: \"150%\"}]\n"), "spec.disruption.budgets[0].nodes"},
+		{"budget nodes neither count nor percent", pool(fixedShapes + "  disruption:\n    budgets: [{nodes: ten}]\n"), "spec.disruption.budgets[0].nodes: Invalid value: \"ten\": budget nodes must be a count of at most 9 digits"},
+		{"budget percent above 100", pool(fixedShapes + "  disruption:\n    budgets: [{nodes: \"150%\"}]\n"), "budget nodes must be a count of at most 9 digits, such as 3, or a percentage of at most 100%"},
 		{"budget schedule without duration", pool(fixedShapes + "  disruption:\n    budgets: [{nodes: \"1\", schedule: \"@daily\"}]\n"), "a budget's schedule and duration must be set together"},
 		{"unknown budget reason", pool(fixedShapes + "  disruption:\n    budgets: [{nodes: \"1\", reasons: [Bored]}]\n"), `Unsupported value: "Bored"`},
 		{"unknown consolidation policy", pool(fixedShapes + "  disruption: {consolidationPolicy: Always}\n"), `Unsupported value: "Always"`},
@@ -180,6 +180,7 @@ func TestInvalidObjectsAreRejected(t *testing.T) {
 		{"claim with zero cpu", claim("{name: small, cpu: \"0\", memory: 4Gi}"), "shape cpu and memory must be greater than zero"},
 		{"claim without shape name", claim("{cpu: \"2\", memory: 4Gi}"), "spec.shape.name: Required value"},
 	}
+	tests = append(tests, badInputCases()...)
 	ctx := context.Background()
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

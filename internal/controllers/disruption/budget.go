@@ -52,31 +52,66 @@ func appliesTo(budget v1alpha1.Budget, reason v1alpha1.DisruptionReason) bool {
 }
 
 // activeAt reports whether a scheduled budget's window covers now: the
-// schedule fired within the last duration.
+// schedule fired within the last duration. A schedule that does not parse,
+// that never fires (30 February), or a duration that is not positive, is
+// an error: the budget cannot say when it holds, so the caller lets the
+// pool disrupt nothing rather than guess. (A never-firing schedule once
+// counted as always active.)
 func activeAt(budget v1alpha1.Budget, now time.Time) (bool, error) {
 	if budget.Schedule == nil || budget.Duration == nil {
 		return true, nil
 	}
-	schedule, err := cron.ParseStandard(*budget.Schedule)
+	schedule, err := parseSchedule(*budget.Schedule)
 	if err != nil {
-		return false, fmt.Errorf("parsing schedule %q: %w", *budget.Schedule, err)
+		return false, err
+	}
+	if budget.Duration.Duration <= 0 {
+		return false, fmt.Errorf("duration %s must be positive", budget.Duration.Duration)
 	}
 	now = now.UTC()
 	windowStart := schedule.Next(now.Add(-budget.Duration.Duration))
+	if windowStart.IsZero() {
+		// Next found no time within five years of the window's start.
+		// Ask again from now: a window that began before a year the
+		// schedule reaches is no proof that it never fires.
+		if schedule.Next(now).IsZero() {
+			return false, fmt.Errorf("schedule %q never fires", *budget.Schedule)
+		}
+		return false, nil
+	}
 	return !windowStart.After(now), nil
 }
 
+// parseSchedule reads a budget's schedule: a five-field cron expression or
+// a descriptor such as @daily, in UTC. robfig/cron would also take a time
+// zone prefix (CRON_TZ=, TZ=) and @every; the API admits neither, and
+// neither means anything for a budget that is in UTC by definition.
+func parseSchedule(spec string) (cron.Schedule, error) {
+	trimmed := strings.TrimSpace(spec)
+	if strings.HasPrefix(trimmed, "TZ=") || strings.HasPrefix(trimmed, "CRON_TZ=") || strings.HasPrefix(trimmed, "@every") {
+		return nil, fmt.Errorf("parsing schedule %q: time zones and @every are not budget schedules", spec)
+	}
+	schedule, err := cron.ParseStandard(trimmed)
+	if err != nil {
+		return nil, fmt.Errorf("parsing schedule %q: %w", spec, err)
+	}
+	return schedule, nil
+}
+
+// budgetNodes reads a budget's nodes: a count, or a percentage (0% to
+// 100%) of totalNodes rounded up, so a budget above zero always lets at
+// least one node go.
 func budgetNodes(value string, totalNodes int) (int, error) {
 	if percent, ok := strings.CutSuffix(value, "%"); ok {
 		p, err := strconv.Atoi(percent)
-		if err != nil {
-			return 0, fmt.Errorf("parsing nodes %q: %w", value, err)
+		if err != nil || p < 0 || p > 100 {
+			return 0, fmt.Errorf("nodes %q is not a percentage from 0%% to 100%%", value)
 		}
-		return int(math.Ceil(float64(p) * float64(totalNodes) / 100)), nil
+		return (p*max(totalNodes, 0) + 99) / 100, nil
 	}
 	n, err := strconv.Atoi(value)
-	if err != nil {
-		return 0, fmt.Errorf("parsing nodes %q: %w", value, err)
+	if err != nil || n < 0 {
+		return 0, fmt.Errorf("nodes %q is not a count of nodes", value)
 	}
 	return n, nil
 }
@@ -97,17 +132,18 @@ var budgetReasons = []v1alpha1.DisruptionReason{
 
 // newLedger works out each pool's budgets now. total is each pool's
 // claims, those being deleted included; disrupting those being deleted or
-// chosen for removal. A pool whose budget cannot be read allows nothing.
-func newLedger(pools []*v1alpha1.NodePool, total, disrupting map[string]int, now time.Time) (*ledger, []error) {
+// chosen for removal. A pool whose budget cannot be read allows nothing;
+// why is returned by pool name.
+func newLedger(pools []*v1alpha1.NodePool, total, disrupting map[string]int, now time.Time) (*ledger, map[string]error) {
 	l := &ledger{allowed: map[string]map[v1alpha1.DisruptionReason]int{}, disrupting: map[string]int{}}
-	var errs []error
+	errs := map[string]error{}
 	for _, pool := range pools {
 		l.allowed[pool.Name] = map[v1alpha1.DisruptionReason]int{}
 		l.disrupting[pool.Name] = disrupting[pool.Name]
 		for _, reason := range budgetReasons {
 			allowed, err := AllowedDisruptions(pool, reason, total[pool.Name], now)
 			if err != nil {
-				errs = append(errs, err)
+				errs[pool.Name] = err
 				allowed = 0
 			}
 			l.allowed[pool.Name][reason] = allowed

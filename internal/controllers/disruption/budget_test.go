@@ -1,11 +1,14 @@
 package disruption
 
 import (
+	"context"
 	"math"
+	"strings"
 	"testing"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/events"
 
 	"github.com/claimscale/claimscale/api/v1alpha1"
 )
@@ -46,12 +49,79 @@ func TestAllowedDisruptions(t *testing.T) {
 	}
 }
 
-func TestAllowedDisruptionsRejectsABadSchedule(t *testing.T) {
+func TestAllowedDisruptionsRejectsWhatItCannotRead(t *testing.T) {
+	hour := &metav1.Duration{Duration: time.Hour}
+	monday10 := time.Date(2026, 11, 23, 10, 0, 0, 0, time.UTC)
+	tests := []struct {
+		name   string
+		budget v1alpha1.Budget
+		want   string
+	}{
+		{"a malformed schedule", v1alpha1.Budget{Nodes: "1", Schedule: ptr("every tuesday"), Duration: hour}, "parsing schedule"},
+		{"a schedule that never fires", v1alpha1.Budget{Nodes: "1", Schedule: ptr("0 0 30 2 *"), Duration: hour}, `schedule "0 0 30 2 *" never fires`},
+		{"a schedule on 31 April", v1alpha1.Budget{Nodes: "1", Schedule: ptr("0 0 31 apr *"), Duration: hour}, "never fires"},
+		{"a schedule with a time zone", v1alpha1.Budget{Nodes: "1", Schedule: ptr("CRON_TZ=Europe/Zurich 0 9 * * *"), Duration: hour}, "time zones and @every"},
+		{"a schedule of @every", v1alpha1.Budget{Nodes: "1", Schedule: ptr("@every 1h"), Duration: hour}, "time zones and @every"},
+		{"a duration of zero", v1alpha1.Budget{Nodes: "1", Schedule: ptr("@daily"), Duration: &metav1.Duration{}}, "must be positive"},
+		{"a percentage above 100", v1alpha1.Budget{Nodes: "150%"}, "not a percentage from 0% to 100%"},
+		{"a negative percentage", v1alpha1.Budget{Nodes: "-5%"}, "not a percentage"},
+		{"a negative count", v1alpha1.Budget{Nodes: "-1"}, "not a count of nodes"},
+		{"a count beyond an int", v1alpha1.Budget{Nodes: "99999999999999999999"}, "not a count of nodes"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			pool := &v1alpha1.NodePool{Spec: v1alpha1.NodePoolSpec{Disruption: v1alpha1.Disruption{Budgets: []v1alpha1.Budget{tt.budget}}}}
+			_, err := AllowedDisruptions(pool, v1alpha1.DisruptionReasonEmpty, 3, monday10)
+			if err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Fatalf("got error %v, want one containing %q", err, tt.want)
+			}
+		})
+	}
+}
+
+// A schedule that fires only in leap years is rare, not broken.
+func TestAScheduleOnTheLeapDayHoldsOnlyThen(t *testing.T) {
 	pool := &v1alpha1.NodePool{Spec: v1alpha1.NodePoolSpec{Disruption: v1alpha1.Disruption{Budgets: []v1alpha1.Budget{
-		{Nodes: "1", Schedule: ptr("every tuesday"), Duration: &metav1.Duration{Duration: time.Hour}},
+		{Nodes: "5"},
+		{Nodes: "0", Schedule: ptr("0 0 29 2 *"), Duration: &metav1.Duration{Duration: 24 * time.Hour}},
 	}}}}
-	if _, err := AllowedDisruptions(pool, v1alpha1.DisruptionReasonEmpty, 3, time.Now()); err == nil {
-		t.Fatal("a malformed schedule was accepted")
+	for now, want := range map[time.Time]int{
+		time.Date(2028, 2, 29, 12, 0, 0, 0, time.UTC):  0,
+		time.Date(2028, 3, 1, 12, 0, 0, 0, time.UTC):   5,
+		time.Date(2026, 11, 23, 10, 0, 0, 0, time.UTC): 5,
+	} {
+		got, err := AllowedDisruptions(pool, v1alpha1.DisruptionReasonEmpty, 10, now)
+		if err != nil {
+			t.Fatalf("at %s: %v", now, err)
+		}
+		if got != want {
+			t.Fatalf("at %s: allowed %d, want %d", now, got, want)
+		}
+	}
+}
+
+// A pool whose budget cannot be read says so on the pool, once per
+// eventRepeat, not every round.
+func TestABudgetThatCannotBeReadIsReportedOnThePool(t *testing.T) {
+	now := time.Date(2026, 11, 23, 10, 0, 0, 0, time.UTC)
+	pool := &v1alpha1.NodePool{ObjectMeta: metav1.ObjectMeta{Name: "p", UID: "uid-p"}, Spec: v1alpha1.NodePoolSpec{Disruption: v1alpha1.Disruption{Budgets: []v1alpha1.Budget{
+		{Nodes: "1", Schedule: ptr("0 0 31 2 *"), Duration: &metav1.Duration{Duration: time.Hour}},
+	}}}}
+	recorder := events.NewFakeRecorder(10)
+	c := &Controller{Recorder: recorder, events: newEventMemo(eventRepeat)}
+	s := &state{now: now, pools: map[string]*poolInfo{"p": {pool: pool}}}
+	for round := 0; round < 3; round++ {
+		_, errs := newLedger([]*v1alpha1.NodePool{pool}, map[string]int{"p": 4}, nil, now)
+		c.reportBudgetErrors(context.Background(), s, errs)
+	}
+	if got := len(recorder.Events); got != 1 {
+		t.Fatalf("%d events after three rounds, want 1", got)
+	}
+	event := <-recorder.Events
+	for _, want := range []string{"Warning", eventInvalidBudget, "never fires", "disrupts no node"} {
+		if !strings.Contains(event, want) {
+			t.Fatalf("event %q lacks %q", event, want)
+		}
 	}
 }
 
@@ -80,6 +150,7 @@ func TestLedger(t *testing.T) {
 		{"a budget for Drifted holds drift", pool("p", v1alpha1.Budget{Nodes: "0", Reasons: drifted}), 6, 0, 0, v1alpha1.DisruptionReasonDrifted, 0},
 		{"disruptions for one reason count against another's budget", pool("p", v1alpha1.Budget{Nodes: "1", Reasons: drifted}), 6, 1, 0, v1alpha1.DisruptionReasonDrifted, 0},
 		{"a budget that cannot be read allows nothing", pool("p", v1alpha1.Budget{Nodes: "1", Schedule: ptr("never"), Duration: &metav1.Duration{Duration: time.Hour}}), 6, 0, 0, v1alpha1.DisruptionReasonEmpty, 0},
+		{"a budget that never fires allows nothing, not everything", pool("p", v1alpha1.Budget{Nodes: "3"}, v1alpha1.Budget{Nodes: "100%", Schedule: ptr("0 0 30 2 *"), Duration: &metav1.Duration{Duration: time.Hour}}), 6, 0, 0, v1alpha1.DisruptionReasonEmpty, 0},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -123,9 +123,7 @@ func (c *Controller) Reconcile(ctx context.Context) error {
 	candidates := s.candidates()
 	pools, total, disrupting := s.poolTotals()
 	budgets, errs := newLedger(pools, total, disrupting, s.now)
-	for _, err := range errs {
-		log.FromContext(ctx).Error(err, "reading a disruption budget; the pool disrupts nothing until it is fixed")
-	}
+	c.reportBudgetErrors(ctx, s, errs)
 	r := newRound(s, candidates, budgets, c.observeStability(s), c.memory)
 	cmd, err := r.decide(ctx)
 	c.report(ctx, s, r, budgets, total)
@@ -539,6 +537,22 @@ func (c *Controller) report(ctx context.Context, s *state, r *round, budgets *le
 		}
 	}
 	c.setMetrics(s, r, budgets, total)
+}
+
+// reportBudgetErrors says, in the log and in a warning event on the pool
+// (repeated only every eventRepeat), why a pool disrupts nothing.
+func (c *Controller) reportBudgetErrors(ctx context.Context, s *state, errs map[string]error) {
+	for name, err := range errs {
+		log.FromContext(ctx).Error(err, "reading a disruption budget; the pool disrupts nothing until it is fixed", "nodePool", name)
+		info, ok := s.pools[name]
+		if !ok {
+			continue
+		}
+		note := err.Error() + "; the pool disrupts no node until the budget is fixed"
+		if c.events.due(info.pool.UID, eventInvalidBudget, note, s.now) {
+			c.Recorder.Eventf(info.pool, nil, corev1.EventTypeWarning, eventInvalidBudget, "Disrupt", "%s", note)
+		}
+	}
 }
 
 // eventf records an event on the claim and, if there is one, on its node.

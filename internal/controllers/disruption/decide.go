@@ -33,6 +33,9 @@ type refusal struct {
 const (
 	eventBlocked          = "DisruptionBlocked"
 	eventUnconsolidatable = "Unconsolidatable"
+	// eventInvalidBudget, on a pool: a budget cannot be read, so the pool
+	// disrupts nothing.
+	eventInvalidBudget = "InvalidDisruptionBudget"
 )
 
 // round is one pass of decisions over a state. It talks to no API server:

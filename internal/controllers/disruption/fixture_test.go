@@ -155,8 +155,8 @@ func (f *fixture) round(s *state) *round {
 	}
 	pools, total, disrupting := s.poolTotals()
 	budgets, errs := newLedger(pools, total, disrupting, f.now)
-	if len(errs) > 0 {
-		panic(errs[0])
+	for _, err := range errs {
+		panic(err)
 	}
 	return newRound(s, s.candidates(), budgets, stable, newMemory(memoryBackoff))
 }

@@ -126,7 +126,7 @@ func boundAt(pod *corev1.Pod) time.Time {
 }
 
 // eventMemo keeps a refusal from becoming an event every round: the same
-// note about the same claim is repeated only after a while.
+// note about the same claim (or pool) is repeated only after a while.
 type eventMemo struct {
 	repeat time.Duration
 	last   map[string]time.Time
@@ -137,8 +137,8 @@ func newEventMemo(repeat time.Duration) *eventMemo {
 }
 
 // due says whether the event should go out now, and notes that it does.
-func (e *eventMemo) due(claim types.UID, reason, note string, now time.Time) bool {
-	key := string(claim) + "\x00" + reason + "\x00" + note
+func (e *eventMemo) due(object types.UID, reason, note string, now time.Time) bool {
+	key := string(object) + "\x00" + reason + "\x00" + note
 	if last, ok := e.last[key]; ok && now.Sub(last) < e.repeat {
 		return false
 	}

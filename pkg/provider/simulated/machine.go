@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"maps"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -162,6 +163,9 @@ func nodeResources(cpu, memory resource.Quantity, kubelet v1alpha1.KubeletConfig
 	}
 	allocatable = capacity.DeepCopy()
 	reserve := func(name corev1.ResourceName, q resource.Quantity) {
+		if q.Sign() <= 0 {
+			return // a negative reservation would add to capacity
+		}
 		left := allocatable[name]
 		left.Sub(q)
 		if left.Sign() < 0 {
@@ -190,15 +194,26 @@ func nodeResources(cpu, memory resource.Quantity, kubelet v1alpha1.KubeletConfig
 }
 
 // thresholdQuantity reads an eviction threshold, a quantity or a percentage
-// of capacity. One that does not parse reserves nothing (the API validates
-// the pattern).
+// of capacity, never below zero nor above capacity. One that does not
+// parse, or is negative or above 100%, reserves nothing (the API refuses
+// those; a kubelet would not start with them).
 func thresholdQuantity(threshold string, capacity resource.Quantity) (resource.Quantity, bool) {
 	if percent, ok := strings.CutSuffix(threshold, "%"); ok {
 		p, err := strconv.ParseFloat(percent, 64)
-		if err != nil {
+		if err != nil || !(p >= 0 && p <= 100) { // NaN fails both
 			return resource.Quantity{}, false
 		}
-		return *resource.NewQuantity(int64(float64(capacity.Value())*p/100), capacity.Format), true
+		whole := max(capacity.Value(), 0)
+		part := float64(whole) * p / 100
+		if part >= float64(whole) {
+			// Also where float64 rounds a large capacity up past every
+			// int64.
+			return *resource.NewQuantity(whole, capacity.Format), true
+		}
+		return *resource.NewQuantity(int64(part), capacity.Format), true
+	}
+	if !thresholdSyntax.MatchString(threshold) {
+		return resource.Quantity{}, false
 	}
 	q, err := resource.ParseQuantity(threshold)
 	if err != nil {
@@ -206,6 +221,11 @@ func thresholdQuantity(threshold string, capacity resource.Quantity) (resource.Q
 	}
 	return q, true
 }
+
+// thresholdSyntax is the quantity form the API admits for an eviction
+// threshold (v1alpha1.EvictionThreshold): no sign, no exponent, whose
+// arithmetic can take seconds (1e33333336).
+var thresholdSyntax = regexp.MustCompile(`^[0-9]+(\.[0-9]+)?([KMGTPE]i?)?$`)
 
 // chooseZone picks the first of the provider's zones that the claim's zone
 // requirements admit, else the first zone. With no zones configured, a

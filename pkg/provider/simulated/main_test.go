@@ -2,6 +2,7 @@ package simulated
 
 import (
 	"encoding/json"
+	"flag"
 	"fmt"
 	"os"
 	"strings"
@@ -25,6 +26,13 @@ import (
 var env *testenv.Environment
 
 func TestMain(m *testing.M) {
+	flag.Parse()
+	if fuzzing() {
+		// The fuzz targets need no API server, and go test -fuzz starts
+		// one worker process per core: one control plane each would
+		// take the machine.
+		os.Exit(m.Run())
+	}
 	var err error
 	env, err = testenv.Start(testenv.Options{Kwok: true})
 	if err != nil {
@@ -36,6 +44,17 @@ func TestMain(m *testing.M) {
 		fmt.Fprintln(os.Stderr, "stopping the test control plane:", err)
 	}
 	os.Exit(code)
+}
+
+// fuzzing says whether this process only fuzzes: a -fuzz run, or one of
+// its workers.
+func fuzzing() bool {
+	for _, name := range []string{"test.fuzz", "test.fuzzworker"} {
+		if f := flag.Lookup(name); f != nil && f.Value.String() != "" && f.Value.String() != "false" {
+			return true
+		}
+	}
+	return false
 }
 
 // newNamespace makes a namespace for one test's machine records.

@@ -3,6 +3,7 @@ package simulated
 import (
 	"context"
 	"fmt"
+	"math"
 	"strconv"
 	"strings"
 
@@ -55,10 +56,16 @@ func fixedShapes(fixed []v1alpha1.Shape) ([]provider.Shape, error) {
 			incomplete = append(incomplete, s.Name)
 			continue
 		}
+		if err := machineSize("cpu", *s.CPU, maxCPU); err != nil {
+			return nil, fmt.Errorf("shape %s: %w", s.Name, err)
+		}
+		if err := machineSize("memory", *s.Memory, maxMemory); err != nil {
+			return nil, fmt.Errorf("shape %s: %w", s.Name, err)
+		}
 		price := sizePrice(*s.CPU, *s.Memory, defaultPricePerCPU, defaultPricePerGiB)
 		if s.Price != "" {
 			var err error
-			if price, err = strconv.ParseFloat(s.Price, 64); err != nil {
+			if price, err = parsePrice(s.Price, 0); err != nil {
 				return nil, fmt.Errorf("shape %s: price %q: %w", s.Name, s.Price, err)
 			}
 		}
@@ -77,6 +84,32 @@ func fixedShapes(fixed []v1alpha1.Shape) ([]provider.Shape, error) {
 	return shapes, nil
 }
 
+// The largest machine the API admits; a pool stored before the API said so
+// is refused here instead of overflowing the grid arithmetic.
+var (
+	maxCPU    = resource.MustParse(v1alpha1.MaxMachineCPU)
+	maxMemory = resource.MustParse(v1alpha1.MaxMachineMemory)
+)
+
+// machineSize checks that q is a size a machine can have: above zero and
+// at most limit.
+func machineSize(what string, q, limit resource.Quantity) error {
+	// The float first: comparing quantities of exponents like 1e33333336
+	// or 1e-33333336 exactly takes seconds, their floats are +Inf and 0.
+	approximate := q.AsApproximateFloat64()
+	if !(approximate > 0) {
+		return fmt.Errorf("%s %s must be greater than zero", what, q.String())
+	}
+	if approximate > 2*limit.AsApproximateFloat64() || q.Cmp(limit) > 0 {
+		return fmt.Errorf("%s %s is above the %s a machine may have", what, q.String(), limit.String())
+	}
+	return nil
+}
+
+// flexibleShapes expands a flexible range on the grid the scheduling
+// package sizes claims on: each axis's minimum, then every multiple of the
+// step above it up to the maximum. Every size a claim can ask for is in
+// the list unless the grid is thinned to MaxFlexibleShapes.
 func flexibleShapes(f *v1alpha1.FlexibleShape) ([]provider.Shape, error) {
 	cpuStep := resource.MustParse("1")
 	if f.CPUStep != nil {
@@ -94,25 +127,42 @@ func flexibleShapes(f *v1alpha1.FlexibleShape) ([]provider.Shape, error) {
 	if err != nil {
 		return nil, fmt.Errorf("pricePerGiB: %w", err)
 	}
-	// CPU in millicores and memory in bytes, so both are whole numbers.
-	cpus, err := newGrid(f.MinCPU.MilliValue(), f.MaxCPU.MilliValue(), cpuStep.MilliValue())
+	for _, size := range []struct {
+		what  string
+		q     resource.Quantity
+		limit resource.Quantity
+	}{
+		{"minCPU", f.MinCPU, maxCPU}, {"maxCPU", f.MaxCPU, maxCPU}, {"cpuStep", cpuStep, maxCPU},
+		{"minMemory", f.MinMemory, maxMemory}, {"maxMemory", f.MaxMemory, maxMemory}, {"memoryStep", memoryStep, maxMemory},
+	} {
+		if err := machineSize(size.what, size.q, size.limit); err != nil {
+			return nil, err
+		}
+	}
+	// CPU in millicores and memory in bytes, so both are whole numbers;
+	// within the bounds just checked both fit an int64 many times over.
+	// Minimums round up and maximums down, so every size lies in the range.
+	cpus, err := newGrid(f.MinCPU.MilliValue(), floorMilli(f.MaxCPU), cpuStep.MilliValue())
 	if err != nil {
 		return nil, fmt.Errorf("cpu %s to %s in steps of %s: %w", f.MinCPU.String(), f.MaxCPU.String(), cpuStep.String(), err)
 	}
-	memories, err := newGrid(f.MinMemory.Value(), f.MaxMemory.Value(), memoryStep.Value())
+	memories, err := newGrid(f.MinMemory.Value(), floorValue(f.MaxMemory), memoryStep.Value())
 	if err != nil {
 		return nil, fmt.Errorf("memory %s to %s in steps of %s: %w", f.MinMemory.String(), f.MaxMemory.String(), memoryStep.String(), err)
 	}
-	for cpus.size()*memories.size() > MaxFlexibleShapes {
+	// a*b > MaxFlexibleShapes, without the product: a fine memory grid can
+	// have 10^13 points.
+	for cpus.size() > MaxFlexibleShapes/memories.size() {
 		if cpus.size() >= memories.size() {
 			cpus.stride *= 2
 		} else {
 			memories.stride *= 2
 		}
 	}
-	var shapes []provider.Shape
-	for _, milli := range cpus.points() {
-		for _, bytes := range memories.points() {
+	cpuPoints, memoryPoints := cpus.points(), memories.points()
+	shapes := make([]provider.Shape, 0, len(cpuPoints)*len(memoryPoints))
+	for _, milli := range cpuPoints {
+		for _, bytes := range memoryPoints {
 			cpu := *resource.NewMilliQuantity(milli, resource.DecimalSI)
 			memory := *resource.NewQuantity(bytes, resource.BinarySI)
 			shapes = append(shapes, provider.Shape{
@@ -128,24 +178,50 @@ func flexibleShapes(f *v1alpha1.FlexibleShape) ([]provider.Shape, error) {
 	return shapes, nil
 }
 
-// grid is the multiples of step from min (rounded up) to max, of which every
-// stride-th is used, and always the last.
+// floorMilli is q in millicores, rounded down (MilliValue rounds up).
+func floorMilli(q resource.Quantity) int64 {
+	v := q.MilliValue()
+	if resource.NewMilliQuantity(v, q.Format).Cmp(q) > 0 {
+		v--
+	}
+	return v
+}
+
+// floorValue is q in whole units, rounded down (Value rounds up).
+func floorValue(q resource.Quantity) int64 {
+	v := q.Value()
+	if resource.NewQuantity(v, q.Format).Cmp(q) > 0 {
+		v--
+	}
+	return v
+}
+
+// grid is one axis of a flexible range: point 0 is the minimum, point i>0
+// the i-th multiple of step above it; of the n points every stride-th is
+// used, and always the last.
 type grid struct {
-	first, step, n, stride int64
+	minimum, step, n, stride int64
 }
 
 func newGrid(minimum, maximum, step int64) (grid, error) {
-	if step <= 0 {
+	switch {
+	case step <= 0:
 		return grid{}, fmt.Errorf("the step must be greater than zero")
+	case minimum <= 0:
+		return grid{}, fmt.Errorf("the minimum must be greater than zero")
+	case minimum > maximum:
+		return grid{}, fmt.Errorf("the minimum exceeds the maximum, in whole millicores or bytes")
 	}
-	first := (minimum + step - 1) / step * step
-	if first <= 0 {
-		first = step
+	// Divisions first: no sum or product here can overflow.
+	return grid{minimum: minimum, step: step, n: maximum/step - minimum/step + 1, stride: 1}, nil
+}
+
+// at is the size of point i.
+func (g grid) at(i int64) int64 {
+	if i == 0 {
+		return g.minimum
 	}
-	if first > maximum {
-		return grid{}, fmt.Errorf("no size on the step grid lies in the range")
-	}
-	return grid{first: first, step: step, n: (maximum-first)/step + 1, stride: 1}, nil
+	return (g.minimum/g.step + i) * g.step
 }
 
 // size is how many points points returns.
@@ -160,19 +236,28 @@ func (g grid) size() int64 {
 func (g grid) points() []int64 {
 	points := make([]int64, 0, g.size())
 	for i := int64(0); i < g.n; i += g.stride {
-		points = append(points, g.first+i*g.step)
+		points = append(points, g.at(i))
 	}
-	if last := g.first + (g.n-1)*g.step; points[len(points)-1] != last {
+	if last := g.at(g.n - 1); points[len(points)-1] != last {
 		points = append(points, last)
 	}
 	return points
 }
 
+// parsePrice reads an hourly price, fallback when unset. The API admits
+// only plain decimals; a price must be a finite number not below zero.
 func parsePrice(s string, fallback float64) (float64, error) {
 	if s == "" {
 		return fallback, nil
 	}
-	return strconv.ParseFloat(s, 64)
+	price, err := strconv.ParseFloat(s, 64)
+	if err != nil {
+		return 0, err
+	}
+	if math.IsNaN(price) || math.IsInf(price, 0) || price < 0 {
+		return 0, fmt.Errorf("%q is not a price", s)
+	}
+	return price, nil
 }
 
 // sizePrice is the hourly price of a size at the given unit prices.
