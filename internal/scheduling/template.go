@@ -148,7 +148,9 @@ func allocatableOf(pool *v1alpha1.NodePool, capacity corev1.ResourceList) (corev
 func evictionThreshold(v string, capacity resource.Quantity) (resource.Quantity, error) {
 	if p, ok := strings.CutSuffix(v, "%"); ok {
 		pct, err := strconv.ParseFloat(p, 64)
-		if err != nil || pct < 0 || pct > 100 {
+		// Written so that NaN, which compares false both ways, is refused
+		// too; it would read as -2^63 bytes.
+		if err != nil || !(pct >= 0 && pct <= 100) {
 			return resource.Quantity{}, fmt.Errorf("invalid percentage %q", v)
 		}
 		return *resource.NewQuantity(int64(float64(capacity.Value())*pct/100), resource.BinarySI), nil
