@@ -13,7 +13,6 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
-	"sigs.k8s.io/controller-runtime/pkg/metrics/filters"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"github.com/claimscale/claimscale/internal/externalgrpc"
@@ -78,13 +77,7 @@ func main() {
 	if simulatedProvider {
 		registry = operator.DefaultRegistry()
 	}
-	metrics := metricsserver.Options{BindAddress: metricsAddress, SecureServing: secureMetrics}
-	if secureMetrics {
-		// As Kubebuilder scaffolds it: a self-signed certificate, and each
-		// scrape's bearer token checked with a TokenReview and a
-		// SubjectAccessReview for GET /metrics.
-		metrics.FilterProvider = filters.WithAuthenticationAndAuthorization
-	}
+	metrics := operator.MetricsOptions(metricsAddress, secureMetrics)
 	if err := run(logger, operator.Options{
 		Mode: operator.Mode(mode), ClusterName: clusterName, Namespace: namespace,
 		BatchIdle: batchIdle, BatchMax: batchMax, GCInterval: gcInterval, GCGracePeriod: gcGrace,

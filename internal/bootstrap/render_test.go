@@ -8,6 +8,7 @@ import (
 	"crypto/x509"
 	"encoding/hex"
 	"encoding/pem"
+	"maps"
 	"slices"
 	"strings"
 	"testing"
@@ -100,7 +101,7 @@ func TestBuiltInTemplatesCarryTheTemplateNode(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if got := parseLabels(flags["node-labels"]); !mapsEqual(got, want.Labels) {
+			if got := parseLabels(flags["node-labels"]); !maps.Equal(got, want.Labels) {
 				t.Errorf("node labels %v, template node has %v", got, want.Labels)
 			}
 			wantTaints := append(slices.Clone(want.Spec.Taints), pool.Spec.Template.StartupTaints...)
@@ -298,18 +299,6 @@ func mustAtoi(t *testing.T, s string) int {
 		t.Fatal(err)
 	}
 	return int(q.Value())
-}
-
-func mapsEqual(a, b map[string]string) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for k, v := range a {
-		if w, ok := b[k]; !ok || w != v {
-			return false
-		}
-	}
-	return true
 }
 
 // A pool that sets no reservations or eviction thresholds gets none on the
