@@ -210,7 +210,7 @@ func TestExternalGRPCRegistrationTimeoutsAreReportedUntilTheAutoscalerDeletes(t 
 	defer s.cleanup()
 	s.createProvider(v1alpha1.SimulatedSettings{NeverRegisterPercent: 100})
 	s.createPool(func(pool *v1alpha1.NodePool) {
-		pool.Spec.RegistrationTimeout = &metav1.Duration{Duration: 3 * time.Second}
+		pool.Spec.RegistrationTimeout = &metav1.Duration{Duration: 5 * time.Second}
 	})
 	autoscaler := newFakeAutoscaler(t, s, serving)
 	ca := autoscaler.ca
