@@ -33,6 +33,9 @@ func (s *Simulator) Solve(ctx context.Context, pending []*corev1.Pod) (Result, e
 	if err := r.pack(items); err != nil {
 		return Result{}, err
 	}
+	if err := r.repack(classesOf(items)); err != nil {
+		return Result{}, err
+	}
 	return r.result()
 }
 
@@ -97,6 +100,19 @@ func (s *Simulator) SimulateRemoval(ctx context.Context, nodes []string, replace
 		return RemovalResult{}, err
 	}
 	return RemovalResult{Placements: r.placements, Unschedulable: r.unschedulable}, nil
+}
+
+// classesOf lists the classes of items in order of first appearance.
+func classesOf(items []item) []*podClass {
+	var out []*podClass
+	seen := map[*podClass]bool{}
+	for _, it := range items {
+		if !seen[it.cls] {
+			seen[it.cls] = true
+			out = append(out, it.cls)
+		}
+	}
+	return out
 }
 
 type item struct {
