@@ -79,6 +79,10 @@ type repackShape struct {
 	pods int64
 	// admits, by local class index: 1 yes, -1 no, 0 not yet asked.
 	admits []int8
+	// greedy is set when no larger shape is as cheap per unit of every
+	// resource: only those are worth filling, a smaller one of the same
+	// make only ends a solution.
+	greedy bool
 }
 
 type repackNode struct {
@@ -119,7 +123,7 @@ func (r *round) repackGroup(k zoneKey, nodes []*simNode) error {
 		}
 		total = total.add(cls[i].req.scale(counts[i]))
 	}
-	shapes, err := r.repackShapes(p, k.zone, len(cls))
+	shapes, err := r.repackShapes(p, k.zone, len(cls), len(nodes))
 	if err != nil {
 		return err
 	}
@@ -161,6 +165,10 @@ func (r *round) buildNodes(shapes []*repackShape, cls []*podClass, counts0 []int
 	for _, c := range counts {
 		left += c
 	}
+	var rest vec
+	for i, c := range counts {
+		rest = rest.add(cls[i].req.scale(c))
+	}
 	var built, done []repackNode
 	var cost float64
 	doneCost := math.Inf(1)
@@ -168,17 +176,26 @@ func (r *round) buildNodes(shapes []*repackShape, cls []*podClass, counts0 []int
 		var best, last repackNode
 		bestScore, bestValue := math.Inf(1), 0.0
 		for _, sh := range shapes {
+			// Shapes come cheapest first: the first to hold all that is
+			// left is the cheapest last node.
+			if last.shape == nil && rest.le(sh.eff) && int64(left) <= sh.pods {
+				holds, err := r.repackAdmitsAll(sh, cls, counts)
+				if err != nil {
+					return nil, 0, err
+				}
+				if holds {
+					last = repackNode{sh, append([]int(nil), counts...)}
+				}
+			}
+			if !sh.greedy {
+				continue
+			}
 			fill, used, n, err := r.fillShape(sh, cls, counts)
 			if err != nil {
 				return nil, 0, err
 			}
 			if n == 0 {
 				continue
-			}
-			// Shapes come cheapest first: the first to take all is the
-			// cheapest last node.
-			if n == left && last.shape == nil {
-				last = repackNode{sh, fill}
 			}
 			value := lc*float64(used.cpu) + lm*float64(used.mem)
 			if value <= 0 {
@@ -200,6 +217,7 @@ func (r *round) buildNodes(shapes []*repackShape, cls []*podClass, counts0 []int
 		for i, c := range best.counts {
 			counts[i] -= c
 			left -= c
+			rest = rest.sub(cls[i].req.scale(c))
 		}
 		built = append(built, best)
 		cost += best.shape.si.shape.Price
@@ -219,6 +237,9 @@ func fewerOrCheaper(nodes int, cost float64, thanNodes int, thanCost float64) bo
 	return cost < thanCost
 }
 
+// allShapesBudget bounds shapes × nodes for filling every shape.
+const allShapesBudget = 1024
+
 // podRef is a run of one class's pods on a node.
 type podRef struct {
 	n      *simNode
@@ -226,8 +247,9 @@ type podRef struct {
 }
 
 // repackShapes lists the pool's shapes in a zone that no other shape beats
-// on price and every resource, cheapest first.
-func (r *round) repackShapes(p *poolState, zone string, nClasses int) ([]*repackShape, error) {
+// on price and every resource, cheapest first. Few nodes fill every shape;
+// more fill only the shapes no larger one matches per unit.
+func (r *round) repackShapes(p *poolState, zone string, nClasses, nodes int) ([]*repackShape, error) {
 	var out []*repackShape
 	for _, si := range p.shapes {
 		t, err := r.s.template(r.ctx, p, si, zone)
@@ -249,6 +271,19 @@ func (r *round) repackShapes(p *poolState, zone string, nClasses int) ([]*repack
 		if !beaten {
 			sh.admits = make([]int8, nClasses)
 			out = append(out, sh)
+		}
+	}
+	for _, sh := range out {
+		sh.greedy = true
+		if len(out)*nodes <= allShapesBudget {
+			continue
+		}
+		for _, o := range out {
+			if o != sh && sh.eff.le(o.eff) && sh.pods <= o.pods &&
+				o.si.shape.Price <= sh.si.shape.Price*min(float64(o.eff.cpu)/float64(sh.eff.cpu), float64(o.eff.mem)/float64(sh.eff.mem))*(1+1e-3) {
+				sh.greedy = false
+				break
+			}
 		}
 	}
 	return out, nil
@@ -302,30 +337,27 @@ func (r *round) fillShape(sh *repackShape, cls []*podClass, counts []int) ([]int
 	for slots > 0 {
 		room := sh.eff.sub(used)
 		rc, rm := float64(room.cpu)/float64(sh.eff.cpu), float64(room.mem)/float64(sh.eff.mem)
-		pick, pickScore, pickFit := -1, -1.0, 0
+		pick, pickScore := -1, -1.0
 		for i, c := range cls {
-			if counts[i]-fill[i] == 0 {
+			if counts[i]-fill[i] == 0 || !c.req.le(room) {
 				continue
 			}
-			fit := min(fitCount(room, slots, c.req), counts[i]-fill[i])
-			if fit == 0 {
+			score := float64(c.req.cpu)/float64(sh.eff.cpu)*rc + float64(c.req.mem)/float64(sh.eff.mem)*rm
+			if score <= pickScore {
 				continue
 			}
 			ok, err := r.repackAdmits(sh, c, i)
 			if err != nil {
 				return nil, vec{}, 0, err
 			}
-			if !ok {
-				continue
-			}
-			score := float64(c.req.cpu)/float64(sh.eff.cpu)*rc + float64(c.req.mem)/float64(sh.eff.mem)*rm
-			if score > pickScore {
-				pick, pickScore, pickFit = i, score, fit
+			if ok {
+				pick, pickScore = i, score
 			}
 		}
 		if pick < 0 {
 			break
 		}
+		pickFit := min(fitCount(room, slots, cls[pick].req), counts[pick]-fill[pick])
 		// Half of what fits at a time: the room left changes which
 		// class matches best.
 		k := max(1, pickFit/2)
@@ -335,6 +367,20 @@ func (r *round) fillShape(sh *repackShape, cls []*podClass, counts []int) ([]int
 		n += k
 	}
 	return fill, used, n, nil
+}
+
+// repackAdmitsAll reports whether a shape admits every class with pods
+// counted.
+func (r *round) repackAdmitsAll(sh *repackShape, cls []*podClass, counts []int) (bool, error) {
+	for i, c := range cls {
+		if counts[i] == 0 {
+			continue
+		}
+		if ok, err := r.repackAdmits(sh, c, i); err != nil || !ok {
+			return false, err
+		}
+	}
+	return true, nil
 }
 
 func (r *round) repackAdmits(sh *repackShape, c *podClass, i int) (bool, error) {

@@ -91,18 +91,22 @@ func constrainedWorkload(n int) (Cluster, []*corev1.Pod) {
 
 // complementaryWorkload is plain pods, some cpu-heavy and some
 // memory-heavy, on the 400-shape catalog: the cost case.
-func complementaryWorkload() (Cluster, []*corev1.Pod) {
+func complementaryWorkload() (Cluster, []*corev1.Pod) { return complementaryDeployments(20) }
+
+// complementaryDeployments is the cost case with n Deployments (200 make
+// about 5,400 pods).
+func complementaryDeployments(n int) (Cluster, []*corev1.Pod) {
 	c := Cluster{Pools: []Pool{nodePool("default", catalog(400))}}
 	rnd := lcg(5)
 	var pending []*corev1.Pod
-	for d := 0; d < 20; d++ {
+	for d := 0; d < n; d++ {
 		var cpu, mem string
 		if d%2 == 0 {
 			cpu, mem = fmt.Sprintf("%dm", 2000+rnd.next(8)*500), fmt.Sprintf("%dMi", 512*(1+rnd.next(4)))
 		} else {
 			cpu, mem = fmt.Sprintf("%dm", 250+rnd.next(8)*50), fmt.Sprintf("%dMi", 8192+4096*rnd.next(8))
 		}
-		pending = append(pending, pods(15+rnd.next(25), fmt.Sprintf("mix-%02d", d), cpu, mem)...)
+		pending = append(pending, pods(15+rnd.next(25), fmt.Sprintf("mix-%03d", d), cpu, mem)...)
 	}
 	return c, pending
 }
@@ -187,6 +191,11 @@ func BenchmarkConstrained5k(b *testing.B) {
 
 func BenchmarkComplementary(b *testing.B) {
 	c, p := complementaryWorkload()
+	benchmarkSolve(b, c, p)
+}
+
+func BenchmarkComplementary5k(b *testing.B) {
+	c, p := complementaryDeployments(200)
 	benchmarkSolve(b, c, p)
 }
 
