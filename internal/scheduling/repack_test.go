@@ -49,7 +49,7 @@ func packOnly(t *testing.T, s *Simulator, pending []*corev1.Pod) Result {
 	s.snap.Fork()
 	defer s.snap.Revert()
 	r := s.newRound(context.Background(), s.base, true)
-	items, err := s.classify(pending)
+	items, err := s.classify(pending, true)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -22,13 +22,7 @@ func (s *Simulator) Solve(ctx context.Context, pending []*corev1.Pod) (Result, e
 	s.snap.Fork()
 	defer s.snap.Revert()
 	r := s.newRound(ctx, s.base, true)
-	unbound := make([]*corev1.Pod, 0, len(pending))
-	for _, p := range pending {
-		if p.Spec.NodeName == "" {
-			unbound = append(unbound, p)
-		}
-	}
-	items, err := s.classify(unbound)
+	items, err := s.classify(pending, true)
 	if err != nil {
 		return Result{}, err
 	}
@@ -94,7 +88,7 @@ func (s *Simulator) SimulateRemoval(ctx context.Context, nodes []string, replace
 		keep = append(keep, n)
 	}
 	r := s.newRound(ctx, keep, false)
-	items, err := s.classify(displaced)
+	items, err := s.classify(displaced, false)
 	if err != nil {
 		return RemovalResult{}, err
 	}
@@ -126,12 +120,22 @@ type item struct {
 // simple, and orders the pods for packing: by priority, then the classes
 // whose pods exclude each other from a node, then those with hard spread
 // constraints, then by dominant resource share, largest first.
-func (s *Simulator) classify(pods []*corev1.Pod) ([]item, error) {
+//
+// Terminated pods are left out, and with unboundOnly pods bound to a node.
+func (s *Simulator) classify(pods []*corev1.Pod, unboundOnly bool) ([]item, error) {
 	cl := newClassifier()
-	live := make([]*corev1.Pod, 0, len(pods))
-	for _, p := range pods {
-		if !Terminated(p) {
-			live = append(live, p)
+	skip := func(p *corev1.Pod) bool { return Terminated(p) || unboundOnly && p.Spec.NodeName != "" }
+	// Most often every pod is kept: no copy then.
+	live := pods
+	for i, p := range pods {
+		if skip(p) {
+			live = append(make([]*corev1.Pod, 0, len(pods)), pods[:i]...)
+			for _, p := range pods[i+1:] {
+				if !skip(p) {
+					live = append(live, p)
+				}
+			}
+			break
 		}
 	}
 	classes, err := cl.classifyAll(live)
@@ -246,6 +250,9 @@ func sortedByName(items []item) bool {
 
 func (r *round) result() (Result, error) {
 	res := Result{Placements: r.placements, Unschedulable: r.unschedulable}
+	if len(r.opened) > 0 {
+		res.NewNodes = make([]NewNode, 0, len(r.opened))
+	}
 	for _, n := range r.opened {
 		p := n.pool
 		nn := NewNode{Name: n.name, Pool: p.name, Zone: n.zone, Pods: n.pods, Requests: n.podReq.list()}
