@@ -55,7 +55,8 @@ func (r *round) repack(classes []*podClass) error {
 func (r *round) movableClasses(classes []*podClass) map[*podClass]bool {
 	free := map[*podClass]bool{}
 	for _, c := range classes {
-		if !c.simple || c.scalar {
+		// A pod that selects on a node's name stays where it is.
+		if !c.simple || c.scalar || c.perNode {
 			continue
 		}
 		ok := true
