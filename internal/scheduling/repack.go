@@ -2,8 +2,10 @@ package scheduling
 
 import (
 	"math"
+	"runtime"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/client-go/util/workqueue"
 )
 
 // repack re-packs, per pool and zone, the new nodes that hold only pods
@@ -78,8 +80,9 @@ type repackShape struct {
 	t    *template
 	eff  vec
 	pods int64
-	// admits, by local class index: 1 yes, -1 no, 0 not yet asked.
-	admits []int8
+	// admits says, by local class index, whether the static filters admit
+	// the class.
+	admits []bool
 	// greedy is set when no larger shape is as cheap per unit of every
 	// resource: only those are worth filling, a smaller one of the same
 	// make only ends a solution.
@@ -124,7 +127,7 @@ func (r *round) repackGroup(k zoneKey, nodes []*simNode) error {
 		}
 		total = total.add(cls[i].req.scale(counts[i]))
 	}
-	shapes, err := r.repackShapes(p, k.zone, len(cls), len(nodes))
+	shapes, err := r.repackShapes(p, k.zone, cls, len(nodes))
 	if err != nil {
 		return err
 	}
@@ -137,15 +140,22 @@ func (r *round) repackGroup(k zoneKey, nodes []*simNode) error {
 	for _, sh := range shapes {
 		top = max(top, sh.si.shape.Price)
 	}
+	// The charges are tried on all cores; the answer is chosen in charge
+	// order, whatever the number of cores.
+	shares := []float64{0, 0.05, 0.15, 0.4, 1}
+	builds := make([][]repackNode, len(shares))
+	costs := make([]float64, len(shares))
+	workqueue.ParallelizeUntil(r.ctx, runtime.GOMAXPROCS(0), len(shares), func(i int) {
+		builds[i], costs[i] = buildNodes(shapes, cls, counts, len(nodes), oldCost*(1-1e-9), lc, lm, shares[i]*top)
+	})
+	if err := r.ctx.Err(); err != nil {
+		return err
+	}
 	var best []repackNode
 	bestCost := math.Inf(1)
-	for _, share := range []float64{0, 0.05, 0.15, 0.4, 1} {
-		built, cost, err := r.buildNodes(shapes, cls, counts, len(nodes), oldCost*(1-1e-9), lc, lm, share*top)
-		if err != nil {
-			return err
-		}
-		if built != nil && (best == nil || fewerOrCheaper(len(built), cost, len(best), bestCost)) {
-			best, bestCost = built, cost
+	for i, built := range builds {
+		if built != nil && (best == nil || fewerOrCheaper(len(built), costs[i], len(best), bestCost)) {
+			best, bestCost = built, costs[i]
 		}
 	}
 	if best == nil {
@@ -160,7 +170,7 @@ func (r *round) repackGroup(k zoneKey, nodes []*simNode) error {
 // there with the cheapest shape that holds it is a solution too; the
 // solution with the fewest nodes, then the cheapest, that costs less than
 // below is returned; nil when there is none.
-func (r *round) buildNodes(shapes []*repackShape, cls []*podClass, counts0 []int, limit int, below, lc, lm, charge float64) ([]repackNode, float64, error) {
+func buildNodes(shapes []*repackShape, cls []*podClass, counts0 []int, limit int, below, lc, lm, charge float64) ([]repackNode, float64) {
 	counts := append([]int(nil), counts0...)
 	left := 0
 	for _, c := range counts {
@@ -180,21 +190,14 @@ func (r *round) buildNodes(shapes []*repackShape, cls []*podClass, counts0 []int
 			// Shapes come cheapest first: the first to hold all that is
 			// left is the cheapest last node.
 			if last.shape == nil && rest.le(sh.eff) && int64(left) <= sh.pods {
-				holds, err := r.repackAdmitsAll(sh, cls, counts)
-				if err != nil {
-					return nil, 0, err
-				}
-				if holds {
+				if admitsAll(sh, counts) {
 					last = repackNode{sh, append([]int(nil), counts...)}
 				}
 			}
 			if !sh.greedy {
 				continue
 			}
-			fill, used, n, err := r.fillShape(sh, cls, counts)
-			if err != nil {
-				return nil, 0, err
-			}
+			fill, used, n := fillShape(sh, cls, counts)
 			if n == 0 {
 				continue
 			}
@@ -224,9 +227,9 @@ func (r *round) buildNodes(shapes []*repackShape, cls []*podClass, counts0 []int
 		cost += best.shape.si.shape.Price
 	}
 	if left == 0 && cost < below && (done == nil || fewerOrCheaper(len(built), cost, len(done), doneCost)) {
-		return built, cost, nil
+		return built, cost
 	}
-	return done, doneCost, nil
+	return done, doneCost
 }
 
 // fewerOrCheaper orders solutions by node count, then cost: a node more
@@ -250,7 +253,7 @@ type podRef struct {
 // repackShapes lists the pool's shapes in a zone that no other shape beats
 // on price and every resource, cheapest first. Few nodes fill every shape;
 // more fill only the shapes no larger one matches per unit.
-func (r *round) repackShapes(p *poolState, zone string, nClasses, nodes int) ([]*repackShape, error) {
+func (r *round) repackShapes(p *poolState, zone string, cls []*podClass, nodes int) ([]*repackShape, error) {
 	var out []*repackShape
 	for _, si := range p.shapes {
 		t, err := r.s.template(r.ctx, p, si, zone)
@@ -270,7 +273,14 @@ func (r *round) repackShapes(p *poolState, zone string, nClasses, nodes int) ([]
 			}
 		}
 		if !beaten {
-			sh.admits = make([]int8, nClasses)
+			sh.admits = make([]bool, len(cls))
+			for i, c := range cls {
+				st, err := r.s.templateVerdict(r.ctx, c, t)
+				if err != nil {
+					return nil, err
+				}
+				sh.admits[i] = st.IsSuccess()
+			}
 			out = append(out, sh)
 		}
 	}
@@ -330,7 +340,7 @@ func unitPrices(shapes []*repackShape, total vec) (float64, float64) {
 // fillShape fills one node of a shape from the pods left, taking at each
 // step the class that best matches the room left (normalised dot
 // product), so that cpu-heavy and memory-heavy pods share the node.
-func (r *round) fillShape(sh *repackShape, cls []*podClass, counts []int) ([]int, vec, int, error) {
+func fillShape(sh *repackShape, cls []*podClass, counts []int) ([]int, vec, int) {
 	fill := make([]int, len(cls))
 	var used vec
 	slots := sh.pods
@@ -344,14 +354,7 @@ func (r *round) fillShape(sh *repackShape, cls []*podClass, counts []int) ([]int
 				continue
 			}
 			score := float64(c.req.cpu)/float64(sh.eff.cpu)*rc + float64(c.req.mem)/float64(sh.eff.mem)*rm
-			if score <= pickScore {
-				continue
-			}
-			ok, err := r.repackAdmits(sh, c, i)
-			if err != nil {
-				return nil, vec{}, 0, err
-			}
-			if ok {
+			if score > pickScore && sh.admits[i] {
 				pick, pickScore = i, score
 			}
 		}
@@ -367,35 +370,17 @@ func (r *round) fillShape(sh *repackShape, cls []*podClass, counts []int) ([]int
 		slots -= int64(k)
 		n += k
 	}
-	return fill, used, n, nil
+	return fill, used, n
 }
 
-// repackAdmitsAll reports whether a shape admits every class with pods
-// counted.
-func (r *round) repackAdmitsAll(sh *repackShape, cls []*podClass, counts []int) (bool, error) {
-	for i, c := range cls {
-		if counts[i] == 0 {
-			continue
-		}
-		if ok, err := r.repackAdmits(sh, c, i); err != nil || !ok {
-			return false, err
+// admitsAll reports whether a shape admits every class with pods counted.
+func admitsAll(sh *repackShape, counts []int) bool {
+	for i, n := range counts {
+		if n > 0 && !sh.admits[i] {
+			return false
 		}
 	}
-	return true, nil
-}
-
-func (r *round) repackAdmits(sh *repackShape, c *podClass, i int) (bool, error) {
-	if sh.admits[i] == 0 {
-		st, err := r.s.templateVerdict(r.ctx, c, sh.t)
-		if err != nil {
-			return false, err
-		}
-		sh.admits[i] = -1
-		if st.IsSuccess() {
-			sh.admits[i] = 1
-		}
-	}
-	return sh.admits[i] > 0, nil
+	return true
 }
 
 // applyRepack gives the group's nodes, in order, the built contents; nodes
