@@ -155,26 +155,43 @@ func (c *classifier) classify(p *corev1.Pod) (*podClass, error) {
 	return c.classifyPrinted(p, fingerprint(p))
 }
 
-// classifyAll classifies pods, returning each one's class. Fingerprints,
-// and the comparison of each pod with the first pod of its fingerprint,
-// are independent per pod and run on every core; classes are made in pod
-// order, so the answer does not depend on how many cores there are.
+// classifyAll classifies pods, returning each one's class. Pods of one
+// Deployment often come in a row: a pod equal to the one before it takes
+// its class without a fingerprint. Fingerprints, and the comparison of
+// each other pod with the first pod of its fingerprint, are independent
+// per pod and run on every core; classes are made in pod order, so the
+// answer does not depend on how many cores there are.
 func (c *classifier) classifyAll(pods []*corev1.Pod) ([]*podClass, error) {
+	asPrev := make([]bool, len(pods))
 	fps := make([]uint64, len(pods))
-	parallelize(len(pods), func(i int) { fps[i] = fingerprint(pods[i]) })
+	parallelize(len(pods), func(i int) {
+		if asPrev[i] = i > 0 && sameClass(pods[i-1], pods[i]); !asPrev[i] {
+			fps[i] = fingerprint(pods[i])
+		}
+	})
 	first := make(map[uint64]int, 16)
 	for i, fp := range fps {
+		if asPrev[i] {
+			continue
+		}
 		if _, ok := first[fp]; !ok {
 			first[fp] = i
 		}
 	}
 	same := make([]bool, len(pods))
 	parallelize(len(pods), func(i int) {
+		if asPrev[i] {
+			return
+		}
 		j := first[fps[i]]
 		same[i] = j == i || sameClass(pods[j], pods[i])
 	})
 	out := make([]*podClass, len(pods))
 	for i, p := range pods {
+		if asPrev[i] {
+			out[i] = out[i-1]
+			continue
+		}
 		if j := first[fps[i]]; same[i] && j < i && out[j] != nil {
 			out[i] = out[j]
 			continue
@@ -456,10 +473,11 @@ func sameClass(a, b *corev1.Pod) bool {
 	if !mapsEqual(sa.NodeSelector, sb.NodeSelector) ||
 		corev1helpers.PodPriority(a) != corev1helpers.PodPriority(b) ||
 		sa.HostNetwork != sb.HostNetwork ||
-		!reflect.DeepEqual(sa.Affinity, sb.Affinity) ||
-		!reflect.DeepEqual(sa.Tolerations, sb.Tolerations) ||
-		!reflect.DeepEqual(sa.TopologySpreadConstraints, sb.TopologySpreadConstraints) ||
-		!reflect.DeepEqual(sa.ResourceClaims, sb.ResourceClaims) ||
+		!(sa.Affinity == nil && sb.Affinity == nil || reflect.DeepEqual(sa.Affinity, sb.Affinity)) ||
+		!(len(sa.Tolerations) == 0 && len(sb.Tolerations) == 0 || reflect.DeepEqual(sa.Tolerations, sb.Tolerations)) ||
+		!(len(sa.TopologySpreadConstraints) == 0 && len(sb.TopologySpreadConstraints) == 0 ||
+			reflect.DeepEqual(sa.TopologySpreadConstraints, sb.TopologySpreadConstraints)) ||
+		!(len(sa.ResourceClaims) == 0 && len(sb.ResourceClaims) == 0 || reflect.DeepEqual(sa.ResourceClaims, sb.ResourceClaims)) ||
 		!resourceListsEqual(sa.Overhead, sb.Overhead) {
 		return false
 	}
@@ -485,9 +503,32 @@ func mapsEqual(a, b map[string]string) bool {
 	return true
 }
 
+// commonResources are the resources most lists hold: looked up directly,
+// they spare a range over the map, whose random start is costly when
+// every pending pod is compared.
+var commonResources = [...]corev1.ResourceName{corev1.ResourceCPU, corev1.ResourceMemory, corev1.ResourceEphemeralStorage}
+
 func resourceListsEqual(a, b corev1.ResourceList) bool {
 	if len(a) != len(b) {
 		return false
+	}
+	if len(a) == 0 {
+		return true
+	}
+	found := 0
+	for _, k := range commonResources {
+		v, ok := a[k]
+		if !ok {
+			continue
+		}
+		w, ok := b[k]
+		if !ok || v.Cmp(w) != 0 {
+			return false
+		}
+		found++
+	}
+	if found == len(a) {
+		return true
 	}
 	for k, v := range a {
 		w, ok := b[k]
@@ -508,7 +549,8 @@ func containersEqual(a, b []corev1.Container) bool {
 	}
 	for i := range a {
 		ca, cb := &a[i], &b[i]
-		if !requirementsEqual(ca.Resources, cb.Resources) || !reflect.DeepEqual(ca.RestartPolicy, cb.RestartPolicy) {
+		if !requirementsEqual(ca.Resources, cb.Resources) ||
+			(ca.RestartPolicy == nil) != (cb.RestartPolicy == nil) || ca.RestartPolicy != nil && *ca.RestartPolicy != *cb.RestartPolicy {
 			return false
 		}
 		if len(ca.Ports) != len(cb.Ports) {

@@ -400,6 +400,11 @@ func (r *round) place(cls *podClass, n *simNode, pods []*corev1.Pod) (fwk.PodInf
 	}
 	n.ver++
 	n.pods = append(n.pods, pods...)
+	if k := len(n.segs); k > 0 && n.segs[k-1].cls == cls {
+		n.segs[k-1].n += len(pods)
+	} else {
+		n.segs = append(n.segs, podSeg{cls, len(pods)})
+	}
 	n.podReq = n.podReq.add(cls.req.scale(len(pods)))
 	n.nPods += int64(len(pods))
 	return last, r.narrow(cls, n)

@@ -217,15 +217,23 @@ func spreadsOverHostnames(pods []*corev1.Pod) bool {
 	return false
 }
 
-// The same input gives the same decision whatever the number of threads.
+// The same input gives the same decision whatever the number of threads:
+// constrained pods, and plain pods that are re-packed.
 func TestSolveIsDeterministicAcrossThreadCounts(t *testing.T) {
-	c, pending := constrainedWorkload(500)
-	decide := func(procs int) string {
-		defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(procs))
-		return describeResult(solve(t, c, pending))
-	}
-	one, many := decide(1), decide(8)
-	if one != many {
-		t.Errorf("GOMAXPROCS 1 and 8 decide differently:\n%s\nvs\n%s", one, many)
+	for name, workload := range map[string]func() (Cluster, []*corev1.Pod){
+		"constrained":   func() (Cluster, []*corev1.Pod) { return constrainedWorkload(500) },
+		"complementary": func() (Cluster, []*corev1.Pod) { return complementaryDeployments(60) },
+	} {
+		t.Run(name, func(t *testing.T) {
+			c, pending := workload()
+			decide := func(procs int) string {
+				defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(procs))
+				return describeResult(solve(t, c, pending))
+			}
+			one, many := decide(1), decide(8)
+			if one != many {
+				t.Errorf("GOMAXPROCS 1 and 8 decide differently:\n%s\nvs\n%s", one, many)
+			}
+		})
 	}
 }

@@ -60,19 +60,27 @@ type simNode struct {
 	// New nodes only: the zone, the shapes that still hold everything
 	// placed on it (cheapest first; nil for a flexible pool), the current
 	// flexible size, and what it holds.
-	zone     string
-	cands    []*shapeInfo
-	flex     [2]int
-	contrib  vec
-	podReq   vec
-	nPods    int64
-	pods     []*corev1.Pod
+	zone    string
+	cands   []*shapeInfo
+	flex    [2]int
+	contrib vec
+	podReq  vec
+	nPods   int64
+	pods    []*corev1.Pod
+	// segs says which class each run of pods is of.
+	segs     []podSeg
 	addedAt  int
 	maxAlloc vec
 	// ver counts changes to a new node's pods and shapes; front is the
 	// frontier of its shapes (nil: to compute).
 	ver   int
 	front []*shapeInfo
+}
+
+// podSeg is a run of a new node's pods of one class.
+type podSeg struct {
+	cls *podClass
+	n   int
 }
 
 // shapesChanged notes that a new node's shapes changed.

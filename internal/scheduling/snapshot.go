@@ -3,6 +3,7 @@ package scheduling
 import (
 	"errors"
 	"fmt"
+	"slices"
 
 	corev1 "k8s.io/api/core/v1"
 	schedulingv1alpha3 "k8s.io/api/scheduling/v1alpha3"
@@ -236,12 +237,36 @@ func (s *Snapshot) addPodInfos(infos []podInfo, nodeName string) error {
 	if err != nil {
 		return err
 	}
-	for i := range infos {
-		ni.AddPodInfo(&infos[i])
+	if len(infos) == 0 {
+		return nil
 	}
-	if len(infos) > 0 && hasAffinity(infos[0].pod) {
-		s.affinityValid = false
+	cls := infos[0].cls
+	if hasAffinity(infos[0].pod) || !cls.simple || cls.scalar {
+		for i := range infos {
+			ni.AddPodInfo(&infos[i])
+		}
+		if hasAffinity(infos[0].pod) {
+			s.affinityValid = false
+		}
+		return nil
 	}
+	// Pods of a simple class use no host ports, volumes or extended
+	// resources, and have no pod affinity: adding one changes only the
+	// pod list and the requested sums. All but the last are added in one
+	// step; AddPodInfo adds the last, which also moves the node's
+	// generation on.
+	k := int64(len(infos) - 1)
+	ni.Pods = slices.Grow(ni.Pods, len(infos))
+	for i := range infos[:k] {
+		ni.Pods = append(ni.Pods, &infos[i])
+	}
+	r := cls.res.Resource
+	ni.Requested.MilliCPU += k * r.GetMilliCPU()
+	ni.Requested.Memory += k * r.GetMemory()
+	ni.Requested.EphemeralStorage += k * r.GetEphemeralStorage()
+	ni.NonZeroRequested.MilliCPU += k * cls.res.Non0CPU
+	ni.NonZeroRequested.Memory += k * cls.res.Non0Mem
+	ni.AddPodInfo(&infos[k])
 	return nil
 }
 

@@ -1,6 +1,7 @@
 package scheduling
 
 import (
+	"reflect"
 	"slices"
 	"testing"
 
@@ -173,5 +174,39 @@ func TestSnapshotRejectsDuplicatesAndUnknowns(t *testing.T) {
 	ni, _ = s.NodeInfos().Get("n1")
 	if ni.GetAllocatable().GetMilliCPU() != 4000 {
 		t.Errorf("after revert n1 has %dm cpu, want 4000m", ni.GetAllocatable().GetMilliCPU())
+	}
+}
+
+// A batch of a simple class's pods leaves a node as adding them one by one
+// does: the same pods, requested sums and non-zero sums.
+func TestBatchOfSimplePodsAddsLikeOneByOne(t *testing.T) {
+	batch, single := NewSnapshot(), NewSnapshot()
+	for _, s := range []*Snapshot{batch, single} {
+		must(t, s.AddNode(node("n", "8", "32Gi", nil)))
+	}
+	ps := pods(5, "web", "300m", "1Gi")
+	ps = append(ps, pods(3, "best-effort", "0", "0")...)
+	for _, group := range [][]*corev1.Pod{ps[:5], ps[5:]} {
+		cls, err := newPodClass(0, group[0])
+		must(t, err)
+		cls.simple = true
+		infos := make([]podInfo, len(group))
+		for i, p := range group {
+			infos[i] = podInfo{pod: p, cls: cls}
+		}
+		must(t, batch.addPodInfos(infos, "n"))
+		for _, p := range group {
+			must(t, single.AddPod(p, "n"))
+		}
+	}
+	a, b := batch.lookup("n"), single.lookup("n")
+	if len(a.Pods) != len(b.Pods) || !reflect.DeepEqual(a.Requested, b.Requested) || !reflect.DeepEqual(a.NonZeroRequested, b.NonZeroRequested) {
+		t.Errorf("batch: %d pods, requested %+v, non-zero %+v; one by one: %d pods, requested %+v, non-zero %+v",
+			len(a.Pods), *a.Requested, *a.NonZeroRequested, len(b.Pods), *b.Requested, *b.NonZeroRequested)
+	}
+	for i := range a.Pods {
+		if a.Pods[i].GetPod() != b.Pods[i].GetPod() {
+			t.Errorf("pod %d: %s, want %s", i, a.Pods[i].GetPod().Name, b.Pods[i].GetPod().Name)
+		}
 	}
 }

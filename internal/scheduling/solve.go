@@ -1,9 +1,11 @@
 package scheduling
 
 import (
+	"cmp"
 	"context"
 	"fmt"
-	"sort"
+	"slices"
+	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	fwk "k8s.io/kube-scheduler/framework"
@@ -20,17 +22,14 @@ func (s *Simulator) Solve(ctx context.Context, pending []*corev1.Pod) (Result, e
 	s.snap.Fork()
 	defer s.snap.Revert()
 	r := s.newRound(ctx, s.base, true)
-	unbound := make([]*corev1.Pod, 0, len(pending))
-	for _, p := range pending {
-		if p.Spec.NodeName == "" {
-			unbound = append(unbound, p)
-		}
-	}
-	items, err := s.classify(unbound)
+	items, err := s.classify(pending, true)
 	if err != nil {
 		return Result{}, err
 	}
 	if err := r.pack(items); err != nil {
+		return Result{}, err
+	}
+	if err := r.repack(classesOf(items)); err != nil {
 		return Result{}, err
 	}
 	return r.result()
@@ -89,7 +88,7 @@ func (s *Simulator) SimulateRemoval(ctx context.Context, nodes []string, replace
 		keep = append(keep, n)
 	}
 	r := s.newRound(ctx, keep, false)
-	items, err := s.classify(displaced)
+	items, err := s.classify(displaced, false)
 	if err != nil {
 		return RemovalResult{}, err
 	}
@@ -97,6 +96,19 @@ func (s *Simulator) SimulateRemoval(ctx context.Context, nodes []string, replace
 		return RemovalResult{}, err
 	}
 	return RemovalResult{Placements: r.placements, Unschedulable: r.unschedulable}, nil
+}
+
+// classesOf lists the classes of items in order of first appearance.
+func classesOf(items []item) []*podClass {
+	var out []*podClass
+	seen := map[*podClass]bool{}
+	for _, it := range items {
+		if !seen[it.cls] {
+			seen[it.cls] = true
+			out = append(out, it.cls)
+		}
+	}
+	return out
 }
 
 type item struct {
@@ -108,21 +120,27 @@ type item struct {
 // simple, and orders the pods for packing: by priority, then the classes
 // whose pods exclude each other from a node, then those with hard spread
 // constraints, then by dominant resource share, largest first.
-func (s *Simulator) classify(pods []*corev1.Pod) ([]item, error) {
+//
+// Terminated pods are left out, and with unboundOnly pods bound to a node.
+func (s *Simulator) classify(pods []*corev1.Pod, unboundOnly bool) ([]item, error) {
 	cl := newClassifier()
-	live := make([]*corev1.Pod, 0, len(pods))
-	for _, p := range pods {
-		if !Terminated(p) {
-			live = append(live, p)
+	skip := func(p *corev1.Pod) bool { return Terminated(p) || unboundOnly && p.Spec.NodeName != "" }
+	// Most often every pod is kept: no copy then.
+	live := pods
+	for i, p := range pods {
+		if skip(p) {
+			live = append(make([]*corev1.Pod, 0, len(pods)), pods[:i]...)
+			for _, p := range pods[i+1:] {
+				if !skip(p) {
+					live = append(live, p)
+				}
+			}
+			break
 		}
 	}
 	classes, err := cl.classifyAll(live)
 	if err != nil {
 		return nil, err
-	}
-	items := make([]item, len(live))
-	for i, p := range live {
-		items[i] = item{p, classes[i]}
 	}
 	// A pod selected by someone's required anti-affinity depends on where
 	// that someone is, so it cannot skip the full framework.
@@ -144,36 +162,97 @@ func (s *Simulator) classify(pods []*corev1.Pod) ([]item, error) {
 		c.dominant = max(float64(c.req.cpu)/float64(s.ref.cpu), float64(c.req.mem)/float64(s.ref.mem))
 		c.exclusive = c.excludesItself(s.nsLabels[c.rep.Namespace])
 	}
-	sort.SliceStable(items, func(i, j int) bool {
-		a, b := items[i], items[j]
-		if a.cls.priority != b.cls.priority {
-			return a.cls.priority > b.cls.priority
+	// Sorting works on classes: their pods are gathered per class (one
+	// pass), classes are ordered, and pods are ordered by name only within
+	// a class, or within classes that tie.
+	count := make([]int, len(cl.classes)+1)
+	for _, c := range classes {
+		count[c.id+1]++
+	}
+	for i := 1; i < len(count); i++ {
+		count[i] += count[i-1]
+	}
+	byClass := make([]*corev1.Pod, len(live))
+	next := append([]int(nil), count[:len(cl.classes)]...)
+	for i, p := range live {
+		byClass[next[classes[i].id]] = p
+		next[classes[i].id]++
+	}
+	order := append([]*podClass(nil), cl.classes...)
+	slices.SortStableFunc(order, classOrder)
+	items := make([]item, 0, len(live))
+	for i := 0; i < len(order); {
+		j := i + 1
+		for j < len(order) && classOrder(order[i], order[j]) == 0 {
+			j++
 		}
-		// Pods that each need a node of their own decide how many nodes
-		// there are: they go first, and every other pod fills the room
-		// they leave. Placed later, they find the nodes full (often on
-		// pod slots or one resource) and open more.
-		if a.cls.exclusive != b.cls.exclusive {
-			return a.cls.exclusive
+		start := len(items)
+		for _, c := range order[i:j] {
+			for _, p := range byClass[count[c.id]:count[c.id+1]] {
+				items = append(items, item{p, c})
+			}
 		}
-		// Then pods that spread over zones: placed after plain pods they
-		// find the nodes of some zone full and open one there.
-		if sa, sb := len(a.cls.hardSpread) > 0, len(b.cls.hardSpread) > 0; sa != sb {
-			return sa
+		run := items[start:]
+		if j-i == 1 && sortedByName(run) {
+			i = j
+			continue
 		}
-		if a.cls.dominant != b.cls.dominant {
-			return a.cls.dominant > b.cls.dominant
-		}
-		if a.pod.Namespace != b.pod.Namespace {
-			return a.pod.Namespace < b.pod.Namespace
-		}
-		return a.pod.Name < b.pod.Name
-	})
+		// Names are unique in a namespace: no two pods tie.
+		slices.SortFunc(run, func(a, b item) int {
+			if a.pod.Namespace != b.pod.Namespace {
+				return strings.Compare(a.pod.Namespace, b.pod.Namespace)
+			}
+			return strings.Compare(a.pod.Name, b.pod.Name)
+		})
+		i = j
+	}
 	return items, nil
+}
+
+// classOrder orders classes for packing: by priority, then the classes
+// whose pods exclude each other from a node, then those with hard spread
+// constraints, then by dominant resource share, largest first.
+func classOrder(a, b *podClass) int {
+	if a.priority != b.priority {
+		return cmp.Compare(b.priority, a.priority)
+	}
+	// Pods that each need a node of their own decide how many nodes
+	// there are: they go first, and every other pod fills the room they
+	// leave. Placed later, they find the nodes full (often on pod slots
+	// or one resource) and open more.
+	if a.exclusive != b.exclusive {
+		if a.exclusive {
+			return -1
+		}
+		return 1
+	}
+	// Then pods that spread over zones: placed after plain pods they find
+	// the nodes of some zone full and open one there.
+	if sa, sb := len(a.hardSpread) > 0, len(b.hardSpread) > 0; sa != sb {
+		if sa {
+			return -1
+		}
+		return 1
+	}
+	return cmp.Compare(b.dominant, a.dominant)
+}
+
+// sortedByName reports whether items are in namespace and name order.
+func sortedByName(items []item) bool {
+	for i := 1; i < len(items); i++ {
+		a, b := items[i-1].pod, items[i].pod
+		if a.Namespace > b.Namespace || a.Namespace == b.Namespace && a.Name > b.Name {
+			return false
+		}
+	}
+	return true
 }
 
 func (r *round) result() (Result, error) {
 	res := Result{Placements: r.placements, Unschedulable: r.unschedulable}
+	if len(r.opened) > 0 {
+		res.NewNodes = make([]NewNode, 0, len(r.opened))
+	}
 	for _, n := range r.opened {
 		p := n.pool
 		nn := NewNode{Name: n.name, Pool: p.name, Zone: n.zone, Pods: n.pods, Requests: n.podReq.list()}

@@ -165,10 +165,7 @@ func evictionThreshold(v string, capacity resource.Quantity) (resource.Quantity,
 // addTemplateNode puts a node built from t into the snapshot under n's
 // name, with its own copies of t's DaemonSet pods.
 func (s *Simulator) addTemplateNode(n *simNode, t *template) error {
-	node, err := TemplateNode(t.pool.pool, t.shape.shape, t.zone, n.name)
-	if err != nil {
-		return err
-	}
+	node := t.named(n.name)
 	n.labels = node.Labels
 	n.ds = instantiate(t.ds, n.name)
 	infos := make([]fwk.PodInfo, 0, len(n.ds))
@@ -219,6 +216,22 @@ func (s *Simulator) template(ctx context.Context, p *poolState, si *shapeInfo, z
 	byShape[si.idx] = t
 	p.templates[zone] = byShape
 	return t, nil
+}
+
+// named is the template's node as a node named name: TemplateNode's
+// answer, without working the resources out again. The resource lists
+// and conditions are the template's own, which nothing changes.
+func (t *template) named(name string) *corev1.Node {
+	node := &corev1.Node{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: make(map[string]string, len(t.node.Labels))},
+		Spec:       t.node.Spec,
+		Status:     t.node.Status,
+	}
+	for k, v := range t.node.Labels {
+		node.Labels[k] = v
+	}
+	node.Labels[corev1.LabelHostname] = name
+	return node
 }
 
 // template is a pool's node for one shape and zone, before it has a name.
