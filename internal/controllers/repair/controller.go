@@ -58,9 +58,8 @@ const (
 	defaultAfter        = 10 * time.Minute
 	defaultMaxUnhealthy = "20%"
 	defaultBudget       = "1"
-	// A pool whose nodes are all healthy is looked at again this often at
-	// the latest: a lease that stops being renewed changes nothing a watch
-	// would see.
+	// A pool whose repair budget is spent is looked at again this often
+	// at the latest (a claim's deletion finishing also wakes it).
 	recheck = time.Minute
 )
 
@@ -157,21 +156,19 @@ func (c *Controller) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		}
 	}
 
+	// The pool is looked at again when the next node becomes due or the
+	// next heartbeat lease expires: neither changes anything a watch sees.
 	var sick []unhealthy
-	next := recheck
+	var next time.Duration
 	for _, claim := range live {
 		found, err := c.health(ctx, claim, now)
 		if err != nil {
 			return reconcile.Result{}, err
 		}
-		if found.checkAgain > 0 {
-			next = min(next, found.checkAgain)
-		}
+		next = sooner(next, found.checkAgain)
 		if found.unhealthy != nil {
 			sick = append(sick, *found.unhealthy)
-			if wait := found.unhealthy.since.Add(settings.after).Sub(now); wait > 0 {
-				next = min(next, wait)
-			}
+			next = sooner(next, found.unhealthy.since.Add(settings.after).Sub(now))
 		}
 	}
 	metrics.RepairUnhealthyNodes.WithLabelValues(pool.Name).Set(float64(len(sick)))
@@ -185,7 +182,7 @@ func (c *Controller) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		if err := c.setAllowed(ctx, pool, &metav1.Condition{Status: metav1.ConditionFalse, Reason: ReasonTooManyUnhealthy, Message: message}); err != nil {
 			return reconcile.Result{}, err
 		}
-		return reconcile.Result{RequeueAfter: next}, nil
+		return requeue(next), nil
 	}
 	metrics.RepairPaused.WithLabelValues(pool.Name).Set(0)
 	if err := c.setAllowed(ctx, pool, &metav1.Condition{
@@ -203,7 +200,7 @@ func (c *Controller) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		}
 		if allowed <= 0 {
 			log.FromContext(ctx).V(1).Info("repair budget exhausted; the node waits", "nodeClaim", node.claim.Name, "budget", settings.budget.String())
-			next = min(next, recheck)
+			next = sooner(next, recheck)
 			break
 		}
 		if err := c.repair(ctx, pool, claims.Items, node, settings.after); err != nil {
@@ -211,7 +208,25 @@ func (c *Controller) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		}
 		allowed--
 	}
-	return reconcile.Result{RequeueAfter: max(next, time.Second)}, nil
+	return requeue(next), nil
+}
+
+// sooner is the earlier of two waits, ignoring those not in the future.
+func sooner(a, b time.Duration) time.Duration {
+	switch {
+	case b <= 0:
+		return a
+	case a <= 0:
+		return b
+	}
+	return min(a, b)
+}
+
+func requeue(after time.Duration) reconcile.Result {
+	if after <= 0 {
+		return reconcile.Result{}
+	}
+	return reconcile.Result{RequeueAfter: after}
 }
 
 // health says whether a claim's node is unhealthy, and when to look again
