@@ -15,7 +15,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/events"
 	clocktesting "k8s.io/utils/clock/testing"
-	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	"sigs.k8s.io/controller-runtime/pkg/log"
@@ -46,7 +45,7 @@ func TestMain(m *testing.M) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	code := 1
-	if cached, err = startCache(ctx); err != nil {
+	if cached, err = env.CachedClient(ctx, index.Setup); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 	} else {
 		code = m.Run()
@@ -56,21 +55,6 @@ func TestMain(m *testing.M) {
 		fmt.Fprintln(os.Stderr, err)
 	}
 	os.Exit(code)
-}
-
-func startCache(ctx context.Context) (client.Client, error) {
-	informers, err := cache.New(env.Config, cache.Options{Scheme: env.Scheme})
-	if err != nil {
-		return nil, err
-	}
-	if err := index.Setup(ctx, informers); err != nil {
-		return nil, err
-	}
-	go func() { _ = informers.Start(ctx) }()
-	if !informers.WaitForCacheSync(ctx) {
-		return nil, fmt.Errorf("the cache did not sync")
-	}
-	return client.New(env.Config, client.Options{Scheme: env.Scheme, Cache: &client.CacheOptions{Reader: informers}})
 }
 
 // recordingProvider is a test double of provider.Provider: it keeps
