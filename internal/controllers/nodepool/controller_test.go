@@ -5,8 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"sync"
 	"strings"
+	"sync"
 	"testing"
 
 	. "github.com/onsi/gomega"
