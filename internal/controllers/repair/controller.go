@@ -236,16 +236,20 @@ type health struct {
 	checkAgain time.Duration
 }
 
-// health reads a claim's node and its heartbeat Lease. Only claims whose
-// node was once initialized count: a node that never became Ready is the
-// registration timeout's to handle.
+// health reads a claim's node and its heartbeat Lease. Only nodes that
+// were once initialized count (the label stays when the claim's
+// Initialized condition follows the node to NotReady): a node that never
+// became Ready is the registration timeout's to handle.
 func (c *Controller) health(ctx context.Context, claim *v1alpha1.NodeClaim, now time.Time) (health, error) {
-	if claim.Status.NodeName == "" || !meta.IsStatusConditionTrue(claim.Status.Conditions, v1alpha1.ConditionInitialized) {
+	if claim.Status.NodeName == "" {
 		return health{}, nil
 	}
 	node := &corev1.Node{}
 	if err := c.Kube.Get(ctx, types.NamespacedName{Name: claim.Status.NodeName}, node); err != nil {
 		return health{}, client.IgnoreNotFound(fmt.Errorf("reading node %s of claim %s: %w", claim.Status.NodeName, claim.Name, err))
+	}
+	if node.Labels[v1alpha1.LabelInitialized] != "true" {
+		return health{}, nil
 	}
 	var found *unhealthy
 	for _, condition := range node.Status.Conditions {

@@ -161,6 +161,15 @@ func TestReplacementMadeBeforeACrashIsReused(t *testing.T) {
 	s.g.Expect(s.recorded()).To(ContainElement(ContainSubstring("replaced by crash-made")))
 }
 
+func TestNodeThatNeverBecameReadyIsLeftToTheRegistrationTimeout(t *testing.T) {
+	s := newScenario(t, "neverready", repairAfter(time.Minute, "100%", "1"))
+	s.nodeOnce("neverready-a", corev1.ConditionFalse, s.clock.Now().Add(-time.Hour), false)
+
+	s.reconcile()
+	s.g.Expect(s.deleted()).To(BeEmpty())
+	s.g.Expect(s.replacements()).To(BeEmpty())
+}
+
 func TestPoolWithoutRepairNeverReplacesNodes(t *testing.T) {
 	s := newScenario(t, "norepair", nil)
 	s.node("norepair-dead", corev1.ConditionUnknown, s.clock.Now().Add(-24*time.Hour))

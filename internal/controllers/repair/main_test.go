@@ -100,6 +100,12 @@ func (s *scenario) cleanup() {
 // claim stays visible, as it does while the lifecycle drains it.
 func (s *scenario) node(name string, status corev1.ConditionStatus, since time.Time) {
 	s.t.Helper()
+	s.nodeOnce(name, status, since, true)
+}
+
+// nodeOnce makes a claim and its node, initialized once or never.
+func (s *scenario) nodeOnce(name string, status corev1.ConditionStatus, since time.Time, initialized bool) {
+	s.t.Helper()
 	cpu, memory := resource.MustParse("2"), resource.MustParse("4Gi")
 	claim := &v1alpha1.NodeClaim{
 		ObjectMeta: metav1.ObjectMeta{
@@ -117,12 +123,17 @@ func (s *scenario) node(name string, status corev1.ConditionStatus, since time.T
 	s.g.Expect(env.Client.Create(s.ctx, claim)).To(Succeed())
 	claim.Status.NodeName = name
 	claim.Status.ProviderID = "test://" + name
-	claim.SetCondition(v1alpha1.ConditionInitialized, metav1.ConditionTrue, "Initialized", "node is ready", s.clock.Now().Add(-time.Hour))
+	// The lifecycle turns Initialized False again when the node goes
+	// NotReady; the node's label says it once was.
+	claim.SetCondition(v1alpha1.ConditionInitialized, metav1.ConditionFalse, "NodeNotReady", "node is not Ready", s.clock.Now())
 	s.g.Expect(env.Client.Status().Update(s.ctx, claim)).To(Succeed())
 
 	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{
 		v1alpha1.LabelNodePool: s.pool.Name, v1alpha1.LabelNodeClaim: name,
 	}}}
+	if initialized {
+		node.Labels[v1alpha1.LabelInitialized] = "true"
+	}
 	s.g.Expect(env.Client.Create(s.ctx, node)).To(Succeed())
 	s.setReady(name, status, since)
 }
