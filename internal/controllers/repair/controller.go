@@ -160,10 +160,17 @@ func (c *Controller) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	// next heartbeat lease expires: neither changes anything a watch sees.
 	var sick []unhealthy
 	var next time.Duration
+	// The pool's size, for maxUnhealthy and the budget, is its nodes that
+	// could be judged: a machine still booting can be neither healthy nor
+	// not.
+	judged := 0
 	for _, claim := range live {
 		found, err := c.health(ctx, claim, now)
 		if err != nil {
 			return reconcile.Result{}, err
+		}
+		if found.judged {
+			judged++
 		}
 		next = sooner(next, found.checkAgain)
 		if found.unhealthy != nil {
@@ -173,7 +180,7 @@ func (c *Controller) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	}
 	metrics.RepairUnhealthyNodes.WithLabelValues(pool.Name).Set(float64(len(sick)))
 
-	total := len(live)
+	total := judged
 	maxUnhealthy := scaled(settings.maxUnhealthy, total)
 	if len(sick) > maxUnhealthy {
 		metrics.RepairPaused.WithLabelValues(pool.Name).Set(1)
@@ -234,6 +241,8 @@ func requeue(after time.Duration) reconcile.Result {
 type health struct {
 	unhealthy  *unhealthy
 	checkAgain time.Duration
+	// judged: the claim has a node that was once initialized.
+	judged bool
 }
 
 // health reads a claim's node and its heartbeat Lease. Only nodes that
@@ -266,7 +275,7 @@ func (c *Controller) health(ctx context.Context, claim *v1alpha1.NodeClaim, now 
 	if err != nil || lease.Spec.RenewTime == nil {
 		// No lease: a kubelet without heartbeat leases, or one that never
 		// wrote one; the Ready condition alone tells.
-		return health{unhealthy: found}, nil
+		return health{unhealthy: found, judged: true}, nil
 	}
 	renewed := lease.Spec.RenewTime.Time
 	duration := 40 * time.Second
@@ -275,13 +284,13 @@ func (c *Controller) health(ctx context.Context, claim *v1alpha1.NodeClaim, now 
 	}
 	expires := renewed.Add(duration)
 	if now.Before(expires) {
-		return health{unhealthy: found, checkAgain: expires.Sub(now)}, nil
+		return health{unhealthy: found, checkAgain: expires.Sub(now), judged: true}, nil
 	}
 	if found == nil || renewed.Before(found.since) {
 		found = &unhealthy{claim: claim, node: node, since: renewed,
 			why: fmt.Sprintf("node %s has not renewed its heartbeat lease since %s", node.Name, renewed.UTC().Format(time.RFC3339))}
 	}
-	return health{unhealthy: found}, nil
+	return health{unhealthy: found, judged: true}, nil
 }
 
 // repair makes a replacement (unless one exists from an earlier attempt),
