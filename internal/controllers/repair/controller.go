@@ -123,11 +123,13 @@ type unhealthy struct {
 func (c *Controller) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
 	pool := &v1alpha1.NodePool{}
 	if err := c.Kube.Get(ctx, req.NamespacedName, pool); err != nil {
+		if client.IgnoreNotFound(err) == nil {
+			forgetMetrics(req.Name)
+		}
 		return reconcile.Result{}, client.IgnoreNotFound(err)
 	}
 	if pool.Spec.Repair == nil || !pool.DeletionTimestamp.IsZero() {
-		metrics.RepairUnhealthyNodes.DeleteLabelValues(pool.Name)
-		metrics.RepairPaused.DeleteLabelValues(pool.Name)
+		forgetMetrics(pool.Name)
 		return reconcile.Result{}, c.setAllowed(ctx, pool, nil)
 	}
 	settings, err := settingsOf(pool.Spec.Repair)
@@ -216,6 +218,12 @@ func (c *Controller) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		allowed--
 	}
 	return requeue(next), nil
+}
+
+// forgetMetrics removes the gauges of a pool without repair.
+func forgetMetrics(pool string) {
+	metrics.RepairUnhealthyNodes.DeleteLabelValues(pool)
+	metrics.RepairPaused.DeleteLabelValues(pool)
 }
 
 // sooner is the earlier of two waits, ignoring those not in the future.

@@ -6,12 +6,15 @@ import (
 	"time"
 
 	. "github.com/onsi/gomega"
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/claimscale/claimscale/api/v1alpha1"
+	"github.com/claimscale/claimscale/internal/metrics"
 )
 
 func repairAfter(after time.Duration, maxUnhealthy, budget string) *v1alpha1.Repair {
@@ -44,9 +47,13 @@ func TestNodeNotReadyLongerThanRepairAfterGetsAReplacementAndIsDeleted(t *testin
 	s.g.Expect(s.recorded()).To(ContainElement(And(ContainSubstring("Unhealthy"), ContainSubstring("replaced by "+replacement.Name))))
 	s.g.Expect(s.repairAllowed()).To(And(Not(BeNil()), HaveField("Status", metav1.ConditionTrue), HaveField("Reason", ReasonWithinThreshold)))
 
+	s.g.Expect(valueOf(metrics.NodesRepaired.WithLabelValues(s.pool.Name))).To(Equal(1.0))
+	s.g.Expect(valueOf(metrics.NodeClaimsCreated.WithLabelValues(s.pool.Name, "repair"))).To(Equal(1.0))
+
 	// The next check makes no second replacement.
 	s.reconcile()
 	s.g.Expect(s.claims()).To(HaveLen(6))
+	s.g.Expect(valueOf(metrics.NodesRepaired.WithLabelValues(s.pool.Name))).To(Equal(1.0))
 }
 
 func TestNodeUnknownForLessThanRepairAfterIsKeptUntilItIsDue(t *testing.T) {
@@ -111,12 +118,15 @@ func TestRepairPausesWhileMoreThanMaxUnhealthyOfThePoolIsUnhealthy(t *testing.T)
 	s.g.Expect(condition.Reason).To(Equal(ReasonTooManyUnhealthy))
 	s.g.Expect(condition.Message).To(ContainSubstring("2 of 5 nodes are unhealthy"))
 	s.g.Expect(s.recorded()).To(ContainElement(ContainSubstring(ReasonTooManyUnhealthy)))
+	s.g.Expect(valueOf(metrics.RepairPaused.WithLabelValues(s.pool.Name))).To(Equal(1.0))
+	s.g.Expect(valueOf(metrics.RepairUnhealthyNodes.WithLabelValues(s.pool.Name))).To(Equal(2.0))
 
 	// One comes back: the other is within the share and is repaired.
 	s.setReady("partition-e", corev1.ConditionTrue, now)
 	s.reconcile()
 	s.g.Expect(s.deleted()).To(ConsistOf("partition-d"))
 	s.g.Expect(s.repairAllowed().Status).To(Equal(metav1.ConditionTrue))
+	s.g.Expect(valueOf(metrics.RepairPaused.WithLabelValues(s.pool.Name))).To(Equal(0.0))
 }
 
 func TestRepairBudgetBoundsNodesUnderRepairAtOnce(t *testing.T) {
@@ -219,4 +229,16 @@ func TestRepairSettingsAreValidatedByTheAPIServer(t *testing.T) {
 	g.Expect(pool.Spec.Repair.After.Duration).To(Equal(10 * time.Minute))
 	g.Expect(pool.Spec.Repair.MaxUnhealthy).To(Equal("20%"))
 	g.Expect(pool.Spec.Repair.Budget).To(Equal("1"))
+}
+
+// valueOf reads a counter's or a gauge's value.
+func valueOf(metric prometheus.Metric) float64 {
+	var m dto.Metric
+	if err := metric.Write(&m); err != nil {
+		return -1
+	}
+	if m.Counter != nil {
+		return m.Counter.GetValue()
+	}
+	return m.Gauge.GetValue()
 }
