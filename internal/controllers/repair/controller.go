@@ -204,18 +204,23 @@ func (c *Controller) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	allowed := scaled(settings.budget, total) - len(inRepair)
 	sort.Slice(sick, func(i, j int) bool { return sick[i].since.Before(sick[j].since) })
 	for _, node := range sick {
-		if now.Sub(node.since) < settings.after || underRepair(node.claim) {
+		// A claim marked but not deleted (a crash in between) is finished
+		// on the budget it already holds.
+		resuming := underRepair(node.claim)
+		if now.Sub(node.since) < settings.after && !resuming {
 			continue
 		}
-		if allowed <= 0 {
+		if allowed <= 0 && !resuming {
 			log.FromContext(ctx).V(1).Info("repair budget exhausted; the node waits", "nodeClaim", node.claim.Name, "budget", settings.budget.String())
 			next = sooner(next, recheck)
-			break
+			continue
 		}
 		if err := c.repair(ctx, pool, claims.Items, node, settings.after); err != nil {
 			return reconcile.Result{}, err
 		}
-		allowed--
+		if !resuming {
+			allowed--
+		}
 	}
 	return requeue(next), nil
 }

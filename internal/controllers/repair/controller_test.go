@@ -180,6 +180,20 @@ func TestNodeThatNeverBecameReadyIsLeftToTheRegistrationTimeout(t *testing.T) {
 	s.g.Expect(s.replacements()).To(BeEmpty())
 }
 
+func TestClaimMarkedUnhealthyBeforeACrashIsDeletedWithoutSpendingMoreBudget(t *testing.T) {
+	s := newScenario(t, "resume", repairAfter(10*time.Minute, "100%", "1"))
+	now := s.clock.Now()
+	s.node("resume-marked", corev1.ConditionFalse, now.Add(-time.Hour))
+	s.node("resume-next", corev1.ConditionFalse, now.Add(-30*time.Minute))
+	marked := s.claim("resume-marked")
+	marked.SetCondition(v1alpha1.ConditionDisrupting, metav1.ConditionTrue, "Unhealthy", "replaced by resume-x", now)
+	s.g.Expect(env.Client.Status().Update(s.ctx, marked)).To(Succeed())
+
+	s.reconcile()
+	s.g.Expect(s.deleted()).To(ConsistOf("resume-marked"), "the marked claim holds the budget of one")
+	s.g.Expect(s.replacements()).To(HaveKey("resume-marked"))
+}
+
 func TestPoolWithoutRepairNeverReplacesNodes(t *testing.T) {
 	s := newScenario(t, "norepair", nil)
 	s.node("norepair-dead", corev1.ConditionUnknown, s.clock.Now().Add(-24*time.Hour))
