@@ -60,7 +60,61 @@ type NodePoolSpec struct {
 	// +kubebuilder:validation:Pattern=`^([0-9]+(\.[0-9]+)?(ns|us|µs|ms|s|m|h))+$`
 	// +kubebuilder:validation:XValidation:rule="duration(self) >= duration('5s')",message="registrationTimeout must be at least 5s (and at most 2562047h)"
 	RegistrationTimeout *metav1.Duration `json:"registrationTimeout,omitempty"`
+
+	// Repair replaces nodes that stopped working (NotReady, Unknown, or
+	// their heartbeat lease not renewed). Unset: nodes are never repaired.
+	// +optional
+	Repair *Repair `json:"repair,omitempty"`
 }
+
+// Repair says when a pool's broken nodes are replaced. A node whose Ready
+// condition has been False or Unknown, or whose heartbeat Lease has not
+// been renewed, for longer than After gets a replacement claim; then it is
+// drained as far as a dead kubelet allows and deleted. Repair is not
+// voluntary disruption: do-not-disrupt does not hold it back, but
+// MaxUnhealthy and its own Budget do.
+type Repair struct {
+	// After is how long a node must be unhealthy before it is replaced.
+	// At least 30s: a kubelet misses heartbeats for seconds on a busy host
+	// or a short network blip, and the node lifecycle controller itself
+	// waits 40s before marking a node Unknown. On real infrastructure keep
+	// it at minutes.
+	// +optional
+	// +kubebuilder:default="10m"
+	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:MaxLength=32
+	// +kubebuilder:validation:Pattern=`^([0-9]+(\.[0-9]+)?(ns|us|µs|ms|s|m|h))+$`
+	// +kubebuilder:validation:XValidation:rule="duration(self) >= duration('30s')",message="repair.after must be at least 30s (and at most 2562047h)"
+	After *metav1.Duration `json:"after,omitempty"`
+	// MaxUnhealthy is the most nodes of the pool that may be unhealthy at
+	// once for repair to go on: a count ("2") or a share of the pool's
+	// nodes ("20%", rounded up). When more are unhealthy, the cause is
+	// likely outside the nodes (a network partition, the control plane)
+	// and replacing them would not help, so repair pauses and the pool's
+	// RepairAllowed condition says why.
+	// +optional
+	// +kubebuilder:default="20%"
+	// +kubebuilder:validation:MaxLength=10
+	// +kubebuilder:validation:XValidation:rule="self.matches('^((100|[0-9]{1,2})%|[0-9]{1,9})$')",message="repair.maxUnhealthy must be a count of at most 9 digits, such as 2, or a percentage of at most 100%, such as 20%"
+	MaxUnhealthy string `json:"maxUnhealthy,omitempty"`
+	// Budget is the most nodes under repair at once: a count ("1") or a
+	// share of the pool's nodes ("10%", rounded up). It is separate from
+	// the disruption budgets, which only voluntary disruption uses.
+	// +optional
+	// +kubebuilder:default="1"
+	// +kubebuilder:validation:MaxLength=10
+	// +kubebuilder:validation:XValidation:rule="self.matches('^((100|[0-9]{1,2})%|[0-9]{1,9})$')",message="repair.budget must be a count of at most 9 digits, such as 1, or a percentage of at most 100%, such as 10%"
+	Budget string `json:"budget,omitempty"`
+}
+
+// DisruptionReasonUnhealthy is the reason of a repair: in the claim's
+// Disrupting condition, events and the terminated-claims metric. It is no
+// budget reason: repair has a budget of its own.
+const DisruptionReasonUnhealthy DisruptionReason = "Unhealthy"
+
+// ConditionRepairAllowed on a NodePool with repair set says whether its
+// unhealthy nodes may be replaced now, and if not, why.
+const ConditionRepairAllowed = "RepairAllowed"
 
 // ProviderReference names a NodeProvider.
 type ProviderReference struct {

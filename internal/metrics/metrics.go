@@ -136,3 +136,30 @@ var (
 func init() {
 	crmetrics.Registry.MustRegister(DisruptionEligibleNodes, DisruptionAllowedDisruptions)
 }
+
+// Node repair metrics, set by the repair controller.
+var (
+	// RepairUnhealthyNodes is, per pool with repair set, how many of its
+	// nodes are unhealthy (NotReady, Unknown or with an expired heartbeat
+	// lease) now, however long.
+	RepairUnhealthyNodes = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Namespace: namespace, Subsystem: "repair", Name: "unhealthy_nodes",
+		Help: "Nodes of each pool that are unhealthy now, as of the pool's last repair check.",
+	}, []string{"nodepool"})
+	// RepairPaused is 1 for a pool whose repair is paused because more
+	// than its maxUnhealthy share of nodes is unhealthy, else 0.
+	RepairPaused = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Namespace: namespace, Subsystem: "repair", Name: "paused",
+		Help: "1 when a pool's repair is paused because too many of its nodes are unhealthy at once.",
+	}, []string{"nodepool"})
+	// NodesRepaired counts unhealthy nodes whose replacement was made and
+	// whose claim was deleted, by pool.
+	NodesRepaired = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: namespace, Subsystem: "repair", Name: "repaired_nodes_total",
+		Help: "Unhealthy nodes replaced, by pool.",
+	}, []string{"nodepool"})
+)
+
+func init() {
+	crmetrics.Registry.MustRegister(RepairUnhealthyNodes, RepairPaused, NodesRepaired)
+}

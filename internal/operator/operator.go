@@ -26,6 +26,7 @@ import (
 	"github.com/claimscale/claimscale/internal/controllers/nodepool"
 	"github.com/claimscale/claimscale/internal/controllers/nodeprovider"
 	"github.com/claimscale/claimscale/internal/controllers/provisioning"
+	"github.com/claimscale/claimscale/internal/controllers/repair"
 	"github.com/claimscale/claimscale/internal/externalgrpc"
 	"github.com/claimscale/claimscale/internal/providers"
 	"github.com/claimscale/claimscale/pkg/provider"
@@ -146,6 +147,7 @@ func Setup(ctx context.Context, mgr manager.Manager, opts Options) (*Operator, e
 				Kube: mgr.GetClient(), Providers: resolver, Capacity: capacityBackoff,
 				Recorder: recorder(disruption.Name), Clock: opts.Clock,
 			},
+			&repair.Controller{Kube: mgr.GetClient(), Recorder: recorder(repair.Name), Clock: opts.Clock},
 		)
 	}
 	for _, s := range setups {

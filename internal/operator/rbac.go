@@ -34,6 +34,9 @@ package operator
 // +kubebuilder:rbac:groups="",namespace=kube-system,resources=secrets,verbs=list;create;delete
 // +kubebuilder:rbac:groups="",namespace=kube-public,resources=configmaps,verbs=get
 //
+// Node repair reads the kubelets' heartbeat Leases.
+// +kubebuilder:rbac:groups=coordination.k8s.io,namespace=kube-node-lease,resources=leases,verbs=get;list;watch
+//
 // The simulated provider's own permissions (creating Nodes, its machine
 // records in ConfigMaps, its machines' user data in Secrets) are in
 // pkg/provider/simulated/rbac.go, a role of their own that is granted only

@@ -64,12 +64,20 @@ func TestChartInstallsAndItsRBACIsEnough(t *testing.T) {
 	defer s.cleanup()
 	s.createProvider(v1alpha1.SimulatedSettings{})
 	// Bootstrap needs kube-system's Secrets and kube-public's cluster-info.
+	// Node repair reads the heartbeat Leases in kube-node-lease.
 	s.createPool(func(pool *v1alpha1.NodePool) {
 		pool.Spec.Template.Bootstrap = &v1alpha1.Bootstrap{Method: v1alpha1.JoinKubeadm}
+		pool.Spec.Repair = &v1alpha1.Repair{}
 	})
 	deployment := s.createDeployment("rbac", 3, "1", nil)
 	s.g.Eventually(func() int { return s.runningPods("rbac") }).Should(Equal(3))
 	s.g.Eventually(s.readyClaims).Should(BeNumerically(">=", 1))
+	s.g.Eventually(func() string {
+		if condition := s.repairAllowed(); condition != nil {
+			return string(condition.Status) + " " + condition.Message
+		}
+		return ""
+	}).Should(MatchRegexp("^True 0 of [1-9]"), "a node was judged: its lease was read")
 	s.scale(deployment, 0)
 	s.g.Eventually(func() int { return len(s.claims()) + len(s.nodes()) + len(s.machines()) }).Should(BeZero())
 }

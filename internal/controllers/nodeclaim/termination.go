@@ -139,16 +139,22 @@ func (c *Controller) drain(ctx context.Context, claim *v1alpha1.NodeClaim, node 
 		return 0, 0, fmt.Errorf("listing pods on node %s: %w", node.Name, err)
 	}
 	graceOver := c.Clock.Since(claim.DeletionTimestamp.Time) > terminationGracePeriod(claim)
+	unreachable := kubeletGone(node)
 	for i := range pods.Items {
 		pod := &pods.Items[i]
 		if !drainable(pod) {
 			continue
 		}
 		remaining++
-		if !pod.DeletionTimestamp.IsZero() && !graceOver {
+		if !pod.DeletionTimestamp.IsZero() && !graceOver && !unreachable {
 			continue // already on its way out
 		}
-		if graceOver {
+		// A pod deleted on a node whose kubelet is gone stays Terminating
+		// for ever: only the kubelet confirms that its containers stopped.
+		// Once the eviction (and with it the PodDisruptionBudget) let it
+		// go, it is removed outright, as the node lifecycle controller
+		// does for nodes tainted out-of-service.
+		if graceOver || (unreachable && !pod.DeletionTimestamp.IsZero()) {
 			if err := c.Kube.Delete(ctx, pod, client.GracePeriodSeconds(0)); client.IgnoreNotFound(err) != nil {
 				return 0, 0, fmt.Errorf("deleting pod %s/%s after the termination grace period: %w", pod.Namespace, pod.Name, err)
 			}
@@ -157,6 +163,10 @@ func (c *Controller) drain(ctx context.Context, claim *v1alpha1.NodeClaim, node 
 		eviction := &policyv1.Eviction{ObjectMeta: metav1.ObjectMeta{Name: pod.Name, Namespace: pod.Namespace}}
 		err := c.Kube.SubResource("eviction").Create(ctx, pod, eviction)
 		switch {
+		case err == nil && unreachable:
+			if err := c.Kube.Delete(ctx, pod, client.GracePeriodSeconds(0)); client.IgnoreNotFound(err) != nil {
+				return 0, 0, fmt.Errorf("deleting evicted pod %s/%s of unreachable node %s: %w", pod.Namespace, pod.Name, node.Name, err)
+			}
 		case err == nil, apierrors.IsNotFound(err):
 		case apierrors.IsTooManyRequests(err):
 			blocked++
@@ -165,6 +175,23 @@ func (c *Controller) drain(ctx context.Context, claim *v1alpha1.NodeClaim, node 
 		}
 	}
 	return remaining, blocked, nil
+}
+
+// kubeletGone says whether nobody runs the node's pods any more: its Ready
+// condition is False or Unknown, or it carries the out-of-service taint an
+// administrator sets on a node known to be shut down.
+func kubeletGone(node *corev1.Node) bool {
+	for _, taint := range node.Spec.Taints {
+		if taint.Key == corev1.TaintNodeOutOfService {
+			return true
+		}
+	}
+	for _, condition := range node.Status.Conditions {
+		if condition.Type == corev1.NodeReady {
+			return condition.Status != corev1.ConditionTrue
+		}
+	}
+	return false
 }
 
 // drainable says whether a pod must leave before its node goes: not a pod

@@ -1,0 +1,261 @@
+package garbagecollection
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"sync"
+	"testing"
+	"time"
+
+	. "github.com/onsi/gomega"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/events"
+	clocktesting "k8s.io/utils/clock/testing"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/claimscale/claimscale/api/v1alpha1"
+	"github.com/claimscale/claimscale/internal/bootstrap"
+	"github.com/claimscale/claimscale/internal/testenv"
+	"github.com/claimscale/claimscale/pkg/provider"
+)
+
+// One API server for the package.
+var env *testenv.Environment
+
+func TestMain(m *testing.M) {
+	var err error
+	env, err = testenv.Start(testenv.Options{})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	code := m.Run()
+	if err := env.Stop(); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+	}
+	os.Exit(code)
+}
+
+// machineStore is a test double of provider.Provider: the machines it
+// lists, and the deletes it was asked for.
+type machineStore struct {
+	mu       sync.Mutex
+	machines map[string]*provider.Instance
+	deleted  []string
+}
+
+func (p *machineStore) add(providerID, claimName string, createdAt time.Time) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	tags := map[string]string{v1alpha1.TagCluster: "test", v1alpha1.TagNodePool: "gc"}
+	if claimName != "" {
+		tags[v1alpha1.TagNodeClaim] = claimName
+	}
+	p.machines[providerID] = &provider.Instance{ProviderID: providerID, Name: claimName, Tags: tags, CreatedAt: createdAt, State: provider.InstanceRunning}
+}
+
+func (p *machineStore) List(context.Context) ([]*provider.Instance, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var all []*provider.Instance
+	for _, machine := range p.machines {
+		all = append(all, machine)
+	}
+	return all, nil
+}
+
+func (p *machineStore) Delete(_ context.Context, providerID string) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.deleted = append(p.deleted, providerID)
+	delete(p.machines, providerID)
+	return nil
+}
+
+func (p *machineStore) deletes() []string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return append([]string(nil), p.deleted...)
+}
+
+func (p *machineStore) Create(context.Context, *v1alpha1.NodeClaim, provider.CreateOptions) (*provider.Instance, error) {
+	return nil, errors.New("not used")
+}
+func (p *machineStore) Get(context.Context, string) (*provider.Instance, error) {
+	return nil, errors.New("not used")
+}
+func (p *machineStore) Shapes(context.Context, *v1alpha1.NodePool) ([]provider.Shape, error) {
+	return nil, nil
+}
+
+// lister hands out the store, and says which providers failed.
+type lister struct {
+	store  *machineStore
+	failed map[string]error
+}
+
+func (l *lister) All(context.Context) (map[string]provider.Provider, map[string]error, error) {
+	return map[string]provider.Provider{"test": l.store}, l.failed, nil
+}
+
+type scenario struct {
+	t       *testing.T
+	g       *WithT
+	ctx     context.Context
+	clock   *clocktesting.FakeClock
+	store   *machineStore
+	lister  *lister
+	tokens  *bootstrap.Tokens
+	c       *Controller
+	cleanup []client.Object
+}
+
+func newScenario(t *testing.T) *scenario {
+	g := NewWithT(t)
+	clock := clocktesting.NewFakeClock(time.Now().Truncate(time.Second))
+	store := &machineStore{machines: map[string]*provider.Instance{}}
+	s := &scenario{t: t, g: g, ctx: context.Background(), clock: clock, store: store, lister: &lister{store: store}}
+	s.tokens = &bootstrap.Tokens{Kube: env.Client, Reader: env.Client, Clock: clock}
+	s.c = &Controller{
+		Kube: env.Client, APIReader: env.Client, Providers: s.lister, Recorder: events.NewFakeRecorder(100),
+		Clock: clock, GracePeriod: 2 * time.Minute, Tokens: s.tokens,
+	}
+	t.Cleanup(func() {
+		for _, object := range s.cleanup {
+			patch := client.MergeFrom(object.DeepCopyObject().(client.Object))
+			object.SetFinalizers(nil)
+			_ = env.Client.Patch(s.ctx, object, patch)
+			_ = env.Client.Delete(s.ctx, object)
+		}
+	})
+	return s
+}
+
+func (s *scenario) pass() {
+	s.t.Helper()
+	s.g.Expect(s.c.Pass(s.ctx)).To(Succeed())
+}
+
+// claim writes a claim; launched gives it a machine's providerID and the
+// Launched condition, and nodeReady a node of that status.
+func (s *scenario) claim(name string, launched bool, nodeReady corev1.ConditionStatus) *v1alpha1.NodeClaim {
+	s.t.Helper()
+	claim := &v1alpha1.NodeClaim{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Finalizers: []string{v1alpha1.TerminationFinalizer}},
+		Spec: v1alpha1.NodeClaimSpec{
+			NodePoolRef: v1alpha1.NodePoolReference{Name: "gc"},
+			Shape:       v1alpha1.ClaimShape{Name: "c2", CPU: resource.MustParse("2"), Memory: resource.MustParse("4Gi")},
+		},
+	}
+	s.g.Expect(env.Client.Create(s.ctx, claim)).To(Succeed())
+	s.cleanup = append(s.cleanup, claim)
+	if launched {
+		claim.Status.ProviderID = "test://" + name
+		claim.SetCondition(v1alpha1.ConditionLaunched, metav1.ConditionTrue, "Launched", "launched", s.clock.Now())
+	}
+	if nodeReady != "" {
+		node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}}
+		s.g.Expect(env.Client.Create(s.ctx, node)).To(Succeed())
+		s.cleanup = append(s.cleanup, node)
+		node.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: nodeReady}}
+		s.g.Expect(env.Client.Status().Update(s.ctx, node)).To(Succeed())
+		claim.Status.NodeName = name
+	}
+	s.g.Expect(env.Client.Status().Update(s.ctx, claim)).To(Succeed())
+	return claim
+}
+
+func (s *scenario) deleting(name string) bool {
+	claim := &v1alpha1.NodeClaim{}
+	if err := env.Client.Get(s.ctx, client.ObjectKey{Name: name}, claim); err != nil {
+		return true
+	}
+	return !claim.DeletionTimestamp.IsZero()
+}
+
+func TestMachineWithoutAClaimIsDeletedOnlyAfterTheGracePeriod(t *testing.T) {
+	s := newScenario(t)
+	s.store.add("test://orphan", "orphan", s.clock.Now().Add(-time.Minute))
+
+	s.pass()
+	s.g.Expect(s.store.deletes()).To(BeEmpty(), "its claim may just not be visible yet")
+
+	s.clock.Step(time.Minute + time.Second)
+	s.pass()
+	s.g.Expect(s.store.deletes()).To(Equal([]string{"test://orphan"}))
+}
+
+func TestMachinesOfExistingClaimsAndMachinesWithoutAClaimTagAreKept(t *testing.T) {
+	s := newScenario(t)
+	s.claim("owned", true, "")
+	s.store.add("test://owned", "owned", s.clock.Now().Add(-time.Hour))
+	// Listed, but not tagged with a claim: nothing says it is ours to
+	// collect.
+	s.store.add("test://untagged", "", s.clock.Now().Add(-time.Hour))
+
+	s.pass()
+	s.g.Expect(s.store.deletes()).To(BeEmpty())
+}
+
+func TestClaimWhoseMachineVanishedIsDeletedUnlessItsNodeIsReady(t *testing.T) {
+	s := newScenario(t)
+	s.claim("vanished-notready", true, corev1.ConditionUnknown)
+	s.claim("vanished-ready", true, corev1.ConditionTrue)
+	s.claim("vanished-nonode", true, "")
+	s.claim("not-launched", false, "")
+	s.claim("present", true, corev1.ConditionFalse)
+	s.store.add("test://present", "present", s.clock.Now())
+
+	// While a provider cannot list, no claim is judged.
+	s.lister.failed = map[string]error{"other": errors.New("unreachable")}
+	s.pass()
+	for _, name := range []string{"vanished-notready", "vanished-ready", "vanished-nonode", "not-launched", "present"} {
+		s.g.Expect(s.deleting(name)).To(BeFalse(), name)
+	}
+
+	s.lister.failed = nil
+	s.pass()
+	s.g.Expect(s.deleting("vanished-notready")).To(BeTrue())
+	s.g.Expect(s.deleting("vanished-nonode")).To(BeTrue())
+	s.g.Expect(s.deleting("vanished-ready")).To(BeFalse(), "a Ready node means the machine lives")
+	s.g.Expect(s.deleting("not-launched")).To(BeFalse())
+	s.g.Expect(s.deleting("present")).To(BeFalse())
+}
+
+func TestOrphanedAndExpiredBootstrapTokensAreDeletedAndOthersKept(t *testing.T) {
+	s := newScenario(t)
+	live := s.claim("token-live", false, "")
+	expiring := s.claim("token-expiring", false, "")
+	gone := &v1alpha1.NodeClaim{ObjectMeta: metav1.ObjectMeta{Name: "token-gone", UID: types.UID("gone")}}
+
+	now := s.clock.Now()
+	kept, err := s.tokens.Ensure(s.ctx, live, now.Add(time.Hour), nil)
+	s.g.Expect(err).NotTo(HaveOccurred())
+	_, err = s.tokens.Ensure(s.ctx, expiring, now.Add(time.Minute), nil)
+	s.g.Expect(err).NotTo(HaveOccurred())
+	_, err = s.tokens.Ensure(s.ctx, gone, now.Add(time.Hour), nil)
+	s.g.Expect(err).NotTo(HaveOccurred())
+	// A bootstrap token someone else made, without claimscale's label.
+	foreign := &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Namespace: bootstrap.TokenNamespace, Name: "bootstrap-token-abcdef"},
+		Type:       corev1.SecretType("bootstrap.kubernetes.io/token"),
+		StringData: map[string]string{"token-id": "abcdef", "token-secret": "0123456789abcdef", "expiration": now.Add(-time.Hour).Format(time.RFC3339)},
+	}
+	s.g.Expect(env.Client.Create(s.ctx, foreign)).To(Succeed())
+	s.cleanup = append(s.cleanup, foreign)
+
+	s.clock.Step(2 * time.Minute)
+	s.pass()
+	var secrets corev1.SecretList
+	s.g.Expect(env.Client.List(s.ctx, &secrets, client.InNamespace(bootstrap.TokenNamespace))).To(Succeed())
+	var names []string
+	for _, secret := range secrets.Items {
+		names = append(names, secret.Name)
+	}
+	s.g.Expect(names).To(ConsistOf("bootstrap-token-"+kept.ID, "bootstrap-token-abcdef"))
+}
