@@ -1,0 +1,201 @@
+// Package warmcapacity says what capacity a pool keeps ready before it is
+// needed: its minNodes and headroom now, after its capacity schedules, and
+// its headroom as placeholder pods that provisioning and disruption
+// simulate like any other pod.
+package warmcapacity
+
+import (
+	"fmt"
+	"math"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/claimscale/claimscale/api/v1alpha1"
+	"github.com/claimscale/claimscale/internal/schedule"
+)
+
+// Target is the warm capacity a pool asks for at one moment.
+type Target struct {
+	MinNodes int32
+	// Headroom kept free; nil for none.
+	Headroom *v1alpha1.Headroom
+}
+
+// At works out the pool's target at now: its own minNodes and headroom,
+// replaced by those of its active capacity schedules (the largest when
+// several are active). A schedule that cannot be read is an error and
+// leaves the pool's own values.
+func At(pool *v1alpha1.NodePool, now time.Time) (Target, error) {
+	target := Target{MinNodes: pool.Spec.MinNodes, Headroom: pool.Spec.Headroom}
+	var (
+		minNodes *int32
+		headroom *v1alpha1.Headroom
+	)
+	for i, entry := range pool.Spec.CapacitySchedules {
+		active, err := schedule.ActiveAt(entry.Schedule, entry.Duration.Duration, now)
+		if err != nil {
+			return target, fmt.Errorf("capacity schedule %d of pool %s: %w", i, pool.Name, err)
+		}
+		if !active {
+			continue
+		}
+		if entry.MinNodes != nil && (minNodes == nil || *entry.MinNodes > *minNodes) {
+			minNodes = entry.MinNodes
+		}
+		if entry.Headroom != nil && (headroom == nil || larger(entry.Headroom, headroom)) {
+			headroom = entry.Headroom
+		}
+	}
+	if minNodes != nil {
+		target.MinNodes = *minNodes
+	}
+	if headroom != nil {
+		target.Headroom = headroom
+	}
+	return target, nil
+}
+
+// larger compares two headrooms by the cpu, then the memory, they hold in
+// total.
+func larger(a, b *v1alpha1.Headroom) bool {
+	ac, am := total(a)
+	bc, bm := total(b)
+	if ac != bc {
+		return ac > bc
+	}
+	return am > bm
+}
+
+func total(h *v1alpha1.Headroom) (cpuMilli, memory int64) {
+	for _, pod := range split(h) {
+		cpuMilli += pod.cpu.MilliValue()
+		memory += pod.memory.Value()
+	}
+	return cpuMilli, memory
+}
+
+// Resource headroom is kept in pieces of at most this size, so it may be
+// spread over several nodes; headroom that must be in one piece is given
+// as pods.
+var (
+	pieceCPU    = resource.MustParse("1")
+	pieceMemory = resource.MustParse("4Gi")
+)
+
+// MaxPods caps the placeholder pods of one pool, so a huge headroom cannot
+// make a simulation of millions of pods.
+const MaxPods = 1000
+
+type podSize struct{ cpu, memory resource.Quantity }
+
+// split turns a headroom into the sizes of its placeholder pods.
+func split(h *v1alpha1.Headroom) []podSize {
+	if h == nil {
+		return nil
+	}
+	if h.Pods != nil {
+		size := podSize{cpu: h.Pods.CPU}
+		if h.Pods.Memory != nil {
+			size.memory = *h.Pods.Memory
+		}
+		sizes := make([]podSize, min(int(h.Pods.Count), MaxPods))
+		for i := range sizes {
+			sizes[i] = size
+		}
+		return sizes
+	}
+	var cpuMilli, memory int64
+	if h.CPU != nil {
+		cpuMilli = h.CPU.MilliValue()
+	}
+	if h.Memory != nil {
+		memory = h.Memory.Value()
+	}
+	if cpuMilli <= 0 && memory <= 0 {
+		return nil
+	}
+	n := max(ceilDiv(cpuMilli, pieceCPU.MilliValue()), ceilDiv(memory, pieceMemory.Value()), 1)
+	n = min(n, MaxPods)
+	// Pieces as equal as whole millicores and bytes allow, the remainder
+	// on the first ones, so the pieces add up to the headroom exactly.
+	sizes := make([]podSize, n)
+	for i := range sizes {
+		c := cpuMilli / n
+		if int64(i) < cpuMilli%n {
+			c++
+		}
+		m := memory / n
+		if int64(i) < memory%n {
+			m++
+		}
+		sizes[i] = podSize{cpu: *resource.NewMilliQuantity(c, resource.DecimalSI), memory: *resource.NewQuantity(m, resource.BinarySI)}
+	}
+	return sizes
+}
+
+func ceilDiv(a, b int64) int64 {
+	if a <= 0 {
+		return 0
+	}
+	return (a + b - 1) / b
+}
+
+// Namespace of the placeholder pods. They are never written to the API
+// server; the name only keeps them apart from real pods in a simulation.
+const Namespace = "claimscale-headroom"
+
+// LowestPriority is the placeholder pods' priority: below every real pod,
+// so real pods are placed first and take the room.
+const LowestPriority = math.MinInt32
+
+// Pods builds the placeholder pods of a pool's headroom: requests as
+// given, the lowest priority, pinned to the pool's nodes (existing and
+// new) by its nodepool label and tolerating the pool's taints and startup
+// taints, so the headroom counts only where the pool's own pods could use
+// it.
+func Pods(pool *v1alpha1.NodePool, headroom *v1alpha1.Headroom) []*corev1.Pod {
+	sizes := split(headroom)
+	if len(sizes) == 0 {
+		return nil
+	}
+	var tolerations []corev1.Toleration
+	for _, taint := range append(append([]corev1.Taint(nil), pool.Spec.Template.Taints...), pool.Spec.Template.StartupTaints...) {
+		tolerations = append(tolerations, corev1.Toleration{Key: taint.Key, Operator: corev1.TolerationOpEqual, Value: taint.Value, Effect: taint.Effect})
+	}
+	priority := int32(LowestPriority)
+	pods := make([]*corev1.Pod, 0, len(sizes))
+	for i, size := range sizes {
+		requests := corev1.ResourceList{corev1.ResourceCPU: size.cpu}
+		if !size.memory.IsZero() {
+			requests[corev1.ResourceMemory] = size.memory
+		}
+		name := fmt.Sprintf("%s-%d", pool.Name, i)
+		pods = append(pods, &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{
+				Name: name, Namespace: Namespace,
+				UID:    types.UID(Namespace + "/" + name),
+				Labels: map[string]string{v1alpha1.LabelNodePool: pool.Name},
+			},
+			Spec: corev1.PodSpec{
+				Priority:     &priority,
+				NodeSelector: map[string]string{v1alpha1.LabelNodePool: pool.Name},
+				Tolerations:  tolerations,
+				Containers: []corev1.Container{{
+					Name:      "headroom",
+					Resources: corev1.ResourceRequirements{Requests: requests},
+				}},
+			},
+			Status: corev1.PodStatus{Phase: corev1.PodPending},
+		})
+	}
+	return pods
+}
+
+// IsPlaceholder says whether a pod is a headroom placeholder of Pods.
+func IsPlaceholder(pod *corev1.Pod) bool {
+	return pod.Namespace == Namespace
+}
