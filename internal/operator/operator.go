@@ -28,6 +28,7 @@ import (
 	"github.com/claimscale/claimscale/internal/controllers/provisioning"
 	"github.com/claimscale/claimscale/internal/externalgrpc"
 	"github.com/claimscale/claimscale/internal/providers"
+	"github.com/claimscale/claimscale/internal/warmcapacity"
 	"github.com/claimscale/claimscale/pkg/provider"
 	"github.com/claimscale/claimscale/pkg/provider/simulated"
 )
@@ -65,6 +66,9 @@ type Options struct {
 	// CapacityClock times capacity backoffs only; nil is Clock. End-to-end
 	// tests step it past a backoff while everything else runs in real time.
 	CapacityClock clock.Clock
+	// WarmCapacityClock decides which capacity schedules are active; nil
+	// is Clock. End-to-end tests step it into and out of a window.
+	WarmCapacityClock clock.PassiveClock
 	// ExternalGRPC configures the externalgrpc server of ModeExternalGRPC.
 	ExternalGRPC externalgrpc.Options
 	// Bootstrap is the fallback API endpoint and CA for pools that render
@@ -115,6 +119,10 @@ func Setup(ctx context.Context, mgr manager.Manager, opts Options) (*Operator, e
 		opts.CapacityClock = opts.Clock
 	}
 	capacityBackoff := capacity.NewBackoff(opts.CapacityClock)
+	if opts.WarmCapacityClock == nil {
+		opts.WarmCapacityClock = opts.Clock
+	}
+	warm := &warmcapacity.Source{Clock: opts.WarmCapacityClock}
 	op := &Operator{Providers: resolver, Capacity: capacityBackoff}
 	templates := &provisioning.TemplateCheck{Kube: mgr.GetClient()}
 	recorder := func(name string) events.EventRecorder { return newEventRecorder(mgr.GetEventRecorder(name)) }
@@ -139,12 +147,14 @@ func Setup(ctx context.Context, mgr manager.Manager, opts Options) (*Operator, e
 				Provisioner: &provisioning.Provisioner{
 					Kube: mgr.GetClient(), Providers: resolver, Capacity: capacityBackoff,
 					Recorder: recorder(provisioning.Name), Clock: opts.Clock, Templates: templates,
+					WarmCapacity: warm,
 				},
 				Batcher: provisioning.NewBatcher(opts.BatchIdle, opts.BatchMax, opts.Clock),
 			},
 			&disruption.Controller{
 				Kube: mgr.GetClient(), Providers: resolver, Capacity: capacityBackoff,
 				Recorder: recorder(disruption.Name), Clock: opts.Clock,
+				WarmCapacity: warm,
 			},
 		)
 	}

@@ -13,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/clock"
 
 	"github.com/claimscale/claimscale/api/v1alpha1"
 	"github.com/claimscale/claimscale/internal/schedule"
@@ -23,6 +24,24 @@ type Target struct {
 	MinNodes int32
 	// Headroom kept free; nil for none.
 	Headroom *v1alpha1.Headroom
+}
+
+// Source says what warm capacity each pool asks for now. Provisioning and
+// disruption share one, so scale-up and scale-down agree on it.
+type Source struct {
+	// Clock decides which capacity schedules are active; nil is the real
+	// clock.
+	Clock clock.PassiveClock
+}
+
+// Target is the pool's warm capacity now (see At). A nil Source reads the
+// real clock.
+func (s *Source) Target(pool *v1alpha1.NodePool) (Target, error) {
+	now := time.Now()
+	if s != nil && s.Clock != nil {
+		now = s.Clock.Now()
+	}
+	return At(pool, now)
 }
 
 // At works out the pool's target at now: its own minNodes and headroom,

@@ -6,6 +6,8 @@ import (
 
 	. "github.com/onsi/gomega"
 	dto "github.com/prometheus/client_model/go"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	clocktesting "k8s.io/utils/clock/testing"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/claimscale/claimscale/api/v1alpha1"
@@ -65,4 +67,35 @@ func (s *scenario) dropWarmCapacity() {
 		pool.Spec.MinNodes, pool.Spec.Headroom, pool.Spec.CapacitySchedules = 0, nil, nil
 		return env.Client.Update(s.ctx, &pool)
 	}).Should(Succeed())
+}
+
+// A capacity schedule turns warm capacity on for its window and off after
+// it: two warm nodes and room for three 3-cpu pods on weekdays from 07:00
+// for 12 hours, nothing otherwise. The schedule's clock is stepped; all
+// else runs in real time. The warm nodes hold two of the three pods'
+// room, so the pool has three nodes, not five.
+func TestCapacityScheduleTurnsWarmCapacityOnAndOff(t *testing.T) {
+	monday := time.Date(2026, 11, 23, 0, 0, 0, 0, time.UTC)
+	scheduleClock := clocktesting.NewFakePassiveClock(monday.Add(6*time.Hour + 59*time.Minute))
+	startOperator(t, operatorOptions{warmCapacityClock: scheduleClock})
+	s := newScenario(t, "capacity-schedule")
+	defer s.cleanup()
+	defer s.dropWarmCapacity()
+	s.createProvider(v1alpha1.SimulatedSettings{})
+	s.createPool(func(pool *v1alpha1.NodePool) {
+		pool.Spec.Disruption.ConsolidateAfter.Duration = time.Second
+		pool.Spec.CapacitySchedules = []v1alpha1.CapacitySchedule{{
+			Schedule: "0 7 * * 1-5", Duration: metav1.Duration{Duration: 12 * time.Hour},
+			MinNodes: ptr(int32(2)),
+			Headroom: &v1alpha1.Headroom{Pods: &v1alpha1.HeadroomPods{Count: 3, CPU: *qty("3")}},
+		}}
+	})
+	s.g.Consistently(func() int { return len(s.claims()) }, 3*time.Second, 250*time.Millisecond).Should(BeZero(), "no warm capacity before 07:00")
+
+	scheduleClock.SetTime(monday.Add(7 * time.Hour))
+	s.g.Eventually(s.readyClaims).Should(Equal(3), "two warm nodes and one more for the third 3-cpu pod of headroom")
+	s.g.Consistently(func() int { return len(s.claims()) }, 3*time.Second, 250*time.Millisecond).Should(Equal(3))
+
+	scheduleClock.SetTime(monday.Add(19*time.Hour + time.Second))
+	s.g.Eventually(func() int { return len(s.claims()) }).Should(BeZero(), "warm capacity gone after the window")
 }

@@ -106,6 +106,9 @@ type objects struct {
 	pods      []corev1.Pod
 	budgets   []policyv1.PodDisruptionBudget
 	providers []v1alpha1.NodeProvider
+	// targets are the pools' warm capacity now; a pool missing here gets
+	// its own values at the round's time.
+	targets map[string]warmcapacity.Target
 }
 
 func newState(now time.Time, o objects) *state {
@@ -130,9 +133,12 @@ func newState(now time.Time, o objects) *state {
 		if !pool.DeletionTimestamp.IsZero() {
 			continue
 		}
-		// A schedule that cannot be read leaves the pool's own values;
-		// provisioning says so.
-		target, _ := warmcapacity.At(pool, now)
+		target, ok := o.targets[pool.Name]
+		if !ok {
+			// A schedule that cannot be read leaves the pool's own
+			// values; provisioning says so.
+			target, _ = warmcapacity.At(pool, now)
+		}
 		s.pools[pool.Name] = &poolInfo{pool: pool, target: target}
 		s.headroom = append(s.headroom, warmcapacity.Pods(pool, target.Headroom)...)
 		keys = append(keys, "pool "+pool.Name+"/"+strconv.FormatInt(pool.Generation, 10))

@@ -72,6 +72,9 @@ type Provisioner struct {
 	// ProviderCallTimeout bounds each provider call (default
 	// DefaultProviderCallTimeout).
 	ProviderCallTimeout time.Duration
+	// WarmCapacity says each pool's minNodes and headroom now; nil reads
+	// the pools' schedules on the real clock.
+	WarmCapacity *warmcapacity.Source
 
 	failures retry.Backoff
 
@@ -123,23 +126,15 @@ func (p *Provisioner) Provision(ctx context.Context) error {
 // targets works out each open pool's warm capacity now. A pool whose
 // capacity schedules cannot be read keeps its own values, and says why.
 func (p *Provisioner) targets(ctx context.Context, pools map[string]*v1alpha1.NodePool) map[string]warmcapacity.Target {
-	now := p.now()
 	targets := make(map[string]warmcapacity.Target, len(pools))
 	for name, pool := range pools {
-		target, err := warmcapacity.At(pool, now)
+		target, err := p.WarmCapacity.Target(pool)
 		if err != nil {
 			log.FromContext(ctx).Info("capacity schedules ignored", "nodePool", name, "reason", err.Error())
 		}
 		targets[name] = target
 	}
 	return targets
-}
-
-func (p *Provisioner) now() time.Time {
-	if p.Clock != nil {
-		return p.Clock.Now()
-	}
-	return time.Now()
 }
 
 // poolFailed leaves a pool out of the next rounds for its backoff and tells
