@@ -79,10 +79,11 @@ type NodePoolSpec struct {
 	RegistrationTimeout *metav1.Duration `json:"registrationTimeout,omitempty"`
 }
 
-// Headroom is spare capacity: either resources (cpu, memory), kept free
-// anywhere on the pool's nodes in pieces of at most 1 cpu and 4Gi, or a
-// number of pods of one size, each of which must fit on a node whole.
-// +kubebuilder:validation:XValidation:rule="(has(self.cpu) || has(self.memory)) != has(self.pods)",message="headroom: set exactly one of resources (cpu, memory) or pods"
+// Headroom is spare capacity: resources (cpu, memory), kept free anywhere
+// on the pool's nodes in pieces of at most 1 cpu and 4Gi; a number of pods
+// of one size, each of which must fit on a node whole; or nodes or pods
+// from an external signal.
+// +kubebuilder:validation:XValidation:rule="[has(self.cpu) || has(self.memory), has(self.pods), has(self.external)].filter(x, x).size() == 1",message="headroom: set exactly one of resources (cpu, memory), pods or external"
 // +kubebuilder:validation:XValidation:rule="(has(self.cpu) && string(self.cpu).matches('[eE][+-]?[0-9]{3}')) || (!has(self.cpu) || quantity(string(self.cpu)).isGreaterThan(quantity('0')))",message="headroom.cpu must be greater than zero"
 // +kubebuilder:validation:XValidation:rule="(has(self.memory) && string(self.memory).matches('[eE][+-]?[0-9]{3}')) || (!has(self.memory) || quantity(string(self.memory)).isGreaterThan(quantity('0')))",message="headroom.memory must be greater than zero"
 type Headroom struct {
@@ -97,6 +98,91 @@ type Headroom struct {
 	// Pods is room for count pods of a given size.
 	// +optional
 	Pods *HeadroomPods `json:"pods,omitempty"`
+	// External takes the headroom from a scaler that speaks KEDA's
+	// external-scaler gRPC protocol.
+	// +optional
+	External *ExternalHeadroom `json:"external,omitempty"`
+}
+
+// ExternalHeadroom asks a KEDA external scaler (IsActive, GetMetricSpec,
+// GetMetrics) for a metric and keeps ceil(metric / target) nodes or pods
+// of headroom, within [min, max]; an inactive scaler means min. When the
+// scaler cannot be reached the last value stands for gracePeriod, then
+// min; the pool's ExternalHeadroom condition says so.
+// +kubebuilder:validation:XValidation:rule="has(self.targetPerNode) != has(self.targetPerPod)",message="headroom.external: set exactly one of targetPerNode or targetPerPod"
+// +kubebuilder:validation:XValidation:rule="has(self.targetPerPod) == has(self.pod)",message="headroom.external: targetPerPod needs pod (the size of each pod), and pod needs targetPerPod"
+// +kubebuilder:validation:XValidation:rule="self.min <= self.max",message="headroom.external: min must not exceed max"
+// +kubebuilder:validation:XValidation:rule="!has(self.targetPerNode) || string(self.targetPerNode).matches('[eE][+-]?[0-9]{3}') || quantity(string(self.targetPerNode)).isGreaterThan(quantity('0'))",message="headroom.external.targetPerNode must be greater than zero"
+// +kubebuilder:validation:XValidation:rule="!has(self.targetPerPod) || string(self.targetPerPod).matches('[eE][+-]?[0-9]{3}') || quantity(string(self.targetPerPod)).isGreaterThan(quantity('0'))",message="headroom.external.targetPerPod must be greater than zero"
+type ExternalHeadroom struct {
+	// Address (host:port) of the scaler's gRPC server.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	// +kubebuilder:validation:Pattern=`^[^\s/]+:[0-9]{1,5}$`
+	Address string `json:"address"`
+	// Metadata sent as the ScaledObjectRef's scalerMetadata, as a
+	// ScaledObject's trigger metadata would be. It is part of the pool's
+	// spec: put no secrets in it.
+	// +optional
+	// +kubebuilder:validation:MaxProperties=50
+	Metadata map[string]string `json:"metadata,omitempty"`
+	// TargetPerNode is the metric one node of headroom stands for: a
+	// queue of 500 jobs with 50 per node wants 10 nodes. A node of
+	// headroom is the room of an empty node of the pool's cheapest shape.
+	// +optional
+	TargetPerNode *resource.Quantity `json:"targetPerNode,omitempty"`
+	// TargetPerPod is the metric one pod of headroom stands for.
+	// +optional
+	TargetPerPod *resource.Quantity `json:"targetPerPod,omitempty"`
+	// Pod is the size of each pod of headroom, with targetPerPod.
+	// +optional
+	Pod *PodSize `json:"pod,omitempty"`
+	// Min is the floor: the headroom when the scaler is inactive or has
+	// been unreachable for longer than gracePeriod.
+	// +optional
+	// +kubebuilder:default=0
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=1000
+	Min int32 `json:"min,omitempty"`
+	// Max is the ceiling.
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=1000
+	Max int32 `json:"max"`
+	// GracePeriod the last value stands for after the scaler stops
+	// answering.
+	// +optional
+	// +kubebuilder:default="5m"
+	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:MaxLength=32
+	// +kubebuilder:validation:Pattern=`^([0-9]+(\.[0-9]+)?(ns|us|µs|ms|s|m|h))+$`
+	// +kubebuilder:validation:XValidation:rule="duration(self) >= duration('0s')",message="gracePeriod must be a duration of at most 2562047h"
+	GracePeriod *metav1.Duration `json:"gracePeriod,omitempty"`
+	// TLS, when set, reaches the scaler over TLS, verified against the
+	// system's trust roots. Unset: plain text, as KEDA's default.
+	// +optional
+	TLS *ExternalScalerTLS `json:"tls,omitempty"`
+}
+
+// ExternalScalerTLS says how to reach a scaler over TLS.
+type ExternalScalerTLS struct {
+	// ServerName to verify the scaler's certificate against; unset is the
+	// address's host.
+	// +optional
+	// +kubebuilder:validation:MaxLength=253
+	ServerName string `json:"serverName,omitempty"`
+}
+
+// PodSize is what one pod requests.
+// +kubebuilder:validation:XValidation:rule="string(self.cpu).matches('[eE][+-]?[0-9]{3}') || quantity(string(self.cpu)).isGreaterThan(quantity('0'))",message="pod cpu must be greater than zero"
+// +kubebuilder:validation:XValidation:rule="!has(self.memory) || string(self.memory).matches('[eE][+-]?[0-9]{3}') || quantity(string(self.memory)).isGreaterThan(quantity('0'))",message="pod memory must be greater than zero"
+type PodSize struct {
+	// CPU the pod requests, at most 10000 cores.
+	// +kubebuilder:validation:XValidation:rule="string(self).matches('[eE][+-]?[0-9]{3}') || (quantity(string(self)).compareTo(quantity('10000')) <= 0)",message="pod cpu must be at most 10000"
+	CPU resource.Quantity `json:"cpu"`
+	// Memory the pod requests, at most 64Ti; unset requests none.
+	// +optional
+	// +kubebuilder:validation:XValidation:rule="string(self).matches('[eE][+-]?[0-9]{3}') || (quantity(string(self)).compareTo(quantity('64Ti')) <= 0)",message="pod memory must be at most 64Ti"
+	Memory *resource.Quantity `json:"memory,omitempty"`
 }
 
 // HeadroomPods is room for count pods, each requesting cpu and memory.
@@ -138,8 +224,10 @@ type CapacitySchedule struct {
 	// +optional
 	// +kubebuilder:validation:Minimum=0
 	MinNodes *int32 `json:"minNodes,omitempty"`
-	// Headroom while active; unset keeps the pool's.
+	// Headroom while active; unset keeps the pool's. It may not be
+	// external: a scaler decides for itself when its demand is.
 	// +optional
+	// +kubebuilder:validation:XValidation:rule="!has(self.external)",message="a capacity schedule's headroom may not be external"
 	Headroom *Headroom `json:"headroom,omitempty"`
 }
 

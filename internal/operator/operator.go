@@ -27,6 +27,7 @@ import (
 	"github.com/claimscale/claimscale/internal/controllers/nodeprovider"
 	"github.com/claimscale/claimscale/internal/controllers/provisioning"
 	"github.com/claimscale/claimscale/internal/externalgrpc"
+	"github.com/claimscale/claimscale/internal/externalscaler"
 	"github.com/claimscale/claimscale/internal/providers"
 	"github.com/claimscale/claimscale/internal/warmcapacity"
 	"github.com/claimscale/claimscale/pkg/provider"
@@ -69,6 +70,9 @@ type Options struct {
 	// WarmCapacityClock decides which capacity schedules are active; nil
 	// is Clock. End-to-end tests step it into and out of a window.
 	WarmCapacityClock clock.PassiveClock
+	// ExternalScalerInterval is how often pools' external scalers are
+	// asked for headroom (default externalscaler.DefaultInterval).
+	ExternalScalerInterval time.Duration
 	// ExternalGRPC configures the externalgrpc server of ModeExternalGRPC.
 	ExternalGRPC externalgrpc.Options
 	// Bootstrap is the fallback API endpoint and CA for pools that render
@@ -123,6 +127,7 @@ func Setup(ctx context.Context, mgr manager.Manager, opts Options) (*Operator, e
 		opts.WarmCapacityClock = opts.Clock
 	}
 	warm := &warmcapacity.Source{Clock: opts.WarmCapacityClock}
+	batcher := provisioning.NewBatcher(opts.BatchIdle, opts.BatchMax, opts.Clock)
 	op := &Operator{Providers: resolver, Capacity: capacityBackoff}
 	templates := &provisioning.TemplateCheck{Kube: mgr.GetClient()}
 	recorder := func(name string) events.EventRecorder { return newEventRecorder(mgr.GetEventRecorder(name)) }
@@ -149,7 +154,7 @@ func Setup(ctx context.Context, mgr manager.Manager, opts Options) (*Operator, e
 					Recorder: recorder(provisioning.Name), Clock: opts.Clock, Templates: templates,
 					WarmCapacity: warm,
 				},
-				Batcher: provisioning.NewBatcher(opts.BatchIdle, opts.BatchMax, opts.Clock),
+				Batcher: batcher,
 			},
 			&disruption.Controller{
 				Kube: mgr.GetClient(), Providers: resolver, Capacity: capacityBackoff,
@@ -161,6 +166,17 @@ func Setup(ctx context.Context, mgr manager.Manager, opts Options) (*Operator, e
 	for _, s := range setups {
 		if err := s.SetupWithManager(mgr); err != nil {
 			return nil, fmt.Errorf("setting up %T: %w", s, err)
+		}
+	}
+	if opts.Mode != ModeExternalGRPC {
+		scalers := &externalscaler.Poller{
+			Kube: mgr.GetClient(), Clock: opts.Clock, Interval: opts.ExternalScalerInterval,
+			// A new answer is acted on at once, not at the periodic round.
+			Changed: batcher.Trigger,
+		}
+		warm.External = scalers
+		if err := mgr.Add(scalers); err != nil {
+			return nil, err
 		}
 	}
 	gc := &garbagecollection.Controller{

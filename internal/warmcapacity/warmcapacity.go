@@ -5,10 +5,12 @@
 package warmcapacity
 
 import (
+	"context"
 	"fmt"
 	"math"
 	"time"
 
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -17,13 +19,18 @@ import (
 
 	"github.com/claimscale/claimscale/api/v1alpha1"
 	"github.com/claimscale/claimscale/internal/schedule"
+	"github.com/claimscale/claimscale/internal/scheduling"
 )
 
 // Target is the warm capacity a pool asks for at one moment.
 type Target struct {
 	MinNodes int32
-	// Headroom kept free; nil for none.
+	// Headroom kept free; nil for none. Never external: Source resolves
+	// an external headroom into pods, or into Nodes.
 	Headroom *v1alpha1.Headroom
+	// Nodes of headroom, each the room of an empty node of the pool's
+	// cheapest shape (an external headroom with targetPerNode).
+	Nodes int32
 }
 
 // Source says what warm capacity each pool asks for now. Provisioning and
@@ -32,16 +39,41 @@ type Source struct {
 	// Clock decides which capacity schedules are active; nil is the real
 	// clock.
 	Clock clock.PassiveClock
+	// External holds the latest count of external headrooms; nil counts
+	// every external headroom as its min.
+	External ExternalCounts
 }
 
-// Target is the pool's warm capacity now (see At). A nil Source reads the
-// real clock.
+// ExternalCounts says how many nodes or pods of headroom a pool's external
+// scaler asks for now, already clamped to its min and max.
+type ExternalCounts interface {
+	Count(pool *v1alpha1.NodePool) int32
+}
+
+// Target is the pool's warm capacity now (see At), with an external
+// headroom resolved into nodes or pods. A nil Source reads the real clock.
 func (s *Source) Target(pool *v1alpha1.NodePool) (Target, error) {
 	now := time.Now()
 	if s != nil && s.Clock != nil {
 		now = s.Clock.Now()
 	}
-	return At(pool, now)
+	target, err := At(pool, now)
+	if target.Headroom == nil || target.Headroom.External == nil {
+		return target, err
+	}
+	external := target.Headroom.External
+	count := external.Min
+	if s != nil && s.External != nil {
+		count = s.External.Count(pool)
+	}
+	target.Headroom = nil
+	switch {
+	case external.TargetPerPod != nil && external.Pod != nil && count > 0:
+		target.Headroom = &v1alpha1.Headroom{Pods: &v1alpha1.HeadroomPods{Count: count, CPU: external.Pod.CPU, Memory: external.Pod.Memory}}
+	case external.TargetPerNode != nil:
+		target.Nodes = count
+	}
+	return target, err
 }
 
 // At works out the pool's target at now: its own minNodes and headroom,
@@ -177,7 +209,10 @@ const LowestPriority = math.MinInt32
 // taints, so the headroom counts only where the pool's own pods could use
 // it.
 func Pods(pool *v1alpha1.NodePool, headroom *v1alpha1.Headroom) []*corev1.Pod {
-	sizes := split(headroom)
+	return placeholders(pool, split(headroom), "pod")
+}
+
+func placeholders(pool *v1alpha1.NodePool, sizes []podSize, kind string) []*corev1.Pod {
 	if len(sizes) == 0 {
 		return nil
 	}
@@ -192,7 +227,7 @@ func Pods(pool *v1alpha1.NodePool, headroom *v1alpha1.Headroom) []*corev1.Pod {
 		if !size.memory.IsZero() {
 			requests[corev1.ResourceMemory] = size.memory
 		}
-		name := fmt.Sprintf("%s-%d", pool.Name, i)
+		name := fmt.Sprintf("%s-%s-%d", pool.Name, kind, i)
 		pods = append(pods, &corev1.Pod{
 			ObjectMeta: metav1.ObjectMeta{
 				Name: name, Namespace: Namespace,
@@ -212,6 +247,59 @@ func Pods(pool *v1alpha1.NodePool, headroom *v1alpha1.Headroom) []*corev1.Pod {
 		})
 	}
 	return pods
+}
+
+// NodePods builds the placeholder pods of nodes of headroom: one per node,
+// each requesting nine tenths of what an empty node of the pool's cheapest
+// shape has free once its DaemonSet pods run, so each needs a node of its
+// own, nearly empty. No shape (none offered now): none.
+func NodePods(ctx context.Context, pool *v1alpha1.NodePool, nodes int32, shapes scheduling.Shapes, daemonSets []*appsv1.DaemonSet) ([]*corev1.Pod, error) {
+	if nodes <= 0 {
+		return nil, nil
+	}
+	candidates := shapes.Fixed
+	if shapes.Flexible != nil {
+		smallest, ok := shapes.Flexible.Smallest(shapes.Flexible.MinCPU, shapes.Flexible.MinMemory)
+		if !ok {
+			return nil, nil
+		}
+		candidates = []scheduling.Shape{smallest}
+	}
+	shape, ok := scheduling.Cheapest(candidates)
+	if !ok {
+		return nil, nil
+	}
+	node, err := scheduling.TemplateNode(pool, shape, "", pool.Name+"-headroom")
+	if err != nil {
+		return nil, fmt.Errorf("sizing a node of headroom of pool %s: %w", pool.Name, err)
+	}
+	daemons, err := scheduling.DaemonSetPods(ctx, node, daemonSets)
+	if err != nil {
+		return nil, fmt.Errorf("sizing a node of headroom of pool %s: %w", pool.Name, err)
+	}
+	free := podSize{cpu: node.Status.Allocatable.Cpu().DeepCopy(), memory: node.Status.Allocatable.Memory().DeepCopy()}
+	for _, daemon := range daemons {
+		for _, container := range daemon.Spec.Containers {
+			free.cpu.Sub(*container.Resources.Requests.Cpu())
+			free.memory.Sub(*container.Resources.Requests.Memory())
+		}
+	}
+	if free.cpu.Sign() <= 0 {
+		return nil, fmt.Errorf("a node of pool %s's cheapest shape %s has no cpu free for headroom", pool.Name, shape.Name)
+	}
+	if free.memory.Sign() < 0 {
+		free.memory = resource.Quantity{}
+	}
+	// Nine tenths: still one placeholder per node, and a real node whose
+	// kubelet reserves a little more than the template says still counts,
+	// instead of a new node being bought for it every round.
+	free.cpu = *resource.NewMilliQuantity(free.cpu.MilliValue()*9/10, resource.DecimalSI)
+	free.memory = *resource.NewQuantity(free.memory.Value()/10*9, resource.BinarySI)
+	sizes := make([]podSize, min(int(nodes), MaxPods))
+	for i := range sizes {
+		sizes[i] = free
+	}
+	return placeholders(pool, sizes, "node"), nil
 }
 
 // IsPlaceholder says whether a pod is a headroom placeholder of Pods.

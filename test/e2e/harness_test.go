@@ -153,6 +153,7 @@ func startOperator(t *testing.T, opts operatorOptions) (stop func()) {
 		GCInterval: time.Second, GCGracePeriod: opts.gcGracePeriod,
 		Registry: opts.registry, ExternalGRPC: opts.externalGRPC,
 		CapacityClock: opts.capacityClock, WarmCapacityClock: opts.warmCapacityClock,
+		ExternalScalerInterval: 250 * time.Millisecond,
 	}); err != nil {
 		cancel()
 		t.Fatal(err)

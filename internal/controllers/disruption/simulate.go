@@ -323,6 +323,11 @@ func abbreviate(names []string, n int) string {
 // priority, more of a pool's headroom fits on no node than fits on none
 // now. A replacement is not counted: the headroom must fit on what stays.
 func (s *state) headroomViolation(ctx context.Context, candidates []*candidate) (string, error) {
+	if s.headroomMissing == nil {
+		if err := s.buildHeadroom(ctx); err != nil {
+			return "", err
+		}
+	}
 	if len(s.headroom) == 0 {
 		return "", nil
 	}
@@ -348,6 +353,33 @@ func (s *state) headroomViolation(ctx context.Context, candidates []*candidate) 
 		}
 	}
 	return "", nil
+}
+
+// buildHeadroom makes every pool's headroom placeholders, as provisioning
+// does. A pool that cannot provision now has its nodes of headroom left
+// out: without its shapes they have no size.
+func (s *state) buildHeadroom(ctx context.Context) error {
+	names := make([]string, 0, len(s.pools))
+	for name := range s.pools {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	for _, name := range names {
+		info := s.pools[name]
+		s.headroom = append(s.headroom, warmcapacity.Pods(info.pool, info.target.Headroom)...)
+		if info.sched == nil {
+			continue
+		}
+		nodes, err := warmcapacity.NodePods(ctx, info.pool, info.target.Nodes, info.sched.Shapes, s.input.DaemonSets)
+		if err != nil {
+			return err
+		}
+		s.headroom = append(s.headroom, nodes...)
+	}
+	if len(s.headroom) == 0 {
+		s.headroomMissing = map[string]int{}
+	}
+	return nil
 }
 
 // missingHeadroom counts, per pool, the headroom pods that fit on no

@@ -91,8 +91,8 @@ type state struct {
 
 	sim *scheduling.Simulator
 	// headroom is every pool's headroom as placeholder pods, and
-	// headroomMissing how many of each pool's fit on no node now (nil
-	// until first needed).
+	// headroomMissing how many of each pool's fit on no node now (both
+	// nil until first needed).
 	headroom        []*corev1.Pod
 	headroomMissing map[string]int
 }
@@ -140,7 +140,6 @@ func newState(now time.Time, o objects) *state {
 			target, _ = warmcapacity.At(pool, now)
 		}
 		s.pools[pool.Name] = &poolInfo{pool: pool, target: target}
-		s.headroom = append(s.headroom, warmcapacity.Pods(pool, target.Headroom)...)
 		keys = append(keys, "pool "+pool.Name+"/"+strconv.FormatInt(pool.Generation, 10))
 	}
 	for i := range o.input.Pools {

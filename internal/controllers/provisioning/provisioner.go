@@ -102,7 +102,13 @@ func (p *Provisioner) Provision(ctx context.Context) error {
 		}
 		// After the real pods, at the lowest priority: real pods take
 		// the room first.
-		input.Pending = append(input.Pending, warmcapacity.Pods(pool, targets[pool.Name].Headroom)...)
+		target := targets[pool.Name]
+		input.Pending = append(input.Pending, warmcapacity.Pods(pool, target.Headroom)...)
+		nodes, err := warmcapacity.NodePods(ctx, pool, target.Nodes, schedulingPool.Shapes, input.DaemonSets)
+		if err != nil {
+			logger.Info("nodes of headroom left out", "nodePool", pool.Name, "reason", err.Error())
+		}
+		input.Pending = append(input.Pending, nodes...)
 	}
 	if len(input.Pending) == 0 {
 		metrics.PodsUnschedulable.Set(0)
