@@ -116,6 +116,7 @@ func (p *Poller) Poll(ctx context.Context) {
 	for i := range pools.Items {
 		pool := &pools.Items[i]
 		if pool.Spec.Headroom == nil || pool.Spec.Headroom.External == nil || !pool.DeletionTimestamp.IsZero() {
+			p.forget(ctx, pool)
 			continue
 		}
 		seen[pool.Name] = true
@@ -336,5 +337,18 @@ func (p *Poller) report(ctx context.Context, pool *v1alpha1.NodePool, last readi
 	meta.SetStatusCondition(&patched.Status.Conditions, condition)
 	if err := p.Kube.Status().Patch(ctx, patched, client.MergeFromWithOptions(pool, client.MergeFromWithOptimisticLock{})); err != nil {
 		log.FromContext(ctx).V(1).Info("setting the ExternalHeadroom condition failed; next round tries again", "nodePool", pool.Name, "error", err.Error())
+	}
+}
+
+// forget takes the ExternalHeadroom condition off a pool that no longer
+// has an external headroom: it would speak of a scaler nobody asks.
+func (p *Poller) forget(ctx context.Context, pool *v1alpha1.NodePool) {
+	if !pool.DeletionTimestamp.IsZero() || meta.FindStatusCondition(pool.Status.Conditions, ConditionExternalHeadroom) == nil {
+		return
+	}
+	patched := pool.DeepCopy()
+	meta.RemoveStatusCondition(&patched.Status.Conditions, ConditionExternalHeadroom)
+	if err := p.Kube.Status().Patch(ctx, patched, client.MergeFromWithOptions(pool, client.MergeFromWithOptimisticLock{})); err != nil {
+		log.FromContext(ctx).V(1).Info("removing the ExternalHeadroom condition failed; next round tries again", "nodePool", pool.Name, "error", err.Error())
 	}
 }

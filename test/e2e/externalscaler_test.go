@@ -120,4 +120,7 @@ func TestExternalScalerRaisesHeadroomAndFallsBackWhenUnreachable(t *testing.T) {
 		"the last answer stands for the grace period")
 	s.g.Eventually(func() int { return len(s.claims()) }).Should(BeZero(), "then the floor of 0")
 	s.g.Expect(condition().Message).To(ContainSubstring("headroom is the floor of 0"))
+
+	s.dropWarmCapacity()
+	s.g.Eventually(condition).Should(BeNil(), "no ExternalHeadroom condition once the pool has no external headroom")
 }

@@ -94,7 +94,7 @@ func (p *Provisioner) Provision(ctx context.Context) error {
 	// Warm nodes first, so the headroom counts them and is not bought
 	// twice.
 	input.InFlight = append(input.InFlight, p.keepWarmCapacity(ctx, pools, input.Pools, targets)...)
-	real := len(input.Pending)
+	workload := len(input.Pending)
 	for _, schedulingPool := range input.Pools {
 		pool, ok := pools[schedulingPool.NodePool.Name]
 		if !ok {
@@ -118,10 +118,10 @@ func (p *Provisioner) Provision(ctx context.Context) error {
 	result, err := solve(ctx, input)
 	metrics.SchedulingSeconds.Observe(time.Since(started).Seconds())
 	if err != nil {
-		return fmt.Errorf("scheduling %d pending pods and %d headroom pods: %w", real, len(input.Pending)-real, err)
+		return fmt.Errorf("scheduling %d pending pods and %d headroom pods: %w", workload, len(input.Pending)-workload, err)
 	}
-	if real > 0 || len(result.NewNodes) > 0 {
-		logger.Info("scheduled pending pods", "pending", real, "headroomPods", len(input.Pending)-real, "inFlight", len(input.InFlight), "nodes", len(input.Nodes), "newNodes", len(result.NewNodes),
+	if workload > 0 || len(result.NewNodes) > 0 {
+		logger.Info("scheduled pending pods", "pending", workload, "headroomPods", len(input.Pending)-workload, "inFlight", len(input.InFlight), "nodes", len(input.Nodes), "newNodes", len(result.NewNodes),
 			"placedOnExisting", len(result.Placements), "unschedulable", len(result.Unschedulable), "duration", time.Since(started))
 	}
 	p.createClaims(ctx, pools, result)
@@ -426,14 +426,14 @@ func (p *Provisioner) createClaims(ctx context.Context, pools map[string]*v1alph
 		if !ok || refused[pool.Name] {
 			continue
 		}
-		var real []*corev1.Pod
+		var workload []*corev1.Pod
 		for _, pod := range newNode.Pods {
 			if !warmcapacity.IsPlaceholder(pod) {
-				real = append(real, pod)
+				workload = append(workload, pod)
 			}
 		}
 		reason := "provisioning"
-		if len(real) == 0 {
+		if len(workload) == 0 {
 			reason = "headroom"
 		}
 		claim, err := p.createClaim(ctx, pool, newNode.Shape, newNode.TotalRequests(), newNode.Requirements, reason)
@@ -443,8 +443,8 @@ func (p *Provisioner) createClaims(ctx context.Context, pools map[string]*v1alph
 			continue
 		}
 		log.FromContext(ctx).Info("created claim", "nodeClaim", claim.Name, "nodePool", pool.Name, "shape", newNode.Shape.Name, "zone", newNode.Zone,
-			"pods", len(real), "headroomPods", len(newNode.Pods)-len(real), "reason", reason)
-		for _, pod := range real {
+			"pods", len(workload), "headroomPods", len(newNode.Pods)-len(workload), "reason", reason)
+		for _, pod := range workload {
 			if events++; events > maxPodEvents {
 				break
 			}
@@ -504,20 +504,20 @@ func NewClaim(pool *v1alpha1.NodePool, shape scheduling.Shape, requests corev1.R
 // that fits nowhere (the pool at its limits) is only logged: it has no
 // object to tell.
 func (p *Provisioner) reportUnschedulable(ctx context.Context, unschedulable []scheduling.Unschedulable) {
-	events, real := 0, 0
+	events, workload := 0, 0
 	headroom := map[string]int{}
 	for _, u := range unschedulable {
 		if warmcapacity.IsPlaceholder(u.Pod) {
 			headroom[u.Pod.Labels[v1alpha1.LabelNodePool]]++
 			continue
 		}
-		real++
+		workload++
 		if events++; events > maxPodEvents {
 			continue
 		}
 		p.Recorder.Eventf(u.Pod, nil, corev1.EventTypeWarning, "FailedProvisioning", "Provision", "no pool can hold the pod: %s", u.Reason)
 	}
-	metrics.PodsUnschedulable.Set(float64(real))
+	metrics.PodsUnschedulable.Set(float64(workload))
 	for pool, n := range headroom {
 		log.FromContext(ctx).V(1).Info("headroom does not fit", "nodePool", pool, "headroomPods", n)
 	}
