@@ -42,13 +42,16 @@ func TestHeadroomKeepsRoomFreeAndBuysItAgainOnceUsed(t *testing.T) {
 	warm := s.nodes()
 	s.g.Expect(warm).To(HaveLen(1))
 
+	created := time.Now()
 	deployment := s.createDeployment("burst", 4, "1", nil)
 	s.g.Eventually(func() int { return s.runningPods("burst") }, 2*time.Second, 50*time.Millisecond).Should(Equal(4),
 		"pods that fit the headroom run within 2s")
+	t.Logf("4 pods Running %s after the Deployment was created", time.Since(created).Round(10*time.Millisecond))
 	for _, pod := range s.pods("burst") {
 		s.g.Expect(pod.Spec.NodeName).To(Equal(warm[0].Name), "pod %s runs on the warm node", pod.Name)
 	}
 	s.g.Eventually(s.readyClaims).Should(Equal(2), "a new node for fresh headroom")
+	t.Logf("fresh headroom Ready %s after the Deployment was created", time.Since(created).Round(10*time.Millisecond))
 	s.g.Expect(headroomClaims()).To(BeEquivalentTo(2))
 	s.g.Consistently(func() int { return len(s.claims()) }, 3*time.Second, 250*time.Millisecond).Should(Equal(2))
 
