@@ -78,9 +78,11 @@ type reading struct {
 	failing error
 }
 
-// NeedLeaderElection: every replica polls, so a new leader has readings
-// at once; only the leader's provisioning acts on them.
-func (p *Poller) NeedLeaderElection() bool { return false }
+// NeedLeaderElection: only the leader polls, as only its provisioning and
+// disruption read the answers, and one writer keeps the pools' conditions
+// steady. A new leader's pools are at their floor until its first round,
+// an interval at the most.
+func (p *Poller) NeedLeaderElection() bool { return true }
 
 // Start polls until the context ends.
 func (p *Poller) Start(ctx context.Context) error {
