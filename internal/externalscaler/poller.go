@@ -163,7 +163,7 @@ func (p *Poller) pollPool(ctx context.Context, pool *v1alpha1.NodePool) {
 	p.mu.Unlock()
 	// Compared with the count of the last round, not the last answer: the
 	// end of a grace period changes the count too.
-	count := p.Count(pool)
+	count, _ := p.Count(pool)
 	p.mu.Lock()
 	if p.counts == nil {
 		p.counts = map[string]int32{}
@@ -283,22 +283,22 @@ func (p *Poller) closeAll() {
 
 // Count is the headroom a pool's scaler asks for now: its last answer,
 // or, once the scaler has not answered for the grace period (or never
-// has), the floor.
-func (p *Poller) Count(pool *v1alpha1.NodePool) int32 {
+// has), the floor. known is false until the scaler was first asked.
+func (p *Poller) Count(pool *v1alpha1.NodePool) (count int32, known bool) {
 	if pool.Spec.Headroom == nil || pool.Spec.Headroom.External == nil {
-		return 0
+		return 0, true
 	}
 	external := pool.Spec.Headroom.External
 	p.mu.Lock()
 	last, ok := p.readings[pool.Name]
 	p.mu.Unlock()
-	if !ok || !last.ok || last.uid != pool.UID {
-		return external.Min
+	if !ok || last.uid != pool.UID {
+		return external.Min, false
 	}
-	if last.failing != nil && p.now().Sub(last.at) > gracePeriod(external) {
-		return external.Min
+	if !last.ok || (last.failing != nil && p.now().Sub(last.at) > gracePeriod(external)) {
+		return external.Min, true
 	}
-	return max(external.Min, min(external.Max, last.count))
+	return max(external.Min, min(external.Max, last.count)), true
 }
 
 func (p *Poller) now() time.Time {

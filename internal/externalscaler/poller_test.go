@@ -48,26 +48,30 @@ func TestCountFallsBackAfterTheGracePeriod(t *testing.T) {
 		External: &v1alpha1.ExternalHeadroom{TargetPerNode: &perNode, Min: 1, Max: 5, GracePeriod: &metav1.Duration{Duration: time.Minute}},
 	}}}
 	p := &Poller{Clock: clk}
-	if got := p.Count(pool); got != 1 {
-		t.Fatalf("no answer yet: %d, want the floor 1", got)
+	if got, known := p.Count(pool); got != 1 || known {
+		t.Fatalf("not asked yet: %d (known %t), want the floor 1, unknown", got, known)
+	}
+	p.readings = map[string]reading{"ci": {uid: "uid-1", failing: errors.New("connection refused")}}
+	if got, known := p.Count(pool); got != 1 || !known {
+		t.Fatalf("asked, never answered: %d (known %t), want the floor 1, known", got, known)
 	}
 	p.readings = map[string]reading{"ci": {uid: "uid-1", count: 4, ok: true, at: start}}
-	if got := p.Count(pool); got != 4 {
+	if got, _ := p.Count(pool); got != 4 {
 		t.Fatalf("answering: %d, want 4", got)
 	}
 	p.readings["ci"] = reading{uid: "uid-1", count: 4, ok: true, at: start, failing: errors.New("connection refused")}
 	clk.Step(time.Minute)
-	if got := p.Count(pool); got != 4 {
+	if got, _ := p.Count(pool); got != 4 {
 		t.Fatalf("unreachable within the grace period: %d, want the last answer 4", got)
 	}
 	clk.Step(time.Second)
-	if got := p.Count(pool); got != 1 {
+	if got, _ := p.Count(pool); got != 1 {
 		t.Fatalf("unreachable past the grace period: %d, want the floor 1", got)
 	}
 	recreated := pool.DeepCopy()
 	recreated.UID = "uid-2"
 	p.readings["ci"] = reading{uid: "uid-1", count: 4, ok: true, at: clk.Now()}
-	if got := p.Count(recreated); got != 1 {
+	if got, _ := p.Count(recreated); got != 1 {
 		t.Fatalf("a pool of the same name made again: %d, want the floor 1, not the old pool's answer", got)
 	}
 }

@@ -31,6 +31,10 @@ type Target struct {
 	// Nodes of headroom, each the room of an empty node of the pool's
 	// cheapest shape (an external headroom with targetPerNode).
 	Nodes int32
+	// Unknown: the pool's external scaler has not been asked yet (a
+	// controller just started), so the headroom is its floor for now and
+	// nothing may be removed for want of it.
+	Unknown bool
 }
 
 // Source says what warm capacity each pool asks for now. Provisioning and
@@ -45,9 +49,10 @@ type Source struct {
 }
 
 // ExternalCounts says how many nodes or pods of headroom a pool's external
-// scaler asks for now, already clamped to its min and max.
+// scaler asks for now, already clamped to its min and max, and whether it
+// has been asked at all.
 type ExternalCounts interface {
-	Count(pool *v1alpha1.NodePool) int32
+	Count(pool *v1alpha1.NodePool) (count int32, known bool)
 }
 
 // Target is the pool's warm capacity now (see At), with an external
@@ -62,10 +67,11 @@ func (s *Source) Target(pool *v1alpha1.NodePool) (Target, error) {
 		return target, err
 	}
 	external := target.Headroom.External
-	count := external.Min
+	count, known := external.Min, false
 	if s != nil && s.External != nil {
-		count = s.External.Count(pool)
+		count, known = s.External.Count(pool)
 	}
+	target.Unknown = !known
 	target.Headroom = nil
 	switch {
 	case external.TargetPerPod != nil && external.Pod != nil && count > 0:

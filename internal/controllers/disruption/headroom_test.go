@@ -104,3 +104,20 @@ func TestRoundKeepsWarmCapacity(t *testing.T) {
 }
 
 func ptrTo[T any](v T) *T { return &v }
+
+// Right after a start the pool's external scaler has not been asked yet:
+// its headroom is unknown, so none of its nodes goes for want of it.
+func TestUnknownExternalHeadroomKeepsNodes(t *testing.T) {
+	f := newFixture(c4).node("a", c4).node("b", c4).pod("q", "b", "3")
+	f.pool.Spec.Disruption.ConsolidationPolicy = v1alpha1.ConsolidationWhenEmpty
+	withCondition(f.claim("a"), v1alpha1.ConditionEmpty, "Empty", f.now.Add(-time.Minute))
+	s := f.state()
+	s.pools[f.pool.Name].target.Unknown = true
+	cmd, err := f.round(s).decide(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := describe(cmd); got != "" {
+		t.Errorf("decided %q while the pool's headroom is unknown, want nothing", got)
+	}
+}

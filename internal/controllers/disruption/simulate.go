@@ -323,6 +323,11 @@ func abbreviate(names []string, n int) string {
 // priority, more of a pool's headroom fits on no node than fits on none
 // now. A replacement is not counted: the headroom must fit on what stays.
 func (s *state) headroomViolation(ctx context.Context, candidates []*candidate) (string, error) {
+	for _, c := range candidates {
+		if c.pool.target.Unknown {
+			return fmt.Sprintf("pool %s's external headroom is not known yet", c.pool.pool.Name), nil
+		}
+	}
 	if s.headroomMissing == nil {
 		if err := s.buildHeadroom(ctx); err != nil {
 			return "", err
