@@ -50,7 +50,7 @@ manifests: bin/controller-gen ## Generate CRDs and RBAC, and copy them into the 
 proto: ## Generate the externalgrpc protocol's Go code (needs Debian's protobuf-compiler).
 	hack/proto.sh
 
-GENERATED := api config charts internal/externalgrpc/protos
+GENERATED := api config charts internal/externalgrpc/protos internal/externalscaler/protos
 
 .PHONY: verify
 verify: generate manifests proto ## Fail when generated files are stale or gofmt/go vet complain.

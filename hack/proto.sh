@@ -13,6 +13,8 @@ cd "$root"
 # Debian's protobuf-compiler (bookworm and trixie ship 3.21.12).
 PROTOC_VERSION=3.21.12
 PROTO_FILES=(internal/externalgrpc/protos/externalgrpc.proto internal/externalgrpc/protos/expander.proto)
+# KEDA's external-scaler protocol, for headroom from an external signal.
+PROTO_FILES+=(internal/externalscaler/protos/externalscaler.proto)
 
 if ! command -v protoc >/dev/null; then
   echo "protoc missing: install Debian's protobuf-compiler (apt-get install protobuf-compiler)" >&2

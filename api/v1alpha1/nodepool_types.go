@@ -11,6 +11,7 @@ import (
 // taken away again.
 //
 // +kubebuilder:validation:XValidation:rule="!has(self.limits) || !has(self.limits.nodes) || self.minNodes <= self.limits.nodes",message="minNodes must not exceed limits.nodes"
+// +kubebuilder:validation:XValidation:rule="!has(self.limits) || !has(self.limits.nodes) || !has(self.capacitySchedules) || self.capacitySchedules.all(c, !has(c.minNodes) || c.minNodes <= self.limits.nodes)",message="capacitySchedules: minNodes must not exceed limits.nodes"
 type NodePoolSpec struct {
 	// ProviderRef names the NodeProvider that makes this pool's machines.
 	ProviderRef ProviderReference `json:"providerRef"`
@@ -34,6 +35,22 @@ type NodePoolSpec struct {
 	// +kubebuilder:default=0
 	// +kubebuilder:validation:Minimum=0
 	MinNodes int32 `json:"minNodes,omitempty"`
+
+	// Headroom is spare capacity kept free on the pool's nodes at all
+	// times, so pods that arrive find a node at once instead of waiting for
+	// a machine to boot. Provisioning places it as placeholder pods of the
+	// lowest priority after every pending pod, and buys nodes for what
+	// does not fit; consolidation never removes a node the headroom needs.
+	// +optional
+	Headroom *Headroom `json:"headroom,omitempty"`
+
+	// CapacitySchedules change minNodes and headroom for a while on a cron
+	// schedule (e.g. warm nodes on weekdays during office hours). While an
+	// entry is active its values replace the pool's; when several are
+	// active the largest minNodes and the largest headroom win.
+	// +optional
+	// +kubebuilder:validation:MaxItems=20
+	CapacitySchedules []CapacitySchedule `json:"capacitySchedules,omitempty"`
 
 	// Weight orders pools: a pending pod goes to the highest-weight pool
 	// that admits it.
@@ -115,6 +132,158 @@ const DisruptionReasonUnhealthy DisruptionReason = "Unhealthy"
 // ConditionRepairAllowed on a NodePool with repair set says whether its
 // unhealthy nodes may be replaced now, and if not, why.
 const ConditionRepairAllowed = "RepairAllowed"
+
+// Headroom is spare capacity: resources (cpu, memory), kept free anywhere
+// on the pool's nodes in pieces of at most 1 cpu and 4Gi; a number of pods
+// of one size, each of which must fit on a node whole; or nodes or pods
+// from an external signal.
+// +kubebuilder:validation:XValidation:rule="[has(self.cpu) || has(self.memory), has(self.pods), has(self.external)].filter(x, x).size() == 1",message="headroom: set exactly one of resources (cpu, memory), pods or external"
+// +kubebuilder:validation:XValidation:rule="(has(self.cpu) && string(self.cpu).matches('[eE][+-]?[0-9]{3}')) || (!has(self.cpu) || quantity(string(self.cpu)).isGreaterThan(quantity('0')))",message="headroom.cpu must be greater than zero"
+// +kubebuilder:validation:XValidation:rule="(has(self.memory) && string(self.memory).matches('[eE][+-]?[0-9]{3}')) || (!has(self.memory) || quantity(string(self.memory)).isGreaterThan(quantity('0')))",message="headroom.memory must be greater than zero"
+type Headroom struct {
+	// CPU kept free in the pool, at most 10000 cores.
+	// +optional
+	// +kubebuilder:validation:XValidation:rule="string(self).matches('[eE][+-]?[0-9]{3}') || (quantity(string(self)).compareTo(quantity('10000')) <= 0)",message="headroom.cpu must be at most 10000"
+	CPU *resource.Quantity `json:"cpu,omitempty"`
+	// Memory kept free in the pool, at most 64Ti.
+	// +optional
+	// +kubebuilder:validation:XValidation:rule="string(self).matches('[eE][+-]?[0-9]{3}') || (quantity(string(self)).compareTo(quantity('64Ti')) <= 0)",message="headroom.memory must be at most 64Ti"
+	Memory *resource.Quantity `json:"memory,omitempty"`
+	// Pods is room for count pods of a given size.
+	// +optional
+	Pods *HeadroomPods `json:"pods,omitempty"`
+	// External takes the headroom from a scaler that speaks KEDA's
+	// external-scaler gRPC protocol.
+	// +optional
+	External *ExternalHeadroom `json:"external,omitempty"`
+}
+
+// ExternalHeadroom asks a KEDA external scaler (IsActive, GetMetricSpec,
+// GetMetrics) for a metric and keeps ceil(metric / target) nodes or pods
+// of headroom, within [min, max]; an inactive scaler means min. When the
+// scaler cannot be reached the last value stands for gracePeriod, then
+// min; the pool's ExternalHeadroom condition says so.
+// +kubebuilder:validation:XValidation:rule="has(self.targetPerNode) != has(self.targetPerPod)",message="headroom.external: set exactly one of targetPerNode or targetPerPod"
+// +kubebuilder:validation:XValidation:rule="has(self.targetPerPod) == has(self.pod)",message="headroom.external: targetPerPod needs pod (the size of each pod), and pod needs targetPerPod"
+// +kubebuilder:validation:XValidation:rule="self.min <= self.max",message="headroom.external: min must not exceed max"
+// +kubebuilder:validation:XValidation:rule="!has(self.targetPerNode) || string(self.targetPerNode).matches('[eE][+-]?[0-9]{3}') || quantity(string(self.targetPerNode)).isGreaterThan(quantity('0'))",message="headroom.external.targetPerNode must be greater than zero"
+// +kubebuilder:validation:XValidation:rule="!has(self.targetPerPod) || string(self.targetPerPod).matches('[eE][+-]?[0-9]{3}') || quantity(string(self.targetPerPod)).isGreaterThan(quantity('0'))",message="headroom.external.targetPerPod must be greater than zero"
+type ExternalHeadroom struct {
+	// Address (host:port) of the scaler's gRPC server.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	// +kubebuilder:validation:Pattern=`^[^\s/]+:[0-9]{1,5}$`
+	Address string `json:"address"`
+	// Metadata sent as the ScaledObjectRef's scalerMetadata, as a
+	// ScaledObject's trigger metadata would be. It is part of the pool's
+	// spec: put no secrets in it.
+	// +optional
+	// +kubebuilder:validation:MaxProperties=50
+	Metadata map[string]string `json:"metadata,omitempty"`
+	// TargetPerNode is the metric one node of headroom stands for: a
+	// queue of 500 jobs with 50 per node wants 10 nodes. A node of
+	// headroom is the room of an empty node of the pool's cheapest shape.
+	// +optional
+	TargetPerNode *resource.Quantity `json:"targetPerNode,omitempty"`
+	// TargetPerPod is the metric one pod of headroom stands for.
+	// +optional
+	TargetPerPod *resource.Quantity `json:"targetPerPod,omitempty"`
+	// Pod is the size of each pod of headroom, with targetPerPod.
+	// +optional
+	Pod *PodSize `json:"pod,omitempty"`
+	// Min is the floor: the headroom when the scaler is inactive or has
+	// been unreachable for longer than gracePeriod.
+	// +optional
+	// +kubebuilder:default=0
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=1000
+	Min int32 `json:"min,omitempty"`
+	// Max is the ceiling.
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=1000
+	Max int32 `json:"max"`
+	// GracePeriod the last value stands for after the scaler stops
+	// answering.
+	// +optional
+	// +kubebuilder:default="5m"
+	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:MaxLength=32
+	// +kubebuilder:validation:Pattern=`^([0-9]+(\.[0-9]+)?(ns|us|µs|ms|s|m|h))+$`
+	// +kubebuilder:validation:XValidation:rule="duration(self) >= duration('0s')",message="gracePeriod must be a duration of at most 2562047h"
+	GracePeriod *metav1.Duration `json:"gracePeriod,omitempty"`
+	// TLS, when set, reaches the scaler over TLS, verified against the
+	// system's trust roots. Unset: plain text, as KEDA's default.
+	// +optional
+	TLS *ExternalScalerTLS `json:"tls,omitempty"`
+}
+
+// ExternalScalerTLS says how to reach a scaler over TLS.
+type ExternalScalerTLS struct {
+	// ServerName to verify the scaler's certificate against; unset is the
+	// address's host.
+	// +optional
+	// +kubebuilder:validation:MaxLength=253
+	ServerName string `json:"serverName,omitempty"`
+}
+
+// PodSize is what one pod requests.
+// +kubebuilder:validation:XValidation:rule="string(self.cpu).matches('[eE][+-]?[0-9]{3}') || quantity(string(self.cpu)).isGreaterThan(quantity('0'))",message="pod cpu must be greater than zero"
+// +kubebuilder:validation:XValidation:rule="!has(self.memory) || string(self.memory).matches('[eE][+-]?[0-9]{3}') || quantity(string(self.memory)).isGreaterThan(quantity('0'))",message="pod memory must be greater than zero"
+type PodSize struct {
+	// CPU the pod requests, at most 10000 cores.
+	// +kubebuilder:validation:XValidation:rule="string(self).matches('[eE][+-]?[0-9]{3}') || (quantity(string(self)).compareTo(quantity('10000')) <= 0)",message="pod cpu must be at most 10000"
+	CPU resource.Quantity `json:"cpu"`
+	// Memory the pod requests, at most 64Ti; unset requests none.
+	// +optional
+	// +kubebuilder:validation:XValidation:rule="string(self).matches('[eE][+-]?[0-9]{3}') || (quantity(string(self)).compareTo(quantity('64Ti')) <= 0)",message="pod memory must be at most 64Ti"
+	Memory *resource.Quantity `json:"memory,omitempty"`
+}
+
+// HeadroomPods is room for count pods, each requesting cpu and memory.
+// +kubebuilder:validation:XValidation:rule="string(self.cpu).matches('[eE][+-]?[0-9]{3}') || quantity(string(self.cpu)).isGreaterThan(quantity('0'))",message="headroom.pods.cpu must be greater than zero"
+// +kubebuilder:validation:XValidation:rule="!has(self.memory) || string(self.memory).matches('[eE][+-]?[0-9]{3}') || quantity(string(self.memory)).isGreaterThan(quantity('0'))",message="headroom.pods.memory must be greater than zero"
+type HeadroomPods struct {
+	// Count of pods, 1 to 1000.
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=1000
+	Count int32 `json:"count"`
+	// CPU each pod requests, at most 10000 cores.
+	// +kubebuilder:validation:XValidation:rule="string(self).matches('[eE][+-]?[0-9]{3}') || (quantity(string(self)).compareTo(quantity('10000')) <= 0)",message="headroom.pods.cpu must be at most 10000"
+	CPU resource.Quantity `json:"cpu"`
+	// Memory each pod requests, at most 64Ti; unset requests none.
+	// +optional
+	// +kubebuilder:validation:XValidation:rule="string(self).matches('[eE][+-]?[0-9]{3}') || (quantity(string(self)).compareTo(quantity('64Ti')) <= 0)",message="headroom.pods.memory must be at most 64Ti"
+	Memory *resource.Quantity `json:"memory,omitempty"`
+}
+
+// CapacitySchedule changes a pool's warm capacity for duration after each
+// time schedule fires.
+// +kubebuilder:validation:XValidation:rule="has(self.minNodes) || has(self.headroom)",message="a capacity schedule sets minNodes, headroom or both"
+type CapacitySchedule struct {
+	// Schedule (cron syntax, UTC) at which the entry becomes active, with
+	// the syntax of a disruption budget's schedule.
+	// +kubebuilder:validation:MaxLength=200
+	// +kubebuilder:validation:XValidation:rule="self.matches('^(@(annually|yearly|monthly|weekly|daily|midnight|hourly)|([*]|([0-5]?[0-9])(-([0-5]?[0-9]))?)(/[1-9][0-9]?)?(,([*]|([0-5]?[0-9])(-([0-5]?[0-9]))?)(/[1-9][0-9]?)?)*[ ]+([*]|([01]?[0-9]|2[0-3])(-([01]?[0-9]|2[0-3]))?)(/[1-9][0-9]?)?(,([*]|([01]?[0-9]|2[0-3])(-([01]?[0-9]|2[0-3]))?)(/[1-9][0-9]?)?)*[ ]+([*]|[?]|(0?[1-9]|[12][0-9]|3[01])(-(0?[1-9]|[12][0-9]|3[01]))?)(/[1-9][0-9]?)?(,([*]|[?]|(0?[1-9]|[12][0-9]|3[01])(-(0?[1-9]|[12][0-9]|3[01]))?)(/[1-9][0-9]?)?)*[ ]+([*]|(0?[1-9]|1[0-2]|(?i:jan|feb|mar|apr|may|jun|jul|aug|sep|oct|nov|dec))(-(0?[1-9]|1[0-2]|(?i:jan|feb|mar|apr|may|jun|jul|aug|sep|oct|nov|dec)))?)(/[1-9][0-9]?)?(,([*]|(0?[1-9]|1[0-2]|(?i:jan|feb|mar|apr|may|jun|jul|aug|sep|oct|nov|dec))(-(0?[1-9]|1[0-2]|(?i:jan|feb|mar|apr|may|jun|jul|aug|sep|oct|nov|dec)))?)(/[1-9][0-9]?)?)*[ ]+([*]|[?]|([0-6]|(?i:sun|mon|tue|wed|thu|fri|sat))(-([0-6]|(?i:sun|mon|tue|wed|thu|fri|sat)))?)(/[1-9][0-9]?)?(,([*]|[?]|([0-6]|(?i:sun|mon|tue|wed|thu|fri|sat))(-([0-6]|(?i:sun|mon|tue|wed|thu|fri|sat)))?)(/[1-9][0-9]?)?)*)$')",message="schedule must be a descriptor (@yearly, @monthly, @weekly, @daily, @hourly) or five cron fields: minute 0-59, hour 0-23, day of month 1-31, month 1-12 or jan-dec, day of week 0-6 or sun-sat, each *, a value, a range a-b or a list, with an optional step /n of 1 to 99"
+	// +kubebuilder:validation:XValidation:rule="!self.matches('^[^ ]+[ ]+[^ ]+[ ]+(30|31)(-(30|31))?(/[0-9]+)?(,(30|31)(-(30|31))?(/[0-9]+)?)*[ ]+(0?2|(?i:feb))(,(0?2|(?i:feb)))*[ ]+[*?]$')",message="schedule never fires: February has no day 30 or 31"
+	// +kubebuilder:validation:XValidation:rule="!self.matches('^[^ ]+[ ]+[^ ]+[ ]+31(/[0-9]+)?(,31(/[0-9]+)?)*[ ]+(0?[2469]|11|(?i:feb|apr|jun|sep|nov))(,(0?[2469]|11|(?i:feb|apr|jun|sep|nov)))*[ ]+[*?]$')",message="schedule never fires: none of its months has a day 31"
+	Schedule string `json:"schedule"`
+	// Duration the entry stays active after each scheduled start, at
+	// least 1m.
+	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:MaxLength=32
+	// +kubebuilder:validation:Pattern=`^([0-9]+(\.[0-9]+)?(ns|us|µs|ms|s|m|h))+$`
+	// +kubebuilder:validation:XValidation:rule="duration(self) >= duration('1m')",message="capacity schedule duration must be at least 1m (and at most 2562047h)"
+	Duration metav1.Duration `json:"duration"`
+	// MinNodes while active; unset keeps the pool's.
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	MinNodes *int32 `json:"minNodes,omitempty"`
+	// Headroom while active; unset keeps the pool's. It may not be
+	// external: a scaler decides for itself when its demand is.
+	// +optional
+	// +kubebuilder:validation:XValidation:rule="!has(self.external)",message="a capacity schedule's headroom may not be external"
+	Headroom *Headroom `json:"headroom,omitempty"`
+}
 
 // ProviderReference names a NodeProvider.
 type ProviderReference struct {

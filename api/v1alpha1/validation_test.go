@@ -181,6 +181,7 @@ func TestInvalidObjectsAreRejected(t *testing.T) {
 		{"claim without shape name", claim("{cpu: \"2\", memory: 4Gi}"), "spec.shape.name: Required value"},
 	}
 	tests = append(tests, badInputCases()...)
+	tests = append(tests, warmCapacityCases()...)
 	ctx := context.Background()
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

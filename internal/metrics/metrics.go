@@ -15,7 +15,7 @@ const namespace = "claimscale"
 
 var (
 	// NodeClaimsCreated counts claims written, by pool and reason
-	// (provisioning, minNodes, replacement, externalgrpc).
+	// (provisioning, minNodes, headroom, replacement, externalgrpc).
 	NodeClaimsCreated = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Namespace: namespace, Subsystem: "nodeclaims", Name: "created_total",
 		Help: "NodeClaims created, by pool and reason.",

@@ -28,7 +28,9 @@ import (
 	"github.com/claimscale/claimscale/internal/controllers/provisioning"
 	"github.com/claimscale/claimscale/internal/controllers/repair"
 	"github.com/claimscale/claimscale/internal/externalgrpc"
+	"github.com/claimscale/claimscale/internal/externalscaler"
 	"github.com/claimscale/claimscale/internal/providers"
+	"github.com/claimscale/claimscale/internal/warmcapacity"
 	"github.com/claimscale/claimscale/pkg/provider"
 	"github.com/claimscale/claimscale/pkg/provider/simulated"
 )
@@ -66,6 +68,12 @@ type Options struct {
 	// CapacityClock times capacity backoffs only; nil is Clock. End-to-end
 	// tests step it past a backoff while everything else runs in real time.
 	CapacityClock clock.Clock
+	// WarmCapacityClock decides which capacity schedules are active; nil
+	// is Clock. End-to-end tests step it into and out of a window.
+	WarmCapacityClock clock.PassiveClock
+	// ExternalScalerInterval is how often pools' external scalers are
+	// asked for headroom (default externalscaler.DefaultInterval).
+	ExternalScalerInterval time.Duration
 	// ExternalGRPC configures the externalgrpc server of ModeExternalGRPC.
 	ExternalGRPC externalgrpc.Options
 	// Bootstrap is the fallback API endpoint and CA for pools that render
@@ -116,6 +124,11 @@ func Setup(ctx context.Context, mgr manager.Manager, opts Options) (*Operator, e
 		opts.CapacityClock = opts.Clock
 	}
 	capacityBackoff := capacity.NewBackoff(opts.CapacityClock)
+	if opts.WarmCapacityClock == nil {
+		opts.WarmCapacityClock = opts.Clock
+	}
+	warm := &warmcapacity.Source{Clock: opts.WarmCapacityClock}
+	batcher := provisioning.NewBatcher(opts.BatchIdle, opts.BatchMax, opts.Clock)
 	op := &Operator{Providers: resolver, Capacity: capacityBackoff}
 	templates := &provisioning.TemplateCheck{Kube: mgr.GetClient()}
 	recorder := func(name string) events.EventRecorder { return newEventRecorder(mgr.GetEventRecorder(name)) }
@@ -140,12 +153,14 @@ func Setup(ctx context.Context, mgr manager.Manager, opts Options) (*Operator, e
 				Provisioner: &provisioning.Provisioner{
 					Kube: mgr.GetClient(), Providers: resolver, Capacity: capacityBackoff,
 					Recorder: recorder(provisioning.Name), Clock: opts.Clock, Templates: templates,
+					WarmCapacity: warm,
 				},
-				Batcher: provisioning.NewBatcher(opts.BatchIdle, opts.BatchMax, opts.Clock),
+				Batcher: batcher,
 			},
 			&disruption.Controller{
 				Kube: mgr.GetClient(), Providers: resolver, Capacity: capacityBackoff,
 				Recorder: recorder(disruption.Name), Clock: opts.Clock,
+				WarmCapacity: warm,
 			},
 			&repair.Controller{Kube: mgr.GetClient(), Recorder: recorder(repair.Name), Clock: opts.Clock},
 		)
@@ -153,6 +168,17 @@ func Setup(ctx context.Context, mgr manager.Manager, opts Options) (*Operator, e
 	for _, s := range setups {
 		if err := s.SetupWithManager(mgr); err != nil {
 			return nil, fmt.Errorf("setting up %T: %w", s, err)
+		}
+	}
+	if opts.Mode != ModeExternalGRPC {
+		scalers := &externalscaler.Poller{
+			Kube: mgr.GetClient(), Clock: opts.Clock, Interval: opts.ExternalScalerInterval,
+			// A new answer is acted on at once, not at the periodic round.
+			Changed: batcher.Trigger,
+		}
+		warm.External = scalers
+		if err := mgr.Add(scalers); err != nil {
+			return nil, err
 		}
 	}
 	gc := &garbagecollection.Controller{

@@ -111,6 +111,9 @@ type operatorOptions struct {
 	externalGRPC externalgrpc.Options
 	// capacityClock times capacity backoffs; nil is the real clock.
 	capacityClock clock.Clock
+	// warmCapacityClock decides which capacity schedules are active; nil
+	// is the real clock.
+	warmCapacityClock clock.PassiveClock
 }
 
 // startOperator runs claimscale's controllers against the test control
@@ -149,7 +152,8 @@ func startOperator(t *testing.T, opts operatorOptions) (stop func()) {
 		BatchIdle: 500 * time.Millisecond, BatchMax: 3 * time.Second,
 		GCInterval: time.Second, GCGracePeriod: opts.gcGracePeriod,
 		Registry: opts.registry, ExternalGRPC: opts.externalGRPC,
-		CapacityClock: opts.capacityClock,
+		CapacityClock: opts.capacityClock, WarmCapacityClock: opts.warmCapacityClock,
+		ExternalScalerInterval: 250 * time.Millisecond,
 	}); err != nil {
 		cancel()
 		t.Fatal(err)

@@ -7,9 +7,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/robfig/cron/v3"
-
 	"github.com/claimscale/claimscale/api/v1alpha1"
+	"github.com/claimscale/claimscale/internal/schedule"
 )
 
 // AllowedDisruptions returns how many of a pool's nodes may be disrupting at
@@ -51,51 +50,15 @@ func appliesTo(budget v1alpha1.Budget, reason v1alpha1.DisruptionReason) bool {
 	return false
 }
 
-// activeAt reports whether a scheduled budget's window covers now: the
-// schedule fired within the last duration. A schedule that does not parse,
-// that never fires (30 February), or a duration that is not positive, is
-// an error: the budget cannot say when it holds, so the caller lets the
-// pool disrupt nothing rather than guess. (A never-firing schedule once
-// counted as always active.)
+// activeAt reports whether a scheduled budget's window covers now (see
+// schedule.ActiveAt). A budget whose window cannot be read is an error:
+// the caller lets the pool disrupt nothing rather than guess. (A
+// never-firing schedule once counted as always active.)
 func activeAt(budget v1alpha1.Budget, now time.Time) (bool, error) {
 	if budget.Schedule == nil || budget.Duration == nil {
 		return true, nil
 	}
-	schedule, err := parseSchedule(*budget.Schedule)
-	if err != nil {
-		return false, err
-	}
-	if budget.Duration.Duration <= 0 {
-		return false, fmt.Errorf("duration %s must be positive", budget.Duration.Duration)
-	}
-	now = now.UTC()
-	windowStart := schedule.Next(now.Add(-budget.Duration.Duration))
-	if windowStart.IsZero() {
-		// Next found no time within five years of the window's start.
-		// Ask again from now: a window that began before a year the
-		// schedule reaches is no proof that it never fires.
-		if schedule.Next(now).IsZero() {
-			return false, fmt.Errorf("schedule %q never fires", *budget.Schedule)
-		}
-		return false, nil
-	}
-	return !windowStart.After(now), nil
-}
-
-// parseSchedule reads a budget's schedule: a five-field cron expression or
-// a descriptor such as @daily, in UTC. robfig/cron would also take a time
-// zone prefix (CRON_TZ=, TZ=) and @every; the API admits neither, and
-// neither means anything for a budget that is in UTC by definition.
-func parseSchedule(spec string) (cron.Schedule, error) {
-	trimmed := strings.TrimSpace(spec)
-	if strings.HasPrefix(trimmed, "TZ=") || strings.HasPrefix(trimmed, "CRON_TZ=") || strings.HasPrefix(trimmed, "@every") {
-		return nil, fmt.Errorf("parsing schedule %q: time zones and @every are not budget schedules", spec)
-	}
-	schedule, err := cron.ParseStandard(trimmed)
-	if err != nil {
-		return nil, fmt.Errorf("parsing schedule %q: %w", spec, err)
-	}
-	return schedule, nil
+	return schedule.ActiveAt(*budget.Schedule, budget.Duration.Duration, now)
 }
 
 // budgetNodes reads a budget's nodes: a count, or a percentage (0% to

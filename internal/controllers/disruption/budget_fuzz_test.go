@@ -8,6 +8,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/claimscale/claimscale/api/v1alpha1"
+	"github.com/claimscale/claimscale/internal/schedule"
 )
 
 // FuzzAllowedDisruptions feeds a budget's nodes, schedule and duration as a
@@ -17,14 +18,14 @@ import (
 // the pool's; a never-firing schedule is an error, not a budget that is
 // always active. The seed corpus is in testdata/fuzz/FuzzAllowedDisruptions.
 func FuzzAllowedDisruptions(f *testing.F) {
-	f.Fuzz(func(t *testing.T, nodes, schedule, duration string, totalNodes uint16, unixSeconds int64) {
+	f.Fuzz(func(t *testing.T, nodes, spec, duration string, totalNodes uint16, unixSeconds int64) {
 		budget := v1alpha1.Budget{Nodes: nodes}
-		if schedule != "" || duration != "" {
+		if spec != "" || duration != "" {
 			d, err := time.ParseDuration(duration)
 			if err != nil {
 				t.Skip() // metav1.Duration refuses it when the object is read
 			}
-			budget.Schedule, budget.Duration = &schedule, &metav1.Duration{Duration: d}
+			budget.Schedule, budget.Duration = &spec, &metav1.Duration{Duration: d}
 		}
 		pool := &v1alpha1.NodePool{Spec: v1alpha1.NodePoolSpec{Disruption: v1alpha1.Disruption{Budgets: []v1alpha1.Budget{budget}}}}
 		now := time.Unix(unixSeconds%(1<<40), 0) // about 35,000 years either side of 1970
@@ -43,12 +44,12 @@ func FuzzAllowedDisruptions(f *testing.F) {
 			return
 		}
 		// A budget found active must have a schedule that fires.
-		parsed, err := parseSchedule(schedule)
+		parsed, err := schedule.Parse(spec)
 		if err != nil {
-			t.Fatalf("schedule %q was used but does not parse: %v", schedule, err)
+			t.Fatalf("schedule %q was used but does not parse: %v", spec, err)
 		}
 		if allowed != math.MaxInt && parsed.Next(now.UTC().Add(-budget.Duration.Duration)).IsZero() && parsed.Next(now.UTC()).IsZero() {
-			t.Fatalf("schedule %q never fires, yet its budget holds", schedule)
+			t.Fatalf("schedule %q never fires, yet its budget holds", spec)
 		}
 	})
 }

@@ -30,6 +30,7 @@ import (
 	"github.com/claimscale/claimscale/api/v1alpha1"
 	"github.com/claimscale/claimscale/internal/controllers/index"
 	"github.com/claimscale/claimscale/internal/controllers/provisioning"
+	"github.com/claimscale/claimscale/internal/warmcapacity"
 )
 
 // Name of the controller in logs, metrics and events.
@@ -65,6 +66,9 @@ type Controller struct {
 	// Interval between rounds (default 1s). A slow round waits longer, so
 	// disruption never takes more than a fifth of a core.
 	Interval time.Duration
+	// WarmCapacity says each pool's minNodes and headroom now, as
+	// provisioning sees them; nil reads the pools' schedules at Clock.
+	WarmCapacity *warmcapacity.Source
 
 	memory    *memory
 	stability *stability
@@ -173,9 +177,19 @@ func (c *Controller) gather(ctx context.Context) (*state, error) {
 			return nil, fmt.Errorf("listing %s: %w", list.what, err)
 		}
 	}
+	warm := c.WarmCapacity
+	if warm == nil {
+		warm = &warmcapacity.Source{Clock: c.Clock}
+	}
+	targets := map[string]warmcapacity.Target{}
+	for i := range pools.Items {
+		// A schedule that cannot be read leaves the pool's own values;
+		// provisioning says so.
+		targets[pools.Items[i].Name], _ = warm.Target(&pools.Items[i])
+	}
 	return newState(c.Clock.Now(), objects{
 		input: input, pools: pools.Items, claims: claims.Items, nodes: nodes.Items,
-		pods: pods.Items, budgets: budgets.Items, providers: providers.Items,
+		pods: pods.Items, budgets: budgets.Items, providers: providers.Items, targets: targets,
 	}), nil
 }
 

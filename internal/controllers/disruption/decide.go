@@ -190,13 +190,13 @@ func (r *round) drift(ctx context.Context) (*command, error) {
 // allow.
 func (r *round) emptiness(ctx context.Context) (*command, error) {
 	cmd := &command{reason: v1alpha1.DisruptionReasonEmpty}
-	headroom := map[string]int{}
+	aboveMinNodes := map[string]int{}
 	for _, c := range r.empty {
 		pool := c.pool.pool.Name
-		if _, ok := headroom[pool]; !ok {
-			headroom[pool] = c.pool.live - c.pool.marked - int(c.pool.pool.Spec.MinNodes)
+		if _, ok := aboveMinNodes[pool]; !ok {
+			aboveMinNodes[pool] = c.pool.live - c.pool.marked - int(c.pool.target.MinNodes)
 		}
-		if headroom[pool] <= 0 {
+		if aboveMinNodes[pool] <= 0 {
 			// Warm capacity stays; the pool may lower minNodes later.
 			continue
 		}
@@ -208,7 +208,16 @@ func (r *round) emptiness(ctx context.Context) (*command, error) {
 		if settled, err := r.settled(ctx); err != nil || !settled {
 			return nil, err
 		}
-		headroom[pool]--
+		why, err := r.s.headroomViolation(ctx, append(cmd.candidates[:len(cmd.candidates):len(cmd.candidates)], c))
+		if err != nil {
+			return nil, err
+		}
+		if why != "" {
+			// The pool's headroom lives on this node.
+			log.FromContext(ctx).V(1).Info("empty node kept for headroom", "nodeClaim", c.claim.Name, "reason", why)
+			continue
+		}
+		aboveMinNodes[pool]--
 		r.ledger.take(pool, 1)
 		cmd.candidates = append(cmd.candidates, c)
 	}

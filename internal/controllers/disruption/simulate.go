@@ -10,6 +10,7 @@ import (
 
 	"github.com/claimscale/claimscale/api/v1alpha1"
 	"github.com/claimscale/claimscale/internal/scheduling"
+	"github.com/claimscale/claimscale/internal/warmcapacity"
 )
 
 // command is one decision: take the candidates away for a reason, after
@@ -148,6 +149,9 @@ func (s *state) consolidation(ctx context.Context, candidates []*candidate) (*co
 	if why := s.minNodesViolation(cmd); why != "" {
 		return nil, why, nil
 	}
+	if why, err := s.headroomViolation(ctx, candidates); err != nil || why != "" {
+		return nil, why, err
+	}
 	cmd.message = consolidationMessage(cmd)
 	return cmd, "", nil
 }
@@ -246,8 +250,8 @@ func (s *state) minNodesViolation(cmd *command) string {
 		if !ok || delta[name] >= 0 {
 			continue
 		}
-		if info.live-info.marked+delta[name] < int(info.pool.Spec.MinNodes) {
-			return fmt.Sprintf("pool %s would go below its minNodes of %d", name, info.pool.Spec.MinNodes)
+		if info.live-info.marked+delta[name] < int(info.target.MinNodes) {
+			return fmt.Sprintf("pool %s would go below its minNodes of %d", name, info.target.MinNodes)
 		}
 	}
 	return ""
@@ -311,4 +315,116 @@ func abbreviate(names []string, n int) string {
 		return strings.Join(names, ", ")
 	}
 	return fmt.Sprintf("%s and %d more", strings.Join(names[:n], ", "), len(names)-n)
+}
+
+// headroomViolation names the pool whose headroom the candidates' removal
+// would break, if any: with them (and the nodes already going) gone, their
+// pods placed first and every pool's headroom after them, at the lowest
+// priority, more of a pool's headroom fits on no node than fits on none
+// now. A replacement is not counted: the headroom must fit on what stays.
+func (s *state) headroomViolation(ctx context.Context, candidates []*candidate) (string, error) {
+	for _, c := range candidates {
+		if c.pool.target.Unknown {
+			return fmt.Sprintf("pool %s's external headroom is not known yet", c.pool.pool.Name), nil
+		}
+	}
+	if s.headroomMissing == nil {
+		if err := s.buildHeadroom(ctx); err != nil {
+			return "", err
+		}
+	}
+	if len(s.headroom) == 0 {
+		return "", nil
+	}
+	if s.headroomMissing == nil {
+		missing, err := s.missingHeadroom(ctx, nil)
+		if err != nil {
+			return "", err
+		}
+		s.headroomMissing = missing
+	}
+	missing, err := s.missingHeadroom(ctx, candidates)
+	if err != nil {
+		return "", err
+	}
+	names := make([]string, 0, len(missing))
+	for name := range missing {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	for _, name := range names {
+		if missing[name] > s.headroomMissing[name] {
+			return fmt.Sprintf("pool %s would lose headroom: %d of its headroom pods would fit on no node", name, missing[name]), nil
+		}
+	}
+	return "", nil
+}
+
+// buildHeadroom makes every pool's headroom placeholders, as provisioning
+// does. A pool that cannot provision now has its nodes of headroom left
+// out: without its shapes they have no size.
+func (s *state) buildHeadroom(ctx context.Context) error {
+	names := make([]string, 0, len(s.pools))
+	for name := range s.pools {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	for _, name := range names {
+		info := s.pools[name]
+		s.headroom = append(s.headroom, warmcapacity.Pods(info.pool, info.target.Headroom)...)
+		if info.sched == nil {
+			continue
+		}
+		nodes, err := warmcapacity.NodePods(ctx, info.pool, info.target.Nodes, info.sched.Shapes, s.input.DaemonSets)
+		if err != nil {
+			return err
+		}
+		s.headroom = append(s.headroom, nodes...)
+	}
+	if len(s.headroom) == 0 {
+		s.headroomMissing = map[string]int{}
+	}
+	return nil
+}
+
+// missingHeadroom counts, per pool, the headroom pods that fit on no
+// remaining node with the candidates (and the nodes already going) gone
+// and their pods placed first.
+func (s *state) missingHeadroom(ctx context.Context, candidates []*candidate) (map[string]int, error) {
+	without := map[string]bool{}
+	for _, name := range s.removed(candidates) {
+		without[name] = true
+	}
+	var pods []*corev1.Pod
+	for _, pod := range s.input.Pods {
+		if without[pod.Spec.NodeName] && isWorkload(pod) {
+			unbound := *pod
+			unbound.Spec.NodeName = ""
+			pods = append(pods, &unbound)
+		}
+	}
+	pods = append(pods, s.headroom...)
+	sim, err := scheduling.New(ctx, s.simCluster(without))
+	if err != nil {
+		return nil, fmt.Errorf("building the snapshot without %s: %w", strings.Join(nodeNames(candidates), ", "), err)
+	}
+	result, err := sim.Solve(ctx, pods)
+	if err != nil {
+		return nil, fmt.Errorf("placing headroom without %s: %w", strings.Join(nodeNames(candidates), ", "), err)
+	}
+	missing := map[string]int{}
+	count := func(pod *corev1.Pod) {
+		if warmcapacity.IsPlaceholder(pod) {
+			missing[pod.Labels[v1alpha1.LabelNodePool]]++
+		}
+	}
+	for _, node := range result.NewNodes {
+		for _, pod := range node.Pods {
+			count(pod)
+		}
+	}
+	for _, u := range result.Unschedulable {
+		count(u.Pod)
+	}
+	return missing, nil
 }

@@ -15,6 +15,7 @@ import (
 
 	"github.com/claimscale/claimscale/api/v1alpha1"
 	"github.com/claimscale/claimscale/internal/scheduling"
+	"github.com/claimscale/claimscale/internal/warmcapacity"
 )
 
 const (
@@ -45,6 +46,8 @@ type poolInfo struct {
 	// live counts the pool's claims not being deleted, deleting those
 	// being deleted, and marked the live ones already chosen to go.
 	live, deleting, marked int
+	// target is the pool's warm capacity now, after its schedules.
+	target warmcapacity.Target
 }
 
 func (p *poolInfo) consolidateAfter() time.Duration {
@@ -87,6 +90,11 @@ type state struct {
 	fingerprint uint64
 
 	sim *scheduling.Simulator
+	// headroom is every pool's headroom as placeholder pods, and
+	// headroomMissing how many of each pool's fit on no node now (both
+	// nil until first needed).
+	headroom        []*corev1.Pod
+	headroomMissing map[string]int
 }
 
 // objects are the cache's contents a round starts from.
@@ -98,6 +106,9 @@ type objects struct {
 	pods      []corev1.Pod
 	budgets   []policyv1.PodDisruptionBudget
 	providers []v1alpha1.NodeProvider
+	// targets are the pools' warm capacity now; a pool missing here gets
+	// its own values at the round's time.
+	targets map[string]warmcapacity.Target
 }
 
 func newState(now time.Time, o objects) *state {
@@ -122,7 +133,13 @@ func newState(now time.Time, o objects) *state {
 		if !pool.DeletionTimestamp.IsZero() {
 			continue
 		}
-		s.pools[pool.Name] = &poolInfo{pool: pool}
+		target, ok := o.targets[pool.Name]
+		if !ok {
+			// A schedule that cannot be read leaves the pool's own
+			// values; provisioning says so.
+			target, _ = warmcapacity.At(pool, now)
+		}
+		s.pools[pool.Name] = &poolInfo{pool: pool, target: target}
 		keys = append(keys, "pool "+pool.Name+"/"+strconv.FormatInt(pool.Generation, 10))
 	}
 	for i := range o.input.Pools {

@@ -8,12 +8,14 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/claimscale/claimscale/api/v1alpha1"
 	"github.com/claimscale/claimscale/internal/retry"
+	"github.com/claimscale/claimscale/internal/scheduling"
 )
 
 // Controller wires the batcher to pod and pool events and runs the
@@ -38,9 +40,21 @@ func (c *Controller) SetupWithManager(mgr ctrl.Manager) error {
 		pod, ok := o.(*corev1.Pod)
 		return ok && Provisionable(pod)
 	})
+	// A pod bound to a node may have taken a pool's headroom: the next
+	// round buys it again, without waiting for the periodic one.
+	bound := predicate.Funcs{
+		UpdateFunc: func(e event.UpdateEvent) bool {
+			old, okOld := e.ObjectOld.(*corev1.Pod)
+			pod, okNew := e.ObjectNew.(*corev1.Pod)
+			return okOld && okNew && old.Spec.NodeName == "" && pod.Spec.NodeName != "" && !scheduling.BelongsToNode(pod)
+		},
+		CreateFunc:  func(event.CreateEvent) bool { return false },
+		DeleteFunc:  func(event.DeleteEvent) bool { return false },
+		GenericFunc: func(event.GenericEvent) bool { return false },
+	}
 	if err := ctrl.NewControllerManagedBy(mgr).
 		Named(Name+".pods").
-		For(&corev1.Pod{}, builder.WithPredicates(provisionable)).
+		For(&corev1.Pod{}, builder.WithPredicates(predicate.Or[client.Object](provisionable, bound))).
 		Complete(trigger); err != nil {
 		return err
 	}

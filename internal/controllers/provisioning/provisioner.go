@@ -29,6 +29,7 @@ import (
 	"github.com/claimscale/claimscale/internal/providers"
 	"github.com/claimscale/claimscale/internal/retry"
 	"github.com/claimscale/claimscale/internal/scheduling"
+	"github.com/claimscale/claimscale/internal/warmcapacity"
 	"github.com/claimscale/claimscale/pkg/provider"
 )
 
@@ -71,6 +72,9 @@ type Provisioner struct {
 	// ProviderCallTimeout bounds each provider call (default
 	// DefaultProviderCallTimeout).
 	ProviderCallTimeout time.Duration
+	// WarmCapacity says each pool's minNodes and headroom now; nil reads
+	// the pools' schedules on the real clock.
+	WarmCapacity *warmcapacity.Source
 
 	failures retry.Backoff
 
@@ -78,30 +82,65 @@ type Provisioner struct {
 	lastGoodPools map[string]scheduling.Pool
 }
 
-// Provision runs one round: it writes claims for pending pods and for
-// pools below their minNodes.
+// Provision runs one round: it writes claims for pools below their
+// minNodes, then for pending pods and for headroom that does not fit.
 func (p *Provisioner) Provision(ctx context.Context) error {
 	logger := log.FromContext(ctx)
 	input, pools, err := p.gather(ctx)
 	if err != nil {
 		return err
 	}
-	if len(input.Pending) > 0 {
-		started := time.Now()
-		result, err := solve(ctx, input)
-		metrics.SchedulingSeconds.Observe(time.Since(started).Seconds())
-		if err != nil {
-			return fmt.Errorf("scheduling %d pending pods: %w", len(input.Pending), err)
+	targets := p.targets(ctx, pools)
+	// Warm nodes first, so the headroom counts them and is not bought
+	// twice.
+	input.InFlight = append(input.InFlight, p.keepWarmCapacity(ctx, pools, input.Pools, targets)...)
+	workload := len(input.Pending)
+	for _, schedulingPool := range input.Pools {
+		pool, ok := pools[schedulingPool.NodePool.Name]
+		if !ok {
+			continue // closed this round: it buys nothing
 		}
-		logger.Info("scheduled pending pods", "pending", len(input.Pending), "inFlight", len(input.InFlight), "nodes", len(input.Nodes), "newNodes", len(result.NewNodes),
-			"placedOnExisting", len(result.Placements), "unschedulable", len(result.Unschedulable), "duration", time.Since(started))
-		p.createClaims(ctx, pools, result)
-		p.reportUnschedulable(result.Unschedulable)
-	} else {
-		metrics.PodsUnschedulable.Set(0)
+		// After the real pods, at the lowest priority: real pods take
+		// the room first.
+		target := targets[pool.Name]
+		input.Pending = append(input.Pending, warmcapacity.Pods(pool, target.Headroom)...)
+		nodes, err := warmcapacity.NodePods(ctx, pool, target.Nodes, schedulingPool.Shapes, input.DaemonSets)
+		if err != nil {
+			logger.Info("nodes of headroom left out", "nodePool", pool.Name, "reason", err.Error())
+		}
+		input.Pending = append(input.Pending, nodes...)
 	}
-	p.keepWarmCapacity(ctx, pools, input.Pools)
+	if len(input.Pending) == 0 {
+		metrics.PodsUnschedulable.Set(0)
+		return nil
+	}
+	started := time.Now()
+	result, err := solve(ctx, input)
+	metrics.SchedulingSeconds.Observe(time.Since(started).Seconds())
+	if err != nil {
+		return fmt.Errorf("scheduling %d pending pods and %d headroom pods: %w", workload, len(input.Pending)-workload, err)
+	}
+	if workload > 0 || len(result.NewNodes) > 0 {
+		logger.Info("scheduled pending pods", "pending", workload, "headroomPods", len(input.Pending)-workload, "inFlight", len(input.InFlight), "nodes", len(input.Nodes), "newNodes", len(result.NewNodes),
+			"placedOnExisting", len(result.Placements), "unschedulable", len(result.Unschedulable), "duration", time.Since(started))
+	}
+	p.createClaims(ctx, pools, result)
+	p.reportUnschedulable(ctx, result.Unschedulable)
 	return nil
+}
+
+// targets works out each open pool's warm capacity now. A pool whose
+// capacity schedules cannot be read keeps its own values, and says why.
+func (p *Provisioner) targets(ctx context.Context, pools map[string]*v1alpha1.NodePool) map[string]warmcapacity.Target {
+	targets := make(map[string]warmcapacity.Target, len(pools))
+	for name, pool := range pools {
+		target, err := p.WarmCapacity.Target(pool)
+		if err != nil {
+			log.FromContext(ctx).Info("capacity schedules ignored", "nodePool", name, "reason", err.Error())
+		}
+		targets[name] = target
+	}
+	return targets
 }
 
 // poolFailed leaves a pool out of the next rounds for its backoff and tells
@@ -375,9 +414,10 @@ func (p *Provisioner) schedulingPool(ctx context.Context, pool *v1alpha1.NodePoo
 	}, nil
 }
 
-// createClaims writes one claim per new node and tells its pods. A pool
-// whose claim is refused gets no more claims this round and is backed off;
-// the other pools' claims are still written.
+// createClaims writes one claim per new node and tells its pods. A node
+// opened only for headroom is made with reason "headroom". A pool whose
+// claim is refused gets no more claims this round and is backed off; the
+// other pools' claims are still written.
 func (p *Provisioner) createClaims(ctx context.Context, pools map[string]*v1alpha1.NodePool, result scheduling.Result) {
 	events := 0
 	refused := map[string]bool{}
@@ -386,14 +426,25 @@ func (p *Provisioner) createClaims(ctx context.Context, pools map[string]*v1alph
 		if !ok || refused[pool.Name] {
 			continue
 		}
-		claim, err := p.createClaim(ctx, pool, newNode.Shape, newNode.TotalRequests(), newNode.Requirements, "provisioning")
+		var workload []*corev1.Pod
+		for _, pod := range newNode.Pods {
+			if !warmcapacity.IsPlaceholder(pod) {
+				workload = append(workload, pod)
+			}
+		}
+		reason := "provisioning"
+		if len(workload) == 0 {
+			reason = "headroom"
+		}
+		claim, err := p.createClaim(ctx, pool, newNode.Shape, newNode.TotalRequests(), newNode.Requirements, reason)
 		if err != nil {
 			refused[pool.Name] = true
 			p.poolFailed(ctx, pool, err)
 			continue
 		}
-		log.FromContext(ctx).Info("created claim", "nodeClaim", claim.Name, "nodePool", pool.Name, "shape", newNode.Shape.Name, "zone", newNode.Zone, "pods", len(newNode.Pods))
-		for _, pod := range newNode.Pods {
+		log.FromContext(ctx).Info("created claim", "nodeClaim", claim.Name, "nodePool", pool.Name, "shape", newNode.Shape.Name, "zone", newNode.Zone,
+			"pods", len(workload), "headroomPods", len(newNode.Pods)-len(workload), "reason", reason)
+		for _, pod := range workload {
 			if events++; events > maxPodEvents {
 				break
 			}
@@ -449,29 +500,46 @@ func NewClaim(pool *v1alpha1.NodePool, shape scheduling.Shape, requests corev1.R
 	}
 }
 
-func (p *Provisioner) reportUnschedulable(unschedulable []scheduling.Unschedulable) {
-	metrics.PodsUnschedulable.Set(float64(len(unschedulable)))
-	for i, u := range unschedulable {
-		if i >= maxPodEvents {
-			break
+// reportUnschedulable tells each real pod that nothing can hold it. Headroom
+// that fits nowhere (the pool at its limits) is only logged: it has no
+// object to tell.
+func (p *Provisioner) reportUnschedulable(ctx context.Context, unschedulable []scheduling.Unschedulable) {
+	events, workload := 0, 0
+	headroom := map[string]int{}
+	for _, u := range unschedulable {
+		if warmcapacity.IsPlaceholder(u.Pod) {
+			headroom[u.Pod.Labels[v1alpha1.LabelNodePool]]++
+			continue
+		}
+		workload++
+		if events++; events > maxPodEvents {
+			continue
 		}
 		p.Recorder.Eventf(u.Pod, nil, corev1.EventTypeWarning, "FailedProvisioning", "Provision", "no pool can hold the pod: %s", u.Reason)
 	}
+	metrics.PodsUnschedulable.Set(float64(workload))
+	for pool, n := range headroom {
+		log.FromContext(ctx).V(1).Info("headroom does not fit", "nodePool", pool, "headroomPods", n)
+	}
 }
 
-// keepWarmCapacity tops every pool up to its minNodes with its cheapest
-// shape, within its limits.
-func (p *Provisioner) keepWarmCapacity(ctx context.Context, pools map[string]*v1alpha1.NodePool, schedulingPools []scheduling.Pool) {
-	for _, schedulingPool := range schedulingPools {
+// keepWarmCapacity tops every pool up to its minNodes now with its
+// cheapest shape, within its limits, and returns the claims it made as
+// in flight for the rest of the round.
+func (p *Provisioner) keepWarmCapacity(ctx context.Context, pools map[string]*v1alpha1.NodePool, schedulingPools []scheduling.Pool, targets map[string]warmcapacity.Target) []scheduling.InFlight {
+	var made []scheduling.InFlight
+	for i := range schedulingPools {
+		schedulingPool := &schedulingPools[i]
 		pool, ok := pools[schedulingPool.NodePool.Name]
 		if !ok {
 			continue // closed this round
 		}
-		missing := int64(pool.Spec.MinNodes) - schedulingPool.InUse.Nodes
+		minNodes := targets[pool.Name].MinNodes
+		missing := int64(minNodes) - schedulingPool.InUse.Nodes
 		if missing <= 0 {
 			continue
 		}
-		shape, ok := cheapest(schedulingPool)
+		shape, ok := cheapest(*schedulingPool)
 		if !ok {
 			continue
 		}
@@ -481,9 +549,15 @@ func (p *Provisioner) keepWarmCapacity(ctx context.Context, pools map[string]*v1
 				p.poolFailed(ctx, pool, err)
 				break
 			}
-			log.FromContext(ctx).Info("created claim for warm capacity", "nodeClaim", claim.Name, "nodePool", pool.Name, "minNodes", pool.Spec.MinNodes)
+			// The pool holds one more node now: the round's limits count it.
+			schedulingPool.InUse.Nodes++
+			schedulingPool.InUse.CPU.Add(shape.CPU)
+			schedulingPool.InUse.Memory.Add(shape.Memory)
+			made = append(made, scheduling.InFlight{Name: claim.Name, Pool: pool.Name, Shape: shape})
+			log.FromContext(ctx).Info("created claim for warm capacity", "nodeClaim", claim.Name, "nodePool", pool.Name, "minNodes", minNodes)
 		}
 	}
+	return made
 }
 
 func cheapest(pool scheduling.Pool) (scheduling.Shape, bool) {
