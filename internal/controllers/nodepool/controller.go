@@ -11,6 +11,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -60,6 +61,10 @@ const (
 
 // providerCallTimeout bounds each provider call of a status check.
 const providerCallTimeout = 10 * time.Second
+
+// A status write that lost a race with another writer is tried again
+// after this, from a fresh copy.
+const conflictRetry = 200 * time.Millisecond
 
 // Controller reconciles NodePool status.
 type Controller struct {
@@ -128,10 +133,15 @@ func (c *Controller) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	setCondition(pool, v1alpha1.ConditionReady, status, reason, message)
 
 	if !equality.Semantic.DeepEqual(stored.Status, pool.Status) {
-		// No lock: this controller is the status's only writer and
-		// recomputes all of it each time, so a write from a stale copy is
-		// corrected by the next reconcile instead of conflicting.
-		if err := c.Kube.Status().Patch(ctx, pool, client.MergeFrom(stored)); err != nil {
+		// Locked: repair (RepairAllowed) and the external scaler's poller
+		// (ExternalHeadroom) write conditions into the same list, which a
+		// merge patch replaces whole; from a stale copy it would erase
+		// theirs. A conflict is ordinary, so it is retried soon, quietly.
+		patch := client.MergeFromWithOptions(stored, client.MergeFromWithOptimisticLock{})
+		if err := c.Kube.Status().Patch(ctx, pool, patch); err != nil {
+			if apierrors.IsConflict(err) {
+				return reconcile.Result{RequeueAfter: conflictRetry}, nil
+			}
 			return reconcile.Result{}, client.IgnoreNotFound(err)
 		}
 		c.tell(pool, wasReady, status, reason, message)
