@@ -47,7 +47,7 @@ manifests: bin/controller-gen ## Generate CRDs and RBAC, and copy them into the 
 	cp config/rbac/simulated/role.yaml charts/claimscale/files/role-simulated.yaml
 
 .PHONY: proto
-proto: ## Generate the externalgrpc protocol's Go code (needs Debian's protobuf-compiler).
+proto: ## Generate the gRPC protocols' Go code with buf (built from a pinned module, no protoc).
 	hack/proto.sh
 
 GENERATED := api config charts internal/externalgrpc/protos
