@@ -50,7 +50,7 @@ manifests: bin/controller-gen ## Generate CRDs and RBAC, and copy them into the 
 proto: ## Generate the gRPC protocols' Go code with buf (built from a pinned module, no protoc).
 	hack/proto.sh
 
-GENERATED := api config charts internal/externalgrpc/protos
+GENERATED := api config charts internal/externalgrpc/protos pkg/provider/plugin/pluginpb
 
 .PHONY: verify
 verify: generate manifests proto ## Fail when generated files are stale or gofmt/go vet complain.

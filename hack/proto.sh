@@ -16,6 +16,7 @@ cd "$root"
 PROTO_FILES=(
   internal/externalgrpc/protos/externalgrpc.proto
   internal/externalgrpc/protos/expander.proto
+  pkg/provider/plugin/pluginpb/provider.proto
 )
 
 hack/tools.sh buf protoc-gen-go protoc-gen-go-grpc
