@@ -1,6 +1,8 @@
 package operator
 
 import (
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
 	"github.com/claimscale/claimscale/api/v1alpha1"
 	"github.com/claimscale/claimscale/pkg/provider"
 	"github.com/claimscale/claimscale/pkg/provider/cloudscale"
@@ -9,11 +11,12 @@ import (
 )
 
 // DefaultRegistry returns a registry with every provider claimscale ships.
-// The simulated provider's registrar runs as a manager runnable (see Setup),
-// not per provider built.
-func DefaultRegistry() *provider.Registry {
+// The simulated provider keeps its machines in the cluster through kube
+// (the manager's client); its registrar runs as a manager runnable (see
+// Setup), not per provider built.
+func DefaultRegistry(kube client.Client) *provider.Registry {
 	registry := ProductionRegistry()
-	registry.Register(v1alpha1.ProviderTypeSimulated, simulated.NewFactory(simulated.Config{ExternalRegistrar: true}))
+	registry.Register(v1alpha1.ProviderTypeSimulated, simulated.NewFactory(simulated.Config{Kube: kube, ExternalRegistrar: true}))
 	return registry
 }
 

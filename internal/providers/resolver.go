@@ -42,11 +42,9 @@ type Resolver struct {
 	// SecretReader reads Secrets; pass the manager's API reader so the
 	// controller does not cache every Secret in the cluster.
 	SecretReader client.Reader
-	// ProviderClient is handed to providers that keep state in the cluster.
-	ProviderClient client.Client
-	Registry       *provider.Registry
-	ClusterName    string
-	Namespace      string
+	Registry     *provider.Registry
+	ClusterName  string
+	Namespace    string
 	// BuildTimeout bounds one build (default DefaultBuildTimeout).
 	BuildTimeout time.Duration
 	// Clock times the backoff of failed builds; nil is the real clock.
@@ -203,7 +201,6 @@ func (r *Resolver) build(ctx context.Context, e *entry, nodeProvider *v1alpha1.N
 		ClusterName: r.ClusterName,
 		Credentials: credentials,
 		Secrets:     secretKeyReader{reader: r.SecretReader},
-		Kube:        r.ProviderClient,
 		Namespace:   r.Namespace,
 	})
 	r.mu.Lock()
