@@ -6,6 +6,7 @@ import (
 	"github.com/claimscale/claimscale/api/v1alpha1"
 	"github.com/claimscale/claimscale/pkg/provider"
 	"github.com/claimscale/claimscale/pkg/provider/cloudscale"
+	"github.com/claimscale/claimscale/pkg/provider/plugin"
 	"github.com/claimscale/claimscale/pkg/provider/proxmox"
 	"github.com/claimscale/claimscale/pkg/provider/simulated"
 )
@@ -21,11 +22,13 @@ func DefaultRegistry(kube client.Client) *provider.Registry {
 }
 
 // ProductionRegistry returns a registry with the providers of real
-// machines only: without the simulated provider the controller needs no
-// right to create Nodes or write ConfigMaps.
+// machines only, provider plugins (type grpc) included: without the
+// simulated provider the controller needs no right to create Nodes or
+// write ConfigMaps.
 func ProductionRegistry() *provider.Registry {
 	registry := provider.NewRegistry()
 	registry.Register(v1alpha1.ProviderTypeProxmox, proxmox.New)
 	registry.Register(v1alpha1.ProviderTypeCloudscale, cloudscale.New)
+	registry.Register(v1alpha1.ProviderTypeGRPC, plugin.New)
 	return registry
 }

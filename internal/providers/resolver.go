@@ -137,7 +137,7 @@ func (r *Resolver) For(ctx context.Context, nodeProvider *v1alpha1.NodeProvider)
 	e, ok := r.entries[name]
 	if !ok || e.generation != nodeProvider.Generation || e.secretVersion != secretVersion {
 		if ok && e.provider != nil {
-			e.provider.breaker.stop()
+			e.provider.retire()
 		}
 		e = &entry{generation: nodeProvider.Generation, secretVersion: secretVersion}
 		r.entries[name] = e
@@ -230,7 +230,7 @@ func (r *Resolver) forgetAllBut(nodeProviders []v1alpha1.NodeProvider) {
 			continue
 		}
 		if e.provider != nil {
-			e.provider.breaker.stop()
+			e.provider.retire()
 		}
 		delete(r.entries, name)
 		r.backoff.Succeeded(name)
