@@ -9,8 +9,6 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"os"
-	"strings"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
@@ -47,30 +45,11 @@ type Options struct {
 
 // Run listens where opts say and serves until ctx ends.
 func Run(ctx context.Context, opts Options) error {
-	listener, err := Listen(opts.Listen)
+	listener, err := plugin.Listen(opts.Listen)
 	if err != nil {
 		return err
 	}
 	return Serve(ctx, listener, opts)
-}
-
-// Listen opens host:port or unix:///path; a stale socket file is replaced.
-func Listen(endpoint string) (net.Listener, error) {
-	if path, ok := strings.CutPrefix(endpoint, "unix://"); ok {
-		if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
-			return nil, fmt.Errorf("removing the stale socket %s: %w", path, err)
-		}
-		listener, err := net.Listen("unix", path)
-		if err != nil {
-			return nil, fmt.Errorf("listening on %s: %w", endpoint, err)
-		}
-		return listener, nil
-	}
-	listener, err := net.Listen("tcp", endpoint)
-	if err != nil {
-		return nil, fmt.Errorf("listening on %s: %w", endpoint, err)
-	}
-	return listener, nil
 }
 
 // Serve serves the plugin on listener until ctx ends. A TCP listener needs

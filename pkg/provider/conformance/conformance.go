@@ -420,7 +420,7 @@ func checkDeleteGone(ctx context.Context, h Harness) error {
 		return fmt.Errorf("a second Delete of machine %s, already deleted, failed with %v: a machine already gone is success", instance.ProviderID, err)
 	}
 	if _, err := h.Provider.Get(ctx, instance.ProviderID); !provider.IsNotFound(err) {
-		return fmt.Errorf("Get of deleted machine %s answered %v, want a NotFound error", instance.ProviderID, describe(err))
+		return fmt.Errorf("Get of deleted machine %s answered %v, want an error of kind NotFound", instance.ProviderID, describe(err))
 	}
 	if machines, err := machinesOf(ctx, h.Provider, claim.Name); err != nil {
 		return err
@@ -433,7 +433,7 @@ func checkDeleteGone(ctx context.Context, h Harness) error {
 func checkGetUnknown(ctx context.Context, h Harness) error {
 	_, err := h.Provider.Get(ctx, h.UnknownProviderID)
 	if !provider.IsNotFound(err) {
-		return fmt.Errorf("Get of unknown machine %s answered %s, want a NotFound error", h.UnknownProviderID, describe(err))
+		return fmt.Errorf("Get of unknown machine %s answered %s, want an error of kind NotFound", h.UnknownProviderID, describe(err))
 	}
 	return nil
 }
@@ -443,7 +443,7 @@ func checkErrorKinds(ctx context.Context, h Harness) error {
 	for _, c := range h.ErrorCases {
 		err := c.Call(ctx)
 		if got := KindOf(err); got != c.Want {
-			failures = append(failures, fmt.Sprintf("%s: answered %s, want a %s error", c.Name, describe(err), c.Want))
+			failures = append(failures, fmt.Sprintf("%s: answered %s, want an error of kind %s", c.Name, describe(err), c.Want))
 		}
 	}
 	if len(failures) > 0 {

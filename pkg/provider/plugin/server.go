@@ -4,8 +4,11 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
+	"errors"
 	"fmt"
+	"net"
 	"os"
+	"strings"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -134,6 +137,25 @@ func (s *Server) Shapes(ctx context.Context, req *pluginpb.ShapesRequest) (*plug
 // Capabilities answers what the plugin can do.
 func (s *Server) Capabilities(context.Context, *pluginpb.CapabilitiesRequest) (*pluginpb.CapabilitiesResponse, error) {
 	return s.capabilities, nil
+}
+
+// Listen opens host:port or unix:///path; a stale socket file is replaced.
+func Listen(endpoint string) (net.Listener, error) {
+	if path, ok := strings.CutPrefix(endpoint, "unix://"); ok {
+		if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return nil, fmt.Errorf("removing the stale socket %s: %w", path, err)
+		}
+		listener, err := net.Listen("unix", path)
+		if err != nil {
+			return nil, fmt.Errorf("listening on %s: %w", endpoint, err)
+		}
+		return listener, nil
+	}
+	listener, err := net.Listen("tcp", endpoint)
+	if err != nil {
+		return nil, fmt.Errorf("listening on %s: %w", endpoint, err)
+	}
+	return listener, nil
 }
 
 // ServerTLS is a plugin's side of mutual TLS 1.3: its certificate from
