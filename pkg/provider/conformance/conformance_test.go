@@ -11,10 +11,10 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/grpc"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"google.golang.org/grpc"
 
 	"github.com/claimscale/claimscale/api/v1alpha1"
 	"github.com/claimscale/claimscale/pkg/provider"
@@ -163,7 +163,7 @@ func servePlugin(t *testing.T, p provider.Provider, cluster string) *plugin.Clie
 	t.Cleanup(server.Stop)
 	np := &v1alpha1.NodeProvider{
 		ObjectMeta: metav1.ObjectMeta{Name: "memory-plugin"},
-		Spec: v1alpha1.NodeProviderSpec{Type: v1alpha1.ProviderTypeGRPC, GRPC: &v1alpha1.GRPCSettings{Endpoint: "unix://" + socket}},
+		Spec:       v1alpha1.NodeProviderSpec{Type: v1alpha1.ProviderTypeGRPC, GRPC: &v1alpha1.GRPCSettings{Endpoint: "unix://" + socket}},
 	}
 	client, err := plugin.NewClient(np, provider.Options{ClusterName: cluster})
 	if err != nil {
