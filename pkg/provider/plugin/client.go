@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/connectivity"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
@@ -83,6 +84,12 @@ func NewClient(np *v1alpha1.NodeProvider, opts provider.Options) (*Client, error
 	conn, err := grpc.NewClient(settings.Endpoint,
 		grpc.WithTransportCredentials(transport),
 		grpc.WithDefaultServiceConfig(serviceConfig(retries)),
+		// A plugin that restarts (a sidecar, a rollout) is found again
+		// within seconds, not after gRPC's default two-minute backoff.
+		grpc.WithConnectParams(grpc.ConnectParams{
+			Backoff:           backoff.Config{BaseDelay: 200 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: 5 * time.Second},
+			MinConnectTimeout: 5 * time.Second,
+		}),
 	)
 	if err != nil {
 		return nil, provider.NewTerminal(fmt.Errorf("nodeprovider %s: endpoint %q: %w", np.Name, settings.Endpoint, err))
