@@ -78,7 +78,9 @@ type ProviderClient interface {
 	// Shapes answers the machine sizes a pool may use, resolved against the
 	// plugin's catalog.
 	Shapes(ctx context.Context, in *ShapesRequest, opts ...grpc.CallOption) (*ShapesResponse, error)
-	// Capabilities says what the plugin can do; asked once per connection.
+	// Capabilities says what the plugin can do, for people and tools that
+	// check a plugin (plugin.Client.Capabilities); claimscale does not need it
+	// to drive the plugin.
 	Capabilities(ctx context.Context, in *CapabilitiesRequest, opts ...grpc.CallOption) (*CapabilitiesResponse, error)
 }
 
@@ -168,7 +170,9 @@ type ProviderServer interface {
 	// Shapes answers the machine sizes a pool may use, resolved against the
 	// plugin's catalog.
 	Shapes(context.Context, *ShapesRequest) (*ShapesResponse, error)
-	// Capabilities says what the plugin can do; asked once per connection.
+	// Capabilities says what the plugin can do, for people and tools that
+	// check a plugin (plugin.Client.Capabilities); claimscale does not need it
+	// to drive the plugin.
 	Capabilities(context.Context, *CapabilitiesRequest) (*CapabilitiesResponse, error)
 	mustEmbedUnimplementedProviderServer()
 }
