@@ -47,10 +47,10 @@ manifests: bin/controller-gen ## Generate CRDs and RBAC, and copy them into the 
 	cp config/rbac/simulated/role.yaml charts/claimscale/files/role-simulated.yaml
 
 .PHONY: proto
-proto: ## Generate the externalgrpc protocol's Go code (needs Debian's protobuf-compiler).
+proto: ## Generate the gRPC protocols' Go code with buf (built from a pinned module, no protoc).
 	hack/proto.sh
 
-GENERATED := api config charts internal/externalgrpc/protos internal/externalscaler/protos
+GENERATED := api config charts internal/externalgrpc/protos internal/externalscaler/protos pkg/provider/plugin/pluginpb
 
 .PHONY: verify
 verify: generate manifests proto ## Fail when generated files are stale or gofmt/go vet complain.
@@ -61,8 +61,9 @@ verify: generate manifests proto ## Fail when generated files are stale or gofmt
 	go vet ./...
 
 .PHONY: build
-build: ## Build bin/claimscale.
+build: ## Build bin/claimscale and the reference provider plugin bin/claimscale-provider-example.
 	@if [ -d cmd/claimscale ]; then go build -ldflags "$(LDFLAGS)" -o $(BIN)/claimscale ./cmd/claimscale; fi
+	go build -o $(BIN)/claimscale-provider-example ./cmd/claimscale-provider-example
 
 .PHONY: lint-chart
 lint-chart: tools ## helm lint the chart with its default and externalgrpc values.

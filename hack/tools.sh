@@ -16,6 +16,7 @@ CONTROLLER_TOOLS_VERSION=v0.21.0
 PROTOC_GEN_GO_VERSION=v1.36.10
 PROTOC_GEN_GO_GRPC_VERSION=v1.5.1
 HELM_VERSION=v3.20.0
+BUF_VERSION=v1.75.0
 
 cache="${XDG_CACHE_HOME:-$HOME/.cache}/claimscale/tools"
 mkdir -p "$cache"
@@ -64,7 +65,7 @@ install_module() { # $1: package@version
 }
 
 want=("$@")
-[ ${#want[@]} -eq 0 ] && want=(kube-apiserver etcd kubectl kube-scheduler kube-controller-manager kwok kwok-stages.yaml controller-gen protoc-gen-go protoc-gen-go-grpc helm)
+[ ${#want[@]} -eq 0 ] && want=(kube-apiserver etcd kubectl kube-scheduler kube-controller-manager kwok kwok-stages.yaml controller-gen buf protoc-gen-go protoc-gen-go-grpc helm)
 
 for tool in "${want[@]}"; do
   case "$tool" in
@@ -75,6 +76,8 @@ for tool in "${want[@]}"; do
     controller-gen) provide controller-gen "$CONTROLLER_TOOLS_VERSION" install_module "sigs.k8s.io/controller-tools/cmd/controller-gen@$CONTROLLER_TOOLS_VERSION" ;;
     protoc-gen-go) provide protoc-gen-go "$PROTOC_GEN_GO_VERSION" install_module "google.golang.org/protobuf/cmd/protoc-gen-go@$PROTOC_GEN_GO_VERSION" ;;
     protoc-gen-go-grpc) provide protoc-gen-go-grpc "$PROTOC_GEN_GO_GRPC_VERSION" install_module "google.golang.org/grpc/cmd/protoc-gen-go-grpc@$PROTOC_GEN_GO_GRPC_VERSION" ;;
+    # buf compiles .protos in pure Go, so generating code needs no protoc.
+    buf) provide buf "$BUF_VERSION" install_module "github.com/bufbuild/buf/cmd/buf@$BUF_VERSION" ;;
     helm) provide helm "$HELM_VERSION" install_module "helm.sh/helm/v3/cmd/helm@$HELM_VERSION" ;;
     *) echo "unknown tool $tool" >&2; exit 2 ;;
   esac

@@ -6,13 +6,16 @@ import (
 )
 
 // ProviderType names an implementation in pkg/provider.
-// +kubebuilder:validation:Enum=proxmox;cloudscale;simulated
+// +kubebuilder:validation:Enum=proxmox;cloudscale;simulated;grpc
 type ProviderType string
 
 const (
 	ProviderTypeProxmox    ProviderType = "proxmox"
 	ProviderTypeCloudscale ProviderType = "cloudscale"
 	ProviderTypeSimulated  ProviderType = "simulated"
+	// ProviderTypeGRPC is a provider plugin outside claimscale, reached
+	// over the claimscale.provider.v1 gRPC protocol.
+	ProviderTypeGRPC ProviderType = "grpc"
 )
 
 // NodeProviderSpec says where machines come from: which kind of
@@ -22,15 +25,22 @@ const (
 // +kubebuilder:validation:XValidation:rule="self.type == 'proxmox' ? has(self.proxmox) : !has(self.proxmox)",message="spec.proxmox must be set when type is proxmox, and only then"
 // +kubebuilder:validation:XValidation:rule="self.type == 'cloudscale' ? has(self.cloudscale) : !has(self.cloudscale)",message="spec.cloudscale must be set when type is cloudscale, and only then"
 // +kubebuilder:validation:XValidation:rule="self.type == 'simulated' || !has(self.simulated)",message="spec.simulated may be set only when type is simulated"
-// +kubebuilder:validation:XValidation:rule="self.type == 'simulated' || has(self.credentialsSecretRef)",message="spec.credentialsSecretRef is required for the proxmox and cloudscale types"
+// +kubebuilder:validation:XValidation:rule="self.type == 'grpc' ? has(self.grpc) : !has(self.grpc)",message="spec.grpc must be set when type is grpc, and only then"
+// +kubebuilder:validation:XValidation:rule="self.type == 'simulated' || self.type == 'grpc' || has(self.credentialsSecretRef)",message="spec.credentialsSecretRef is required for the proxmox and cloudscale types"
+// +kubebuilder:validation:XValidation:rule="self.type != 'grpc' || !has(self.grpc) || self.grpc.endpoint.startsWith('unix://') || has(self.credentialsSecretRef)",message="spec.credentialsSecretRef (the client certificate, tls.crt and tls.key) is required for a grpc endpoint over TCP: plugins are reached over mutual TLS; only a unix:// socket goes without"
+// +kubebuilder:validation:XValidation:rule="self.type != 'grpc' || !has(self.grpc) || !self.grpc.endpoint.startsWith('unix://') || !has(self.credentialsSecretRef)",message="spec.credentialsSecretRef must not be set for a unix:// grpc endpoint: a Unix socket carries no TLS"
 type NodeProviderSpec struct {
-	// Type of infrastructure: proxmox, cloudscale or simulated.
+	// Type of infrastructure: proxmox, cloudscale, simulated, or grpc for a
+	// provider plugin (see docs/provider-plugins.md).
 	// +required
 	Type ProviderType `json:"type"`
 
 	// CredentialsSecretRef names the Secret holding the provider's
 	// credentials (see each type's documentation for the keys). Its values
-	// never appear in logs, events or conditions.
+	// never appear in logs, events or conditions. For type grpc it is the
+	// client certificate (a kubernetes.io/tls Secret: tls.crt, tls.key, and
+	// ca.crt unless spec.grpc.caSecretRef names the CA); a change to it is
+	// picked up at the next call.
 	// +optional
 	CredentialsSecretRef *SecretReference `json:"credentialsSecretRef,omitempty"`
 
@@ -47,6 +57,50 @@ type NodeProviderSpec struct {
 	// Simulated settings, for type simulated.
 	// +optional
 	Simulated *SimulatedSettings `json:"simulated,omitempty"`
+
+	// GRPC settings, for type grpc: where the provider plugin listens.
+	// +optional
+	GRPC *GRPCSettings `json:"grpc,omitempty"`
+}
+
+// GRPCSettings say how to reach a provider plugin that serves the
+// claimscale.provider.v1 protocol (pkg/provider/plugin/pluginpb).
+type GRPCSettings struct {
+	// Endpoint is host:port, reached over mutual TLS 1.3 with the client
+	// certificate of credentialsSecretRef, or unix:///path/to.sock for a
+	// plugin in a sidecar container, reached without TLS.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=512
+	// +kubebuilder:validation:Pattern=`^(unix:///[^\s]+|[^\s/:]+:[0-9]{1,5}|\[[0-9a-fA-F:.]+\]:[0-9]{1,5})$`
+	Endpoint string `json:"endpoint"`
+	// CASecretRef names the Secret key holding the CA bundle (PEM) the
+	// plugin's server certificate must chain to. Unset: ca.crt of the
+	// credentials Secret. It is read at every new connection, so a rotated
+	// CA takes effect without a restart.
+	// +optional
+	CASecretRef *SecretKeyReference `json:"caSecretRef,omitempty"`
+	// ServerName is the name the plugin's certificate must carry; unset,
+	// the endpoint's host.
+	// +optional
+	// +kubebuilder:validation:MaxLength=253
+	ServerName string `json:"serverName,omitempty"`
+	// CallTimeout bounds one call to the plugin, its retries included.
+	// +optional
+	// +kubebuilder:default="30s"
+	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:MaxLength=32
+	// +kubebuilder:validation:Pattern=`^([0-9]+(\.[0-9]+)?(ns|us|µs|ms|s|m|h))+$`
+	// +kubebuilder:validation:XValidation:rule="duration(self) > duration('0s') && duration(self) <= duration('10m')",message="grpc.callTimeout must be more than 0s and at most 10m"
+	CallTimeout *metav1.Duration `json:"callTimeout,omitempty"`
+	// Retries of a call the plugin answered UNAVAILABLE (or could not be
+	// reached for), with exponential backoff, within callTimeout. Every
+	// call is safe to retry: Create is idempotent by claim, Delete of a
+	// machine already gone is success.
+	// +optional
+	// +kubebuilder:default=2
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=4
+	Retries *int32 `json:"retries,omitempty"`
 }
 
 // SecretReference names a Secret in a namespace.

@@ -19,6 +19,7 @@ import (
 	"github.com/claimscale/claimscale/internal/operator"
 	"github.com/claimscale/claimscale/internal/scheme"
 	"github.com/claimscale/claimscale/internal/version"
+	"github.com/claimscale/claimscale/pkg/provider"
 )
 
 func main() {
@@ -73,9 +74,11 @@ func main() {
 	}
 	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&zapOptions)))
 	logger := ctrl.Log.WithName("claimscale")
-	registry := operator.ProductionRegistry()
-	if simulatedProvider {
-		registry = operator.DefaultRegistry()
+	// With the simulated provider the registry is built once the manager
+	// is (run), since that provider keeps its machines through its client.
+	var registry *provider.Registry
+	if !simulatedProvider {
+		registry = operator.ProductionRegistry()
 	}
 	metrics := operator.MetricsOptions(metricsAddress, secureMetrics)
 	if err := run(logger, operator.Options{
@@ -133,6 +136,9 @@ func run(logger logr.Logger, opts operator.Options, metrics metricsserver.Option
 	})
 	if err != nil {
 		return fmt.Errorf("creating manager: %w", err)
+	}
+	if opts.Registry == nil {
+		opts.Registry = operator.DefaultRegistry(mgr.GetClient())
 	}
 	if _, err := operator.Setup(ctx, mgr, opts); err != nil {
 		return err

@@ -93,9 +93,9 @@ func startServer(ctx context.Context, stopped chan<- struct{}) error {
 	}
 	cached = mgr.GetClient()
 	registry := provider.NewRegistry()
-	registry.Register(v1alpha1.ProviderTypeSimulated, simulated.NewFactory(simulated.Config{ExternalRegistrar: true}))
+	registry.Register(v1alpha1.ProviderTypeSimulated, simulated.NewFactory(simulated.Config{Kube: mgr.GetClient(), ExternalRegistrar: true}))
 	resolver = &providers.Resolver{
-		Kube: mgr.GetClient(), SecretReader: mgr.GetAPIReader(), ProviderClient: mgr.GetClient(),
+		Kube: mgr.GetClient(), SecretReader: mgr.GetAPIReader(),
 		Registry: registry, ClusterName: "test", Namespace: "default",
 	}
 	if authority, err = testcerts.NewAuthority("test-ca"); err != nil {

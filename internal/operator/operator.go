@@ -112,13 +112,12 @@ func Setup(ctx context.Context, mgr manager.Manager, opts Options) (*Operator, e
 		return nil, err
 	}
 	resolver := &providers.Resolver{
-		Kube:           mgr.GetClient(),
-		SecretReader:   mgr.GetAPIReader(),
-		ProviderClient: mgr.GetClient(),
-		Registry:       opts.Registry,
-		ClusterName:    opts.ClusterName,
-		Namespace:      opts.Namespace,
-		Clock:          opts.Clock,
+		Kube:         mgr.GetClient(),
+		SecretReader: mgr.GetAPIReader(),
+		Registry:     opts.Registry,
+		ClusterName:  opts.ClusterName,
+		Namespace:    opts.Namespace,
+		Clock:        opts.Clock,
 	}
 	if opts.CapacityClock == nil {
 		opts.CapacityClock = opts.Clock

@@ -5,6 +5,7 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"errors"
+	"io"
 	"net"
 	"net/url"
 	"sort"
@@ -243,6 +244,17 @@ func (p *safeProvider) Shapes(ctx context.Context, pool *v1alpha1.NodePool) ([]p
 	}
 	shapes, err := p.next.Shapes(ctx, pool)
 	return shapes, p.done(err)
+}
+
+// retire stops the breaker's probes and releases what the provider holds
+// (a plugin's connection) once the resolver has replaced or forgotten it.
+// A call still running on it ends with an error and is retried on the new
+// one.
+func (p *safeProvider) retire() {
+	p.breaker.stop()
+	if closer, ok := p.next.(io.Closer); ok {
+		_ = closer.Close()
+	}
 }
 
 // Unwrap returns the provider inside, for tests and callers that need the

@@ -42,11 +42,9 @@ type Resolver struct {
 	// SecretReader reads Secrets; pass the manager's API reader so the
 	// controller does not cache every Secret in the cluster.
 	SecretReader client.Reader
-	// ProviderClient is handed to providers that keep state in the cluster.
-	ProviderClient client.Client
-	Registry       *provider.Registry
-	ClusterName    string
-	Namespace      string
+	Registry     *provider.Registry
+	ClusterName  string
+	Namespace    string
 	// BuildTimeout bounds one build (default DefaultBuildTimeout).
 	BuildTimeout time.Duration
 	// Clock times the backoff of failed builds; nil is the real clock.
@@ -139,7 +137,7 @@ func (r *Resolver) For(ctx context.Context, nodeProvider *v1alpha1.NodeProvider)
 	e, ok := r.entries[name]
 	if !ok || e.generation != nodeProvider.Generation || e.secretVersion != secretVersion {
 		if ok && e.provider != nil {
-			e.provider.breaker.stop()
+			e.provider.retire()
 		}
 		e = &entry{generation: nodeProvider.Generation, secretVersion: secretVersion}
 		r.entries[name] = e
@@ -203,7 +201,6 @@ func (r *Resolver) build(ctx context.Context, e *entry, nodeProvider *v1alpha1.N
 		ClusterName: r.ClusterName,
 		Credentials: credentials,
 		Secrets:     secretKeyReader{reader: r.SecretReader},
-		Kube:        r.ProviderClient,
 		Namespace:   r.Namespace,
 	})
 	r.mu.Lock()
@@ -233,7 +230,7 @@ func (r *Resolver) forgetAllBut(nodeProviders []v1alpha1.NodeProvider) {
 			continue
 		}
 		if e.provider != nil {
-			e.provider.breaker.stop()
+			e.provider.retire()
 		}
 		delete(r.entries, name)
 		r.backoff.Succeeded(name)

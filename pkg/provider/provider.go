@@ -8,7 +8,6 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/claimscale/claimscale/api/v1alpha1"
 )
@@ -104,10 +103,11 @@ type Options struct {
 	// Their values never appear in logs, events, conditions or errors.
 	Credentials map[string][]byte
 	// Secrets reads other Secret keys the settings reference (user data).
+	// Providers get no Kubernetes client: one that keeps state in the
+	// cluster (the simulated provider) is given its client by its own
+	// factory, so a provider package depends on nothing but the API types
+	// and its SDK.
 	Secrets SecretReader
-	// Kube is a client for providers that keep state in the cluster (the
-	// simulated one).
-	Kube client.Client
 	// Namespace the controller runs in.
 	Namespace string
 }

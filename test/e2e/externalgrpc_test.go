@@ -266,7 +266,7 @@ func TestExternalGRPCRegistrationTimeoutsAreReportedUntilTheAutoscalerDeletes(t 
 // untouched.
 func TestExternalGRPCNoCapacityIsReportedAsOutOfResources(t *testing.T) {
 	full := provider.NewRegistry()
-	realFactory := simulated.NewFactory(simulated.Config{ExternalRegistrar: true})
+	realFactory := simulated.NewFactory(simulated.Config{Kube: env.Client, ExternalRegistrar: true})
 	full.Register(v1alpha1.ProviderTypeSimulated, func(ctx context.Context, np *v1alpha1.NodeProvider, opts provider.Options) (provider.Provider, error) {
 		machines, err := realFactory(ctx, np, opts)
 		if err != nil {

@@ -121,7 +121,7 @@ type operatorOptions struct {
 func startOperator(t *testing.T, opts operatorOptions) (stop func()) {
 	t.Helper()
 	if opts.registry == nil {
-		opts.registry = operator.DefaultRegistry()
+		opts.registry = operator.DefaultRegistry(env.Client)
 	}
 	if opts.gcGracePeriod == 0 {
 		opts.gcGracePeriod = time.Minute

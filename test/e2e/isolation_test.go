@@ -251,9 +251,9 @@ func (p leakyProvider) Create(_ context.Context, _ *v1alpha1.NodeClaim, opts pro
 // with them redacted; an error too long for an event is cut there.
 func TestProviderErrorsAreRedactedInConditionsEventsAndLogs(t *testing.T) {
 	const token = "tok/secret+value=42"
-	registry := operator.DefaultRegistry()
+	registry := operator.DefaultRegistry(env.Client)
 	registry.Register(v1alpha1.ProviderTypeSimulated, func(ctx context.Context, np *v1alpha1.NodeProvider, opts provider.Options) (provider.Provider, error) {
-		inner, err := simulated.New(ctx, np, opts)
+		inner, err := simulated.NewFactory(simulated.Config{Kube: env.Client})(ctx, np, opts)
 		if err != nil {
 			return nil, err
 		}
@@ -382,9 +382,9 @@ func (p switchableProvider) Shapes(ctx context.Context, pool *v1alpha1.NodePool)
 // another pool.
 func TestMachinesBootingInAFailingPoolAreNotBoughtTwice(t *testing.T) {
 	var failing atomic.Bool
-	registry := operator.DefaultRegistry()
+	registry := operator.DefaultRegistry(env.Client)
 	registry.Register(v1alpha1.ProviderTypeSimulated, func(ctx context.Context, np *v1alpha1.NodeProvider, opts provider.Options) (provider.Provider, error) {
-		inner, err := simulated.NewFactory(simulated.Config{ExternalRegistrar: true})(ctx, np, opts)
+		inner, err := simulated.NewFactory(simulated.Config{Kube: env.Client, ExternalRegistrar: true})(ctx, np, opts)
 		if err != nil || np.Name != "failing" {
 			return inner, err
 		}

@@ -142,7 +142,7 @@ func TestRestartAfterCreateMakesNoSecondMachine(t *testing.T) {
 	var stopFirst func()
 	var once sync.Once
 	crashing := provider.NewRegistry()
-	realFactory := simulated.NewFactory(simulated.Config{ExternalRegistrar: true})
+	realFactory := simulated.NewFactory(simulated.Config{Kube: env.Client, ExternalRegistrar: true})
 	crashing.Register(v1alpha1.ProviderTypeSimulated, func(ctx context.Context, np *v1alpha1.NodeProvider, opts provider.Options) (provider.Provider, error) {
 		machines, err := realFactory(ctx, np, opts)
 		if err != nil {
@@ -162,7 +162,7 @@ func TestRestartAfterCreateMakesNoSecondMachine(t *testing.T) {
 	s.g.Expect(claim.Status.ProviderID).To(BeEmpty(), "the status write was lost with the crash")
 	s.g.Expect(s.machines()).To(HaveLen(1), "the machine was made before the crash")
 
-	startOperator(t, operatorOptions{registry: operator.DefaultRegistry()})
+	startOperator(t, operatorOptions{registry: operator.DefaultRegistry(env.Client)})
 	s.g.Eventually(func() int { return s.runningPods("once") }).Should(Equal(1))
 	s.g.Eventually(s.readyClaims).Should(Equal(1))
 	s.g.Expect(s.claims()).To(HaveLen(1))
@@ -219,8 +219,8 @@ func TestGarbageCollectionTouchesOnlyOurMachines(t *testing.T) {
 	var nodeProvider v1alpha1.NodeProvider
 	s.g.Expect(env.Client.Get(s.ctx, client.ObjectKey{Name: s.name}, &nodeProvider)).To(Succeed())
 	machineFor := func(cluster, claimName string) {
-		factory := simulated.NewFactory(simulated.Config{ExternalRegistrar: true})
-		machines, err := factory(s.ctx, &nodeProvider, provider.Options{ClusterName: cluster, Kube: env.Client, Namespace: controllerNamespace})
+		factory := simulated.NewFactory(simulated.Config{Kube: env.Client, ExternalRegistrar: true})
+		machines, err := factory(s.ctx, &nodeProvider, provider.Options{ClusterName: cluster, Namespace: controllerNamespace})
 		s.g.Expect(err).NotTo(HaveOccurred())
 		orphanClaim := &v1alpha1.NodeClaim{
 			ObjectMeta: metav1.ObjectMeta{Name: claimName},

@@ -86,7 +86,7 @@ func TestProxmoxLifecycle(t *testing.T) {
 	server.SetAPIToken("claimscale@pve!autoscaler", "token-secret-value")
 	server.AddTemplate(9000, "pve", "debian-template")
 
-	registry := operator.DefaultRegistry()
+	registry := operator.DefaultRegistry(env.Client)
 	registry.Register(v1alpha1.ProviderTypeProxmox, proxmox.NewFactory(proxmox.Tuning{TaskPollInterval: 20 * time.Millisecond}))
 	startOperator(t, operatorOptions{registry: registry})
 
@@ -156,7 +156,7 @@ func TestProxmoxLifecycle(t *testing.T) {
 func TestCloudscaleLifecycle(t *testing.T) {
 	server := cloudscaletest.NewServer(cloudscaletest.WithToken("cloudscale-api-token"), cloudscaletest.WithServersRunning())
 	defer server.Close()
-	startOperator(t, operatorOptions{registry: operator.DefaultRegistry()})
+	startOperator(t, operatorOptions{registry: operator.DefaultRegistry(env.Client)})
 
 	s := newScenario(t, "cloudscale")
 	defer s.cleanup()

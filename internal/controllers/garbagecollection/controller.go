@@ -132,6 +132,11 @@ func (c *Controller) Pass(ctx context.Context) error {
 		return nil
 	}
 	for i := range claims.Items {
+		// Nor when its own provider built but did not answer List (a
+		// plugin that is down): its machines could not be seen.
+		if name := claims.Items[i].Status.NodeProviderName; name != "" && !listed[name] {
+			continue
+		}
 		if err := c.collectClaim(ctx, &claims.Items[i], machineIDs); err != nil {
 			log.FromContext(ctx).Error(err, "collecting claim", "nodeClaim", claims.Items[i].Name)
 		}

@@ -92,6 +92,10 @@ type Provider struct {
 
 	createSlots chan struct{}
 	deleteSlots chan struct{}
+	// claims serializes the Creates of one claim: the API has no
+	// idempotency key, so two Creates that both looked before either made
+	// its server would make two.
+	claims claimLocks
 
 	calls   singleflight.Group
 	groupMu sync.Mutex
@@ -203,6 +207,11 @@ func (p *Provider) Create(ctx context.Context, claim *v1alpha1.NodeClaim, opts p
 	if err != nil {
 		return nil, err
 	}
+	unlock, err := p.claims.lock(ctx, claim.Name)
+	if err != nil {
+		return nil, fmt.Errorf("waiting for another Create of nodeclaim %s: %w", claim.Name, err)
+	}
+	defer unlock()
 	release, err := acquire(ctx, p.createSlots)
 	if err != nil {
 		return nil, err
@@ -624,5 +633,40 @@ func acquire(ctx context.Context, slots chan struct{}) (func(), error) {
 		return func() { <-slots }, nil
 	case <-ctx.Done():
 		return nil, ctx.Err()
+	}
+}
+
+// claimLocks holds one lock per claim name while a Create of it runs.
+type claimLocks struct {
+	mu   sync.Mutex
+	held map[string]chan struct{}
+}
+
+// lock waits until no other Create of claim runs, or ctx ends, and
+// returns the unlock.
+func (l *claimLocks) lock(ctx context.Context, claim string) (func(), error) {
+	for {
+		l.mu.Lock()
+		if l.held == nil {
+			l.held = map[string]chan struct{}{}
+		}
+		released, busy := l.held[claim]
+		if !busy {
+			released = make(chan struct{})
+			l.held[claim] = released
+			l.mu.Unlock()
+			return func() {
+				l.mu.Lock()
+				delete(l.held, claim)
+				l.mu.Unlock()
+				close(released)
+			}, nil
+		}
+		l.mu.Unlock()
+		select {
+		case <-released:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
 	}
 }

@@ -3,7 +3,9 @@
 // whole claim → machine → Node → Running pod path can be exercised on a local
 // control plane, with injected failures, and without any infrastructure.
 //
-// A machine is one ConfigMap in the controller's namespace (Options.Namespace),
+// A machine is one ConfigMap, written through Config.Kube (the provider gets
+// its client from its factory, not from provider.Options), in the
+// controller's namespace (Options.Namespace),
 // named after its claim, labelled claimscale.io/simulated-machine=true and
 // carrying the ownership tags both as annotations (exact values, which decide
 // ownership) and as labels (for selection; a value that is not a valid label

@@ -91,9 +91,9 @@ func nodeProvider(sim *v1alpha1.SimulatedSettings) *v1alpha1.NodeProvider {
 func newTestProvider(t *testing.T, namespace, cluster string, sim *v1alpha1.SimulatedSettings, cfg Config) *Provider {
 	t.Helper()
 	cfg.ExternalRegistrar = true
+	cfg.Kube = env.Client
 	p, err := NewWithConfig(t.Context(), nodeProvider(sim), provider.Options{
 		ClusterName: cluster,
-		Kube:        env.Client,
 		Namespace:   namespace,
 	}, cfg)
 	if err != nil {

@@ -30,6 +30,11 @@ func ProviderID(machine string) string { return ProviderIDPrefix + machine }
 
 // Config overrides defaults, for tests and end-to-end runs.
 type Config struct {
+	// Kube keeps the machine records (ConfigMaps, Secrets) and registers
+	// their Nodes. Required: the simulated provider is the one provider
+	// that keeps its machines in the cluster, so it gets its client here
+	// rather than through provider.Options, which carries none.
+	Kube client.Client
 	// Clock decides when a machine's boot delay has passed and stamps its
 	// creation time. Default: the real clock.
 	Clock clock.PassiveClock
@@ -131,13 +136,10 @@ type Provider struct {
 
 var _ provider.Provider = (*Provider)(nil)
 
-// New is the provider.Factory for type simulated. ctx bounds the shared
-// registrar New starts (see the package documentation).
-func New(ctx context.Context, np *v1alpha1.NodeProvider, opts provider.Options) (provider.Provider, error) {
-	return NewWithConfig(ctx, np, opts, Config{})
-}
-
-// NewFactory returns a provider.Factory that builds providers with cfg.
+// NewFactory returns the provider.Factory for type simulated, building
+// providers with cfg (cfg.Kube is required). The ctx a factory is called
+// with bounds the shared registrar it starts (see the package
+// documentation).
 func NewFactory(cfg Config) provider.Factory {
 	cfg = cfg.withDefaults()
 	shared := &dice{r: cfg.Rand}
@@ -156,7 +158,7 @@ func newProvider(ctx context.Context, np *v1alpha1.NodeProvider, opts provider.O
 	switch {
 	case opts.ClusterName == "":
 		return nil, provider.NewTerminal(fmt.Errorf("no cluster name: it goes into every machine's %s tag", v1alpha1.TagCluster))
-	case opts.Kube == nil:
+	case cfg.Kube == nil:
 		return nil, provider.NewTerminal(errors.New("no Kubernetes client: simulated machines are kept as ConfigMaps"))
 	case opts.Namespace == "":
 		return nil, provider.NewTerminal(errors.New("no namespace to keep simulated machines in"))
@@ -166,7 +168,7 @@ func newProvider(ctx context.Context, np *v1alpha1.NodeProvider, opts provider.O
 		return nil, provider.NewTerminal(err)
 	}
 	p := &Provider{
-		kube:      opts.Kube,
+		kube:      cfg.Kube,
 		namespace: opts.Namespace,
 		cluster:   opts.ClusterName,
 		settings:  s,
@@ -174,7 +176,7 @@ func newProvider(ctx context.Context, np *v1alpha1.NodeProvider, opts provider.O
 		dice:      d,
 	}
 	if !cfg.ExternalRegistrar {
-		startSharedRegistrar(ctx, opts.Kube, opts.Namespace, opts.ClusterName, cfg)
+		startSharedRegistrar(ctx, cfg.Kube, opts.Namespace, opts.ClusterName, cfg)
 	}
 	return p, nil
 }

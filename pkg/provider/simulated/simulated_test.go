@@ -106,12 +106,12 @@ func TestNodeRegistersAfterTheBootDelay(t *testing.T) {
 	}
 	g.Expect(env.Client.Create(t.Context(), pool)).To(gomega.Succeed())
 
-	// Through New, as the controller builds it: the registrar runs by itself.
+	// Through NewFactory, as the controller builds it: the registrar runs by itself.
 	ctx, stop := context.WithCancel(t.Context())
 	defer stop()
-	built, err := NewFactory(Config{Clock: clk, PollInterval: 20 * time.Millisecond})(ctx,
+	built, err := NewFactory(Config{Kube: env.Client, Clock: clk, PollInterval: 20 * time.Millisecond})(ctx,
 		nodeProvider(&v1alpha1.SimulatedSettings{BootDelay: durationPtr(10 * time.Minute), Zones: []string{"z1", "z2", "z3"}}),
-		provider.Options{ClusterName: "c1", Kube: env.Client, Namespace: ns})
+		provider.Options{ClusterName: "c1", Namespace: ns})
 	g.Expect(err).NotTo(gomega.HaveOccurred())
 
 	claim := newClaim(uniqueName(t, "a"), pool.Name)
@@ -430,7 +430,7 @@ func TestNewStartsOneRegistrarPerNamespaceAndCluster(t *testing.T) {
 	for range 3 {
 		ctx, stop := context.WithCancel(t.Context())
 		stops = append(stops, stop)
-		_, err := New(ctx, nodeProvider(nil), provider.Options{ClusterName: "c1", Kube: env.Client, Namespace: ns})
+		_, err := NewFactory(Config{Kube: env.Client})(ctx, nodeProvider(nil), provider.Options{ClusterName: "c1", Namespace: ns})
 		g.Expect(err).NotTo(gomega.HaveOccurred())
 	}
 	users := func() int {
@@ -452,7 +452,7 @@ func TestNewStartsOneRegistrarPerNamespaceAndCluster(t *testing.T) {
 }
 
 func TestNewRejectsBadOptions(t *testing.T) {
-	good := provider.Options{ClusterName: "c1", Kube: env.Client, Namespace: "default"}
+	good := provider.Options{ClusterName: "c1", Namespace: "default"}
 	tests := []struct {
 		name  string
 		np    *v1alpha1.NodeProvider
@@ -460,7 +460,6 @@ func TestNewRejectsBadOptions(t *testing.T) {
 		wants string
 	}{
 		{"no cluster name", nodeProvider(nil), func(o provider.Options) provider.Options { o.ClusterName = ""; return o }, "no cluster name"},
-		{"no client", nodeProvider(nil), func(o provider.Options) provider.Options { o.Kube = nil; return o }, "no Kubernetes client"},
 		{"no namespace", nodeProvider(nil), func(o provider.Options) provider.Options { o.Namespace = ""; return o }, "no namespace"},
 		{"a percentage over 100", nodeProvider(&v1alpha1.SimulatedSettings{NeverRegisterPercent: 101}), func(o provider.Options) provider.Options { return o }, "neverRegisterPercent 101"},
 		{"a negative boot delay", nodeProvider(&v1alpha1.SimulatedSettings{BootDelay: durationPtr(-time.Second)}), func(o provider.Options) provider.Options { return o }, "negative"},
@@ -468,9 +467,15 @@ func TestNewRejectsBadOptions(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			g := gomega.NewWithT(t)
-			_, err := NewWithConfig(t.Context(), tt.np, tt.opts(good), Config{ExternalRegistrar: true})
+			_, err := NewWithConfig(t.Context(), tt.np, tt.opts(good), Config{ExternalRegistrar: true, Kube: env.Client})
 			g.Expect(provider.IsTerminal(err)).To(gomega.BeTrue(), "error %v", err)
 			g.Expect(err.Error()).To(gomega.ContainSubstring(tt.wants))
 		})
 	}
+	t.Run("no client", func(t *testing.T) {
+		g := gomega.NewWithT(t)
+		_, err := NewWithConfig(t.Context(), nodeProvider(nil), good, Config{ExternalRegistrar: true})
+		g.Expect(provider.IsTerminal(err)).To(gomega.BeTrue(), "error %v", err)
+		g.Expect(err.Error()).To(gomega.ContainSubstring("no Kubernetes client"))
+	})
 }
