@@ -17,19 +17,7 @@ import (
 
 var env *testenv.Environment
 
-func TestMain(m *testing.M) {
-	var err error
-	env, err = testenv.Start(testenv.Options{})
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	code := m.Run()
-	if err := env.Stop(); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-	}
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { testenv.RunMain(m, testenv.Options{}, &env, nil) }
 
 func TestSamplesAreAccepted(t *testing.T) {
 	root, err := testenv.RepoRoot()

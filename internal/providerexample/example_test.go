@@ -2,9 +2,7 @@ package providerexample_test
 
 import (
 	"context"
-	"fmt"
 	"net"
-	"os"
 	"strings"
 	"testing"
 	"time"
@@ -29,18 +27,7 @@ import (
 // env is the API server the plugin keeps its simulated machines in.
 var env *testenv.Environment
 
-func TestMain(m *testing.M) {
-	var err error
-	if env, err = testenv.Start(testenv.Options{}); err != nil {
-		fmt.Fprintln(os.Stderr, "starting the test control plane:", err)
-		os.Exit(1)
-	}
-	code := m.Run()
-	if err := env.Stop(); err != nil {
-		fmt.Fprintln(os.Stderr, "stopping the test control plane:", err)
-	}
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { testenv.RunMain(m, testenv.Options{}, &env, nil) }
 
 // pki is a CA that signs the plugin's server certificate and claimscale's
 // client certificate, as cert-manager would.

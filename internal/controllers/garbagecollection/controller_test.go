@@ -3,8 +3,6 @@ package garbagecollection
 import (
 	"context"
 	"errors"
-	"fmt"
-	"os"
 	"sync"
 	"testing"
 	"time"
@@ -27,19 +25,7 @@ import (
 // One API server for the package.
 var env *testenv.Environment
 
-func TestMain(m *testing.M) {
-	var err error
-	env, err = testenv.Start(testenv.Options{})
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	code := m.Run()
-	if err := env.Stop(); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-	}
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { testenv.RunMain(m, testenv.Options{}, &env, nil) }
 
 // machineStore is a test double of provider.Provider: the machines it
 // lists, and the deletes it was asked for.

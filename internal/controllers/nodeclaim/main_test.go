@@ -2,8 +2,6 @@ package nodeclaim
 
 import (
 	"context"
-	"fmt"
-	"os"
 	"sync"
 	"testing"
 	"time"
@@ -37,24 +35,10 @@ var (
 
 func TestMain(m *testing.M) {
 	log.SetLogger(logr.Discard())
-	var err error
-	env, err = testenv.Start(testenv.Options{})
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	code := 1
-	if cached, err = env.CachedClient(ctx, index.Setup); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-	} else {
-		code = m.Run()
-	}
-	cancel()
-	if err := env.Stop(); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-	}
-	os.Exit(code)
+	testenv.RunMain(m, testenv.Options{}, &env, func(ctx context.Context, env *testenv.Environment) (err error) {
+		cached, err = env.CachedClient(ctx, index.Setup)
+		return err
+	})
 }
 
 // recordingProvider is a test double of provider.Provider: it keeps

@@ -3,9 +3,7 @@ package nodeprovider
 import (
 	"context"
 	"errors"
-	"fmt"
 	"net"
-	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -25,19 +23,7 @@ import (
 // One API server for the package.
 var env *testenv.Environment
 
-func TestMain(m *testing.M) {
-	var err error
-	env, err = testenv.Start(testenv.Options{})
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	code := m.Run()
-	if err := env.Stop(); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-	}
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { testenv.RunMain(m, testenv.Options{}, &env, nil) }
 
 // listingProvider is a test double of provider.Provider whose List
 // answers, or fails with the error set.

@@ -2,8 +2,6 @@ package repair
 
 import (
 	"context"
-	"fmt"
-	"os"
 	"testing"
 	"time"
 
@@ -26,19 +24,7 @@ import (
 // One API server for the package; each test works in a pool of its own.
 var env *testenv.Environment
 
-func TestMain(m *testing.M) {
-	var err error
-	env, err = testenv.Start(testenv.Options{})
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	code := m.Run()
-	if err := env.Stop(); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-	}
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { testenv.RunMain(m, testenv.Options{}, &env, nil) }
 
 // scenario is one pool and its claims and nodes on the shared API server,
 // a repair controller on a fake clock, and the events it recorded.
