@@ -83,8 +83,10 @@ func TestNodeWithADeadKubeletIsReplacedAfterRepairAfter(t *testing.T) {
 	victim := s.claims()[0]
 	survivor := s.claims()[1]
 
-	// Unknown for 25s of the 30s already.
-	died := time.Now().Add(-25 * time.Second)
+	// Unknown for 25s of the 30s already. Truncated to the second, as
+	// the API server stores condition times: the controller counts from
+	// the stored time, so the test must too.
+	died := time.Now().Add(-25 * time.Second).Truncate(time.Second)
 	s.killKubelet(victim.Status.NodeName, died)
 	s.g.Consistently(func() bool {
 		claim := &v1alpha1.NodeClaim{}

@@ -11,10 +11,11 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -61,10 +62,6 @@ const (
 
 // providerCallTimeout bounds each provider call of a status check.
 const providerCallTimeout = 10 * time.Second
-
-// A status write that lost a race with another writer is tried again
-// after this, from a fresh copy.
-const conflictRetry = 200 * time.Millisecond
 
 // Controller reconciles NodePool status.
 type Controller struct {
@@ -133,15 +130,7 @@ func (c *Controller) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	setCondition(pool, v1alpha1.ConditionReady, status, reason, message)
 
 	if !equality.Semantic.DeepEqual(stored.Status, pool.Status) {
-		// Locked: repair (RepairAllowed) and the external scaler's poller
-		// (ExternalHeadroom) write conditions into the same list, which a
-		// merge patch replaces whole; from a stale copy it would erase
-		// theirs. A conflict is ordinary, so it is retried soon, quietly.
-		patch := client.MergeFromWithOptions(stored, client.MergeFromWithOptimisticLock{})
-		if err := c.Kube.Status().Patch(ctx, pool, patch); err != nil {
-			if apierrors.IsConflict(err) {
-				return reconcile.Result{RequeueAfter: conflictRetry}, nil
-			}
+		if err := c.applyStatus(ctx, pool); err != nil {
 			return reconcile.Result{}, client.IgnoreNotFound(err)
 		}
 		c.tell(pool, wasReady, status, reason, message)
@@ -153,6 +142,39 @@ func (c *Controller) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	}
 	c.failures.Succeeded(pool.Name)
 	return reconcile.Result{RequeueAfter: shapesRefresh}, nil
+}
+
+// ownedConditions are the pool conditions this controller writes. Repair
+// (RepairAllowed) and the external scaler's poller (ExternalHeadroom)
+// write others into the same list.
+var ownedConditions = map[string]bool{v1alpha1.ConditionReady: true, v1alpha1.ConditionProviderReady: true}
+
+// applyStatus writes the status fields this controller owns (the counts
+// and its conditions) by server-side apply under its own field manager,
+// without a resourceVersion: it neither conflicts with the other writers
+// of the conditions list nor erases their entries, and a write from a
+// copy the cache has not caught up with yet is simply a newer value.
+func (c *Controller) applyStatus(ctx context.Context, pool *v1alpha1.NodePool) error {
+	owned := v1alpha1.NodePoolStatus{Nodes: pool.Status.Nodes, Resources: pool.Status.Resources}
+	for _, condition := range pool.Status.Conditions {
+		if ownedConditions[condition.Type] {
+			owned.Conditions = append(owned.Conditions, condition)
+		}
+	}
+	status, err := runtime.DefaultUnstructuredConverter.ToUnstructured(&owned)
+	if err != nil {
+		return fmt.Errorf("encoding status of NodePool %s: %w", pool.Name, err)
+	}
+	apply := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": v1alpha1.GroupVersion.String(),
+		"kind":       "NodePool",
+		"metadata":   map[string]any{"name": pool.Name},
+		"status":     status,
+	}}
+	if err := c.Kube.Status().Apply(ctx, client.ApplyConfigurationFromUnstructured(apply), client.FieldOwner(Name), client.ForceOwnership); err != nil {
+		return fmt.Errorf("writing status of NodePool %s: %w", pool.Name, err)
+	}
+	return nil
 }
 
 // tell records an event when the pool's Ready condition changes reason.
