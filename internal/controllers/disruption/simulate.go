@@ -90,23 +90,29 @@ func (s *state) simulateRemoval(ctx context.Context, candidates []*candidate) (s
 	return result, nil
 }
 
+// displaced names the nodes the candidates (and the nodes already going)
+// take away, and returns their workload pods unbound, pending again.
+func (s *state) displaced(candidates []*candidate) (without map[string]bool, pods []*corev1.Pod) {
+	without = map[string]bool{}
+	for _, name := range s.removed(candidates) {
+		without[name] = true
+	}
+	for _, pod := range s.input.Pods {
+		if without[pod.Spec.NodeName] && isWorkload(pod) {
+			unbound := *pod
+			unbound.Spec.NodeName = ""
+			pods = append(pods, &unbound)
+		}
+	}
+	return without, pods
+}
+
 // solveWithout asks which new nodes the candidates' pods (and those of
 // nodes already going) would need with those nodes gone: provisioning's
 // own decision on the cluster without them, so a replacement is what
 // provisioning would have made.
 func (s *state) solveWithout(ctx context.Context, candidates []*candidate) (scheduling.Result, error) {
-	without := map[string]bool{}
-	for _, name := range s.removed(candidates) {
-		without[name] = true
-	}
-	var displaced []*corev1.Pod
-	for _, pod := range s.input.Pods {
-		if without[pod.Spec.NodeName] && isWorkload(pod) {
-			unbound := *pod
-			unbound.Spec.NodeName = ""
-			displaced = append(displaced, &unbound)
-		}
-	}
+	without, displaced := s.displaced(candidates)
 	sim, err := scheduling.New(ctx, s.simCluster(without))
 	if err != nil {
 		return scheduling.Result{}, fmt.Errorf("building the snapshot without %s: %w", strings.Join(nodeNames(candidates), ", "), err)
@@ -364,12 +370,7 @@ func (s *state) headroomViolation(ctx context.Context, candidates []*candidate) 
 // does. A pool that cannot provision now has its nodes of headroom left
 // out: without its shapes they have no size.
 func (s *state) buildHeadroom(ctx context.Context) error {
-	names := make([]string, 0, len(s.pools))
-	for name := range s.pools {
-		names = append(names, name)
-	}
-	sort.Strings(names)
-	for _, name := range names {
+	for _, name := range sortedNames(s.pools) {
 		info := s.pools[name]
 		s.headroom = append(s.headroom, warmcapacity.Pods(info.pool, info.target.Headroom)...)
 		if info.sched == nil {
@@ -391,18 +392,7 @@ func (s *state) buildHeadroom(ctx context.Context) error {
 // remaining node with the candidates (and the nodes already going) gone
 // and their pods placed first.
 func (s *state) missingHeadroom(ctx context.Context, candidates []*candidate) (map[string]int, error) {
-	without := map[string]bool{}
-	for _, name := range s.removed(candidates) {
-		without[name] = true
-	}
-	var pods []*corev1.Pod
-	for _, pod := range s.input.Pods {
-		if without[pod.Spec.NodeName] && isWorkload(pod) {
-			unbound := *pod
-			unbound.Spec.NodeName = ""
-			pods = append(pods, &unbound)
-		}
-	}
+	without, pods := s.displaced(candidates)
 	pods = append(pods, s.headroom...)
 	sim, err := scheduling.New(ctx, s.simCluster(without))
 	if err != nil {

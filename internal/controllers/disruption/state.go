@@ -289,12 +289,7 @@ func (s *state) blocker(c *candidate) string {
 // budgets.
 func (s *state) poolTotals() (pools []*v1alpha1.NodePool, total, disrupting map[string]int) {
 	total, disrupting = map[string]int{}, map[string]int{}
-	names := make([]string, 0, len(s.pools))
-	for name := range s.pools {
-		names = append(names, name)
-	}
-	sort.Strings(names)
-	for _, name := range names {
+	for _, name := range sortedNames(s.pools) {
 		info := s.pools[name]
 		pools = append(pools, info.pool)
 		total[name] = info.live + info.deleting
