@@ -19,8 +19,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/tools/events"
@@ -34,6 +32,7 @@ import (
 
 	"github.com/claimscale/claimscale/api/v1alpha1"
 	"github.com/claimscale/claimscale/internal/controllers/index"
+	"github.com/claimscale/claimscale/internal/controllers/statusapply"
 	"github.com/claimscale/claimscale/pkg/provider"
 )
 
@@ -202,20 +201,10 @@ func (c *Controller) writeStatus(ctx context.Context, stored, claim *v1alpha1.No
 		return nil
 	}
 	owned := ownedStatus(claim)
-	status, err := runtime.DefaultUnstructuredConverter.ToUnstructured(&owned)
+	written, err := statusapply.Apply(ctx, c.Kube, "NodeClaim", claim.Name, &owned, Name)
 	if err != nil {
-		return fmt.Errorf("encoding status of NodeClaim %s: %w", claim.Name, err)
+		return client.IgnoreNotFound(err)
 	}
-	apply := &unstructured.Unstructured{Object: map[string]any{
-		"apiVersion": v1alpha1.GroupVersion.String(),
-		"kind":       "NodeClaim",
-		"metadata":   map[string]any{"name": claim.Name},
-		"status":     status,
-	}}
-	if err := c.Kube.Status().Apply(ctx, client.ApplyConfigurationFromUnstructured(apply), client.FieldOwner(Name), client.ForceOwnership); err != nil {
-		return client.IgnoreNotFound(fmt.Errorf("writing status of NodeClaim %s: %w", claim.Name, err))
-	}
-	written := apply.GetResourceVersion()
 	claim.ResourceVersion = written
 	_ = wait.PollUntilContextTimeout(ctx, 5*time.Millisecond, statusWriteSettle, true, func(ctx context.Context) (bool, error) {
 		cached := &v1alpha1.NodeClaim{}

@@ -14,8 +14,6 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -25,6 +23,7 @@ import (
 
 	"github.com/claimscale/claimscale/api/v1alpha1"
 	"github.com/claimscale/claimscale/internal/controllers/index"
+	"github.com/claimscale/claimscale/internal/controllers/statusapply"
 	"github.com/claimscale/claimscale/internal/metrics"
 	"github.com/claimscale/claimscale/internal/providers"
 	"github.com/claimscale/claimscale/internal/retry"
@@ -150,10 +149,7 @@ func (c *Controller) Reconcile(ctx context.Context, req reconcile.Request) (reco
 var ownedConditions = map[string]bool{v1alpha1.ConditionReady: true, v1alpha1.ConditionProviderReady: true}
 
 // applyStatus writes the status fields this controller owns (the counts
-// and its conditions) by server-side apply under its own field manager,
-// without a resourceVersion: it neither conflicts with the other writers
-// of the conditions list nor erases their entries, and a write from a
-// copy the cache has not caught up with yet is simply a newer value.
+// and its conditions), leaving the other writers' conditions alone.
 func (c *Controller) applyStatus(ctx context.Context, pool *v1alpha1.NodePool) error {
 	owned := v1alpha1.NodePoolStatus{Nodes: pool.Status.Nodes, Resources: pool.Status.Resources}
 	for _, condition := range pool.Status.Conditions {
@@ -161,20 +157,8 @@ func (c *Controller) applyStatus(ctx context.Context, pool *v1alpha1.NodePool) e
 			owned.Conditions = append(owned.Conditions, condition)
 		}
 	}
-	status, err := runtime.DefaultUnstructuredConverter.ToUnstructured(&owned)
-	if err != nil {
-		return fmt.Errorf("encoding status of NodePool %s: %w", pool.Name, err)
-	}
-	apply := &unstructured.Unstructured{Object: map[string]any{
-		"apiVersion": v1alpha1.GroupVersion.String(),
-		"kind":       "NodePool",
-		"metadata":   map[string]any{"name": pool.Name},
-		"status":     status,
-	}}
-	if err := c.Kube.Status().Apply(ctx, client.ApplyConfigurationFromUnstructured(apply), client.FieldOwner(Name), client.ForceOwnership); err != nil {
-		return fmt.Errorf("writing status of NodePool %s: %w", pool.Name, err)
-	}
-	return nil
+	_, err := statusapply.Apply(ctx, c.Kube, "NodePool", pool.Name, &owned, Name)
+	return err
 }
 
 // tell records an event when the pool's Ready condition changes reason.
