@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"sort"
 	"strings"
+	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -63,8 +64,7 @@ type Controller struct {
 	Capacity  provisioning.CapacityChecker
 	Recorder  events.EventRecorder
 	Clock     clock.WithTicker
-	// Interval between rounds (default 1s). A slow round waits longer, so
-	// disruption never takes more than a fifth of a core.
+	// Interval is the pause between rounds (default 1s).
 	Interval time.Duration
 	// WarmCapacity says each pool's minNodes and headroom now, as
 	// provisioning sees them; nil reads the pools' schedules at Clock.
@@ -100,11 +100,13 @@ func (c *Controller) Start(ctx context.Context) error {
 	logger := log.FromContext(ctx).WithName(Name)
 	ctx = log.IntoContext(ctx, logger)
 	for {
-		started := c.Clock.Now()
 		if err := c.Reconcile(ctx); err != nil && ctx.Err() == nil {
 			logger.Error(err, "disruption round failed")
 		}
-		timer := c.Clock.NewTimer(max(c.Interval, 5*c.Clock.Since(started)))
+		// A fixed pause after each round, not a multiple of its length: a
+		// round costs what changed, and scale-down must not slow down in
+		// the large clusters where it matters most.
+		timer := c.Clock.NewTimer(c.Interval)
 		select {
 		case <-ctx.Done():
 			timer.Stop()
@@ -120,6 +122,7 @@ func (c *Controller) Reconcile(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	stableSince := c.observeStability(s)
 	c.updateClaims(ctx, s)
 	if acted, err := c.orchestrate(ctx, s); err != nil || acted {
 		return err
@@ -128,7 +131,7 @@ func (c *Controller) Reconcile(ctx context.Context) error {
 	pools, total, disrupting := s.poolTotals()
 	budgets, errs := newLedger(pools, total, disrupting, s.now)
 	c.reportBudgetErrors(ctx, s, errs)
-	r := newRound(s, candidates, budgets, c.observeStability(s), c.memory)
+	r := newRound(s, candidates, budgets, stableSince, c.emptySince, c.memory)
 	cmd, err := r.decide(ctx)
 	c.report(ctx, s, r, budgets, total)
 	c.memory.prune(s.now)
@@ -197,6 +200,7 @@ func (c *Controller) gather(ctx context.Context) (*state, error) {
 // cluster, and records the provider's settings hash on claims that lack
 // it. A failed write is tried again next round.
 func (c *Controller) updateClaims(ctx context.Context, s *state) {
+	var writes []statusWrite
 	for _, name := range sortedNames(s.claims) {
 		claim := s.claims[name]
 		if !claim.DeletionTimestamp.IsZero() {
@@ -225,7 +229,11 @@ func (c *Controller) updateClaims(ctx context.Context, s *state) {
 		} else if n := len(workloadPods(s.podsByNode[node.Name])); n > 0 {
 			c.setCondition(claim, v1alpha1.ConditionEmpty, metav1.ConditionFalse, "NotEmpty", "node "+node.Name+" runs pods other than DaemonSet and mirror pods")
 		} else {
-			c.setCondition(claim, v1alpha1.ConditionEmpty, metav1.ConditionTrue, "Empty", "node "+node.Name+" runs no pods but DaemonSet and mirror pods")
+			emptyAt, ok := c.stability.emptySince(node.Name)
+			if !ok {
+				emptyAt = c.Clock.Now()
+			}
+			claim.SetCondition(v1alpha1.ConditionEmpty, metav1.ConditionTrue, "Empty", "node "+node.Name+" runs no pods but DaemonSet and mirror pods", emptyAt)
 		}
 		if pool, ok := s.pools[claim.Spec.NodePoolRef.Name]; ok {
 			reason, message := driftOf(claim, pool.pool, s.providerHashes[providerName])
@@ -239,10 +247,47 @@ func (c *Controller) updateClaims(ctx context.Context, s *state) {
 				c.setCondition(claim, v1alpha1.ConditionDrifted, metav1.ConditionFalse, "NotDrifted", "the claim matches its pool again")
 			}
 		}
-		if err := c.patchStatus(ctx, stored, claim); err != nil {
-			log.FromContext(ctx).V(1).Info("updating conditions failed", "nodeClaim", claim.Name, "error", err.Error())
+		if !equality.Semantic.DeepEqual(stored.Status, claim.Status) {
+			writes = append(writes, statusWrite{stored: stored, claim: claim})
 		}
 	}
+	c.patchStatuses(ctx, writes, "updating conditions failed")
+}
+
+// Claims whose status a round writes at once. After a scale-down a
+// thousand claims turn Empty in the same round; one after the other that
+// is a minute of round trips before the first can be removed.
+const parallelStatusWrites = 16
+
+type statusWrite struct{ stored, claim *v1alpha1.NodeClaim }
+
+// patchStatuses writes the claims' statuses in parallel. A failed write
+// (a conflict, mostly) is tried again next round, so it is logged at debug
+// level only.
+func (c *Controller) patchStatuses(ctx context.Context, writes []statusWrite, failed string) {
+	work := make(chan statusWrite)
+	var wg sync.WaitGroup
+	for range min(parallelStatusWrites, len(writes)) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for w := range work {
+				if err := c.patchStatus(ctx, w.stored, w.claim); err != nil {
+					log.FromContext(ctx).V(1).Info(failed, "nodeClaim", w.claim.Name, "error", err.Error())
+				}
+			}
+		}()
+	}
+	for _, w := range writes {
+		work <- w
+	}
+	close(work)
+	wg.Wait()
+}
+
+// emptySince is when the round saw the node lose its last pod, if it did.
+func (c *Controller) emptySince(node string) (time.Time, bool) {
+	return c.stability.emptySince(node)
 }
 
 // observeStability notes every claim's node's pods and returns since when

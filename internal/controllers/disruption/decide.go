@@ -60,7 +60,10 @@ type round struct {
 
 // newRound classifies the candidates. stableSince is when each node's pods
 // last changed (or it was initialized, if later).
-func newRound(s *state, candidates []*candidate, ledger *ledger, stableSince map[string]time.Time, memory *memory) *round {
+//
+// emptySince says when a round saw a node lose its last pod; nil when
+// only the claims' Empty conditions count.
+func newRound(s *state, candidates []*candidate, ledger *ledger, stableSince map[string]time.Time, emptySince func(node string) (time.Time, bool), memory *memory) *round {
 	r := &round{s: s, ledger: ledger, memory: memory, eligible: map[string]map[v1alpha1.DisruptionReason]int{}}
 	for _, c := range candidates {
 		why := s.blocker(c)
@@ -73,7 +76,15 @@ func newRound(s *state, candidates []*candidate, ledger *ledger, stableSince map
 		}
 		if len(c.pods) == 0 {
 			empty := meta.FindStatusCondition(c.claim.Status.Conditions, v1alpha1.ConditionEmpty)
-			if empty != nil && empty.Status == metav1.ConditionTrue && s.now.Sub(empty.LastTransitionTime.Time) >= c.pool.consolidateAfter() {
+			emptyLongEnough := empty != nil && empty.Status == metav1.ConditionTrue && s.now.Sub(empty.LastTransitionTime.Time) >= c.pool.consolidateAfter()
+			if emptySince != nil && c.claim.Annotations[AnnotationReplaces] == "" {
+				// Not waiting for the condition's write, which may be
+				// behind a thousand others.
+				if since, ok := emptySince(c.node.Name); ok && s.now.Sub(since) >= c.pool.consolidateAfter() {
+					emptyLongEnough = true
+				}
+			}
+			if emptyLongEnough {
 				r.classify(c, v1alpha1.DisruptionReasonEmpty, &r.empty, why, "empty")
 			}
 			continue

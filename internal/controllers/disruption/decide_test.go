@@ -252,7 +252,7 @@ func TestUnconsolidatableNodeIsNotSimulatedAgainUntilTheClusterChanges(t *testin
 		s := f.state()
 		pools, total, disrupting := s.poolTotals()
 		budgets, _ := newLedger(pools, total, disrupting, now)
-		r := newRound(s, s.candidates(), budgets, map[string]time.Time{"a": now.Add(-time.Hour), "b": now.Add(-time.Hour)}, memory)
+		r := newRound(s, s.candidates(), budgets, map[string]time.Time{"a": now.Add(-time.Hour), "b": now.Add(-time.Hour)}, nil, memory)
 		cmd, err := r.decide(context.Background())
 		if err != nil {
 			t.Fatal(err)
@@ -273,5 +273,40 @@ func TestUnconsolidatableNodeIsNotSimulatedAgainUntilTheClusterChanges(t *testin
 	f.node("b", c4)
 	if cmd, r := decide(start.Add(2*time.Minute+time.Second), f); describe(cmd) != "Underutilized delete a" {
 		t.Fatalf("decided %q after the cluster changed; refusals %v", describe(cmd), notes(r))
+	}
+}
+
+// After a scale-down the Empty conditions of a thousand claims are written
+// over several seconds; a node's consolidateAfter counts from when a round
+// saw it lose its last pod, not from that write.
+func TestEmptyClockStartsWhenTheNodeLostItsPods(t *testing.T) {
+	f := newFixture(c4).node("a", c4).node("b", c4)
+	f.pool.Spec.Disruption.ConsolidationPolicy = v1alpha1.ConsolidationWhenEmpty
+	start := f.now
+	tracker := newStability()
+	decide := func(now time.Time) string {
+		f.now = now
+		s := f.state()
+		pools, total, disrupting := s.poolTotals()
+		budgets, _ := newLedger(pools, total, disrupting, now)
+		r := newRound(s, s.candidates(), budgets, nil, tracker.emptySince, newMemory(memoryBackoff))
+		cmd, err := r.decide(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		return describe(cmd)
+	}
+	initialized := start.Add(-time.Hour)
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{UID: "p"}}
+	tracker.observe("a", []*corev1.Pod{pod}, initialized, start)
+	// b was empty when first seen: no round saw it empty out, so only its
+	// condition (absent here) would count.
+	tracker.observe("b", nil, initialized, start)
+	tracker.observe("a", nil, initialized, start.Add(time.Second))
+	if got := decide(start.Add(time.Second + 10*time.Second - time.Millisecond)); got != "" {
+		t.Fatalf("decided %q before consolidateAfter passed", got)
+	}
+	if got := decide(start.Add(time.Second + 10*time.Second)); got != "Empty delete a" {
+		t.Fatalf("decided %q once a was empty for consolidateAfter, without an Empty condition; want a deleted", got)
 	}
 }

@@ -158,5 +158,5 @@ func (f *fixture) round(s *state) *round {
 	for _, err := range errs {
 		panic(err)
 	}
-	return newRound(s, s.candidates(), budgets, stable, newMemory(memoryBackoff))
+	return newRound(s, s.candidates(), budgets, stable, nil, newMemory(memoryBackoff))
 }

@@ -64,6 +64,10 @@ type stability struct {
 type podSet struct {
 	hash  uint64
 	since time.Time
+	// witnessed: a round saw the pods change to these, so since is when
+	// they did (to a round's interval), not a guess from timestamps.
+	witnessed bool
+	empty     bool
 }
 
 func newStability() *stability { return &stability{nodes: map[string]podSet{}} }
@@ -85,6 +89,7 @@ func (t *stability) observe(node string, pods []*corev1.Pod, initialized, now ti
 	hash := hasher.Sum64()
 	previous, seen := t.nodes[node]
 	var since time.Time
+	witnessed := false
 	switch {
 	case !seen:
 		since = initialized
@@ -97,12 +102,24 @@ func (t *stability) observe(node string, pods []*corev1.Pod, initialized, now ti
 			since = now
 		}
 	case previous.hash != hash:
-		since = now
+		since, witnessed = now, true
 	default:
-		since = previous.since
+		since, witnessed = previous.since, previous.witnessed
 	}
-	t.nodes[node] = podSet{hash: hash, since: since}
+	t.nodes[node] = podSet{hash: hash, since: since, witnessed: witnessed, empty: len(pods) == 0}
 	return since
+}
+
+// emptySince is when the node was seen to lose its last pod, if a round
+// saw that happen. The consolidateAfter clock of an empty node starts
+// there, not when its claim's Empty condition is finally written, which
+// in a large cluster may be many writes later.
+func (t *stability) emptySince(node string) (time.Time, bool) {
+	set, ok := t.nodes[node]
+	if !ok || !set.empty || !set.witnessed {
+		return time.Time{}, false
+	}
+	return set.since, true
 }
 
 // prune forgets nodes no longer seen.
