@@ -78,6 +78,10 @@ test: verify tools lint-chart ## Run every test: generated code, chart lint, uni
 bench: ## Run the benchmarks.
 	go test -run '^$$' -bench . -benchmem -timeout 30m ./internal/...
 
+.PHONY: scale
+scale: tools build ## Measure claimscale at scale on a local control plane (SCALE_FLAGS="-pods 10000 -deployments 10").
+	go run ./hack/scale $(SCALE_FLAGS)
+
 .PHONY: demo
 demo: tools build ## Run the demo on a local control plane.
 	go run ./hack/demo

@@ -43,6 +43,11 @@ type Options struct {
 	Kwok bool
 	// Logs receives the output of the extra processes; nil discards it.
 	Logs io.Writer
+	// ClientQPS, when set, is the client QPS and burst of the controller
+	// manager and the scheduler. Their defaults (20 and 50) make a
+	// Deployment of thousands of pods a matter of minutes; kwok's own
+	// tooling runs them at 5,000.
+	ClientQPS int
 }
 
 // Environment is a running control plane.
@@ -190,20 +195,21 @@ func (e *Environment) startExtras(opts Options, binDir string) error {
 		logs = io.Discard
 	}
 	if opts.ControllerManager {
-		if err := e.startComponent(logs, filepath.Join(binDir, "kube-controller-manager"),
-			"--controllers=deployment-controller,replicaset-controller,daemonset-controller,disruption-controller,garbage-collector-controller,statefulset-controller,job-controller,"+
+		args := append([]string{
+			"--controllers=deployment-controller,replicaset-controller,daemonset-controller,disruption-controller,garbage-collector-controller,statefulset-controller,job-controller," +
 				"certificatesigningrequest-approving-controller,certificatesigningrequest-signing-controller",
-			"--cluster-signing-cert-file="+e.clientCA.certPath(),
-			"--cluster-signing-key-file="+e.clientCA.keyPath(),
+			"--cluster-signing-cert-file=" + e.clientCA.certPath(),
+			"--cluster-signing-key-file=" + e.clientCA.keyPath(),
 			"--use-service-account-credentials=false",
 			"--concurrent-deployment-syncs=10",
 			"--concurrent-replicaset-syncs=10",
-		); err != nil {
+		}, qpsFlags(opts.ClientQPS)...)
+		if err := e.startComponent(logs, filepath.Join(binDir, "kube-controller-manager"), args...); err != nil {
 			return err
 		}
 	}
 	if opts.Scheduler {
-		if err := e.startComponent(logs, filepath.Join(binDir, "kube-scheduler")); err != nil {
+		if err := e.startComponent(logs, filepath.Join(binDir, "kube-scheduler"), qpsFlags(opts.ClientQPS)...); err != nil {
 			return err
 		}
 	}
@@ -243,6 +249,13 @@ func (e *Environment) startComponent(logs io.Writer, path string, args ...string
 		"--bind-address=127.0.0.1",
 		"--secure-port=" + strconv.Itoa(port),
 	}, args...)...)
+}
+
+func qpsFlags(qps int) []string {
+	if qps <= 0 {
+		return nil
+	}
+	return []string{"--kube-api-qps=" + strconv.Itoa(qps), "--kube-api-burst=" + strconv.Itoa(qps)}
 }
 
 // KwokNodeAnnotation marks a Node for kwok to run (value "fake").

@@ -1,0 +1,514 @@
+// Command scale measures claimscale on a cluster of thousands of pods: it
+// starts the local control plane (kube-apiserver, etcd,
+// kube-controller-manager and kube-scheduler at client QPS 5,000 as kwok's
+// own tooling runs them, kwok), runs bin/claimscale with the simulated
+// provider as a process of its own so its memory and CPU can be read,
+// applies N pods in M Deployments (two with a zone spread) to one pool of
+// one 8 cpu / 32 Gi shape, scales them to zero, and prints what a user of
+// a large cluster asks: how long, how many nodes against the lower bound,
+// how much memory and CPU, how many errors and conflicts, how long the
+// scale-down took. Run it with `make scale` (SCALE_FLAGS="-pods 10000").
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"math"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"text/tabwriter"
+	"time"
+
+	"github.com/go-logr/logr"
+	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
+
+	"github.com/claimscale/claimscale/internal/testenv"
+)
+
+type options struct {
+	pods, deployments, spread int
+	podCPU, podMemory         string
+	shapeCPU, shapeMemory     string
+	consolidateAfter          time.Duration
+	budget                    string
+	idleWindow                time.Duration
+	timeout                   time.Duration
+	controllerFlags           string
+	controllerPath            string
+	keepLogs                  bool
+}
+
+func main() {
+	var opts options
+	flag.IntVar(&opts.pods, "pods", 1000, "pods in all, split evenly over the Deployments")
+	flag.IntVar(&opts.deployments, "deployments", 10, "Deployments")
+	flag.IntVar(&opts.spread, "spread", 2, "how many of the Deployments spread their pods over the zones (maxSkew 1)")
+	flag.StringVar(&opts.podCPU, "pod-cpu", "800m", "cpu request of each pod")
+	flag.StringVar(&opts.podMemory, "pod-memory", "1Gi", "memory request of each pod")
+	flag.StringVar(&opts.shapeCPU, "shape-cpu", "8", "cpu of the pool's one shape")
+	flag.StringVar(&opts.shapeMemory, "shape-memory", "32Gi", "memory of the pool's one shape")
+	flag.DurationVar(&opts.consolidateAfter, "consolidate-after", 30*time.Second, "the pool's consolidateAfter")
+	flag.StringVar(&opts.budget, "budget", "20%", "the pool's disruption budget")
+	flag.DurationVar(&opts.idleWindow, "idle-window", 20*time.Second, "how long the controller's CPU is measured with every pod Running and nothing to do")
+	flag.DurationVar(&opts.timeout, "timeout", 30*time.Minute, "give up after this long")
+	flag.StringVar(&opts.controllerPath, "controller", "bin/claimscale", "the controller binary, relative to the repository root (another build, to compare)")
+	flag.StringVar(&opts.controllerFlags, "controller-flags", "", "more flags for bin/claimscale, space-separated")
+	flag.BoolVar(&opts.keepLogs, "keep-logs", true, "keep the controller's log file")
+	flag.Parse()
+	// The watcher's informers log through controller-runtime; their
+	// retries are not this program's output.
+	ctrllog.SetLogger(logr.Discard())
+	if err := run(opts); err != nil {
+		fmt.Fprintln(os.Stderr, "scale:", err)
+		os.Exit(1)
+	}
+}
+
+func run(opts options) error {
+	if opts.pods <= 0 || opts.deployments <= 0 || opts.pods < opts.deployments {
+		return fmt.Errorf("need at least one pod per Deployment, got -pods %d -deployments %d", opts.pods, opts.deployments)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	ctx, cancel := context.WithTimeout(ctx, opts.timeout)
+	defer cancel()
+
+	root, err := testenv.RepoRoot()
+	if err != nil {
+		return err
+	}
+	logf("starting the control plane: kube-apiserver, etcd, kube-controller-manager and kube-scheduler at client QPS 5000, kwok")
+	env, err := testenv.Start(testenv.Options{ControllerManager: true, Scheduler: true, Kwok: true, ClientQPS: 5000})
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if err := env.Stop(); err != nil {
+			fmt.Fprintln(os.Stderr, "scale: stopping the control plane:", err)
+		}
+	}()
+	kubectl := func(stdin string, args ...string) ([]byte, error) {
+		cmd := exec.CommandContext(ctx, filepath.Join(root, "bin", "kubectl"), append([]string{"--kubeconfig", env.KubeconfigPath}, args...)...)
+		cmd.Stdin = strings.NewReader(stdin)
+		var stderr bytes.Buffer
+		cmd.Stderr = &stderr
+		out, err := cmd.Output()
+		if err != nil {
+			return nil, fmt.Errorf("kubectl %s: %w: %s", strings.Join(args, " "), err, stderr.String())
+		}
+		return out, nil
+	}
+	if _, err := kubectl("", "create", "namespace", "claimscale-system"); err != nil {
+		return err
+	}
+
+	ctl, err := startController(ctx, root, env.KubeconfigPath, opts)
+	if err != nil {
+		return err
+	}
+	defer ctl.stop()
+	logf("controller pid %d, log %s", ctl.cmd.Process.Pid, ctl.logPath)
+
+	if _, err := kubectl(poolManifest(opts), "apply", "-f", "-"); err != nil {
+		return err
+	}
+	if err := waitFor(ctx, "the pool to be Ready", func() (bool, error) {
+		out, err := kubectl("", "get", "nodepool", "scale", "-o", `jsonpath={.status.conditions[?(@.type=="Ready")].status}`)
+		return string(out) == "True", err
+	}); err != nil {
+		return err
+	}
+
+	w := newWatcher(env, ctl)
+	go w.run(ctx)
+
+	r := &result{opts: opts}
+	applied := time.Now()
+	logf("applying %d pods in %d Deployments", opts.pods, opts.deployments)
+	if _, err := kubectl(deploymentsManifest(opts), "apply", "-f", "-"); err != nil {
+		return err
+	}
+	if err := waitFor(ctx, "the first claim", func() (bool, error) { return w.snapshot().claimsSeen > 0, nil }); err != nil {
+		return err
+	}
+	r.firstClaim = time.Since(applied)
+	if err := waitFor(ctx, "every pod Running", func() (bool, error) {
+		s := w.snapshot()
+		logProgress(applied, s)
+		return s.running == opts.pods, nil
+	}); err != nil {
+		return err
+	}
+	r.allRunning = time.Since(applied)
+	// The last claims of a batch may still be launching for pods the
+	// scheduler placed elsewhere meanwhile: count once nothing launches.
+	if err := waitFor(ctx, "no claim launching", func() (bool, error) {
+		s := w.snapshot()
+		return s.claims == s.nodes, nil
+	}); err != nil {
+		return err
+	}
+	up := w.snapshot()
+	r.claims, r.lowerBound, r.partlyFilled, r.perNode = up.claims, up.lowerBound, up.partlyFilled, up.perNode
+
+	logf("measuring the controller's CPU for %s with nothing to do", opts.idleWindow)
+	cpuBefore, err := ctl.cpuSeconds()
+	if err != nil {
+		return err
+	}
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-time.After(opts.idleWindow):
+	}
+	cpuAfter, err := ctl.cpuSeconds()
+	if err != nil {
+		return err
+	}
+	r.idleCores = (cpuAfter - cpuBefore) / opts.idleWindow.Seconds()
+
+	logf("scaling every Deployment to 0")
+	scaledDown := time.Now()
+	for i := range opts.deployments {
+		if _, err := kubectl("", "scale", "deployment", deploymentName(i), "--replicas=0"); err != nil {
+			return err
+		}
+	}
+	if err := waitFor(ctx, "the first node removed", func() (bool, error) { return w.snapshot().nodes < up.nodes, nil }); err != nil {
+		return err
+	}
+	r.firstRemoved = time.Since(scaledDown)
+	if err := waitFor(ctx, "every node removed", func() (bool, error) {
+		s := w.snapshot()
+		logProgress(scaledDown, s)
+		return s.nodes == 0 && s.claims == 0, nil
+	}); err != nil {
+		return err
+	}
+	r.allRemoved = time.Since(scaledDown)
+
+	end := w.snapshot()
+	r.claimsMade, r.nodesMade = end.claimsSeen, end.nodesSeen
+	if r.launched, err = ctl.launchedTotal(); err != nil {
+		return err
+	}
+	if r.peakRSS, err = ctl.peakRSS(); err != nil {
+		return err
+	}
+	if r.totalCPU, err = ctl.cpuSeconds(); err != nil {
+		return err
+	}
+	if r.errorLines, r.conflictLines, err = ctl.countLogLines(); err != nil {
+		return err
+	}
+	r.print(os.Stdout)
+	return nil
+}
+
+func poolManifest(opts options) string {
+	return fmt.Sprintf(`apiVersion: claimscale.io/v1alpha1
+kind: NodeProvider
+metadata:
+  name: simulated
+spec:
+  type: simulated
+  simulated:
+    bootDelay: 2s
+    zones: [zone-a, zone-b]
+---
+apiVersion: claimscale.io/v1alpha1
+kind: NodePool
+metadata:
+  name: scale
+spec:
+  providerRef:
+    name: simulated
+  template:
+    kubelet:
+      maxPods: 110
+  shapes:
+    fixed:
+      - name: large
+        cpu: %q
+        memory: %s
+        price: "0.20"
+  disruption:
+    consolidationPolicy: WhenEmptyOrUnderutilized
+    consolidateAfter: %s
+    budgets:
+      - nodes: %q
+`, opts.shapeCPU, opts.shapeMemory, opts.consolidateAfter, opts.budget)
+}
+
+func deploymentName(i int) string { return fmt.Sprintf("scale-%02d", i) }
+
+func deploymentsManifest(opts options) string {
+	var b strings.Builder
+	for i := range opts.deployments {
+		replicas := opts.pods / opts.deployments
+		if i < opts.pods%opts.deployments {
+			replicas++
+		}
+		name := deploymentName(i)
+		spread := ""
+		if i < opts.spread {
+			spread = fmt.Sprintf(`
+      topologySpreadConstraints:
+        - maxSkew: 1
+          topologyKey: topology.kubernetes.io/zone
+          whenUnsatisfiable: DoNotSchedule
+          labelSelector:
+            matchLabels: {app: %s}`, name)
+		}
+		fmt.Fprintf(&b, `---
+apiVersion: apps/v1
+kind: Deployment
+metadata:
+  name: %[1]s
+  namespace: default
+spec:
+  replicas: %[2]d
+  selector:
+    matchLabels: {app: %[1]s}
+  template:
+    metadata:
+      labels: {app: %[1]s}
+    spec:
+      terminationGracePeriodSeconds: 0
+      containers:
+        - name: app
+          image: registry.example/scale:1
+          resources:
+            requests: {cpu: %[3]s, memory: %[4]s}%[5]s
+`, name, replicas, opts.podCPU, opts.podMemory, spread)
+	}
+	return b.String()
+}
+
+// controller is bin/claimscale running as a process of its own.
+type controller struct {
+	cmd         *exec.Cmd
+	logPath     string
+	metricsAddr string
+	keepLogs    bool
+}
+
+func startController(ctx context.Context, root, kubeconfig string, opts options) (*controller, error) {
+	port, err := freePort()
+	if err != nil {
+		return nil, err
+	}
+	logFile, err := os.CreateTemp("", "claimscale-scale-*.log")
+	if err != nil {
+		return nil, err
+	}
+	c := &controller{logPath: logFile.Name(), metricsAddr: "127.0.0.1:" + strconv.Itoa(port), keepLogs: opts.keepLogs}
+	args := []string{"--kubeconfig", kubeconfig, "--cluster-name", "scale", "--namespace", "claimscale-system",
+		"--leader-elect=false", "--metrics-bind-address", c.metricsAddr, "--metrics-secure=false",
+		"--health-probe-bind-address", "0", "--simulated-provider"}
+	args = append(args, strings.Fields(opts.controllerFlags)...)
+	path := opts.controllerPath
+	if !filepath.IsAbs(path) {
+		path = filepath.Join(root, path)
+	}
+	c.cmd = exec.CommandContext(ctx, path, args...)
+	c.cmd.Stdout, c.cmd.Stderr = logFile, logFile
+	c.cmd.Cancel = func() error { return c.cmd.Process.Signal(os.Interrupt) }
+	if err := c.cmd.Start(); err != nil {
+		logFile.Close()
+		return nil, fmt.Errorf("starting %s (run `make build`): %w", path, err)
+	}
+	logFile.Close()
+	return c, nil
+}
+
+func (c *controller) stop() {
+	_ = c.cmd.Process.Signal(os.Interrupt)
+	_ = c.cmd.Wait()
+	if !c.keepLogs {
+		_ = os.Remove(c.logPath)
+	}
+}
+
+// peakRSS is the process's high-water mark of resident memory (VmHWM).
+func (c *controller) peakRSS() (int64, error) {
+	status, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", c.cmd.Process.Pid))
+	if err != nil {
+		return 0, fmt.Errorf("reading the controller's memory: %w", err)
+	}
+	for _, line := range strings.Split(string(status), "\n") {
+		if rest, ok := strings.CutPrefix(line, "VmHWM:"); ok {
+			kib, err := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(rest), " kB"), 10, 64)
+			return kib * 1024, err
+		}
+	}
+	return 0, errors.New("no VmHWM in /proc/<pid>/status")
+}
+
+// cpuSeconds is the user and system CPU the process has used.
+func (c *controller) cpuSeconds() (float64, error) {
+	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", c.cmd.Process.Pid))
+	if err != nil {
+		return 0, fmt.Errorf("reading the controller's CPU: %w", err)
+	}
+	// The command name, in parentheses, may hold spaces: fields count
+	// from after it. utime and stime are fields 14 and 15 of proc(5).
+	fields := strings.Fields(string(stat[bytes.LastIndexByte(stat, ')')+1:]))
+	if len(fields) < 13 {
+		return 0, errors.New("short /proc/<pid>/stat")
+	}
+	utime, err1 := strconv.ParseFloat(fields[11], 64)
+	stime, err2 := strconv.ParseFloat(fields[12], 64)
+	if err := errors.Join(err1, err2); err != nil {
+		return 0, err
+	}
+	// USER_HZ is 100 on every Linux this runs on.
+	return (utime + stime) / 100, nil
+}
+
+// launchedTotal sums claimscale_nodeclaims_launched_total over its labels.
+func (c *controller) launchedTotal() (float64, error) {
+	resp, err := http.Get("http://" + c.metricsAddr + "/metrics")
+	if err != nil {
+		return 0, fmt.Errorf("reading the controller's metrics: %w", err)
+	}
+	defer resp.Body.Close()
+	total := 0.0
+	scanner := bufio.NewScanner(resp.Body)
+	scanner.Buffer(make([]byte, 1<<20), 1<<20)
+	for scanner.Scan() {
+		line := scanner.Text()
+		if !strings.HasPrefix(line, "claimscale_nodeclaims_launched_total") {
+			continue
+		}
+		value, err := strconv.ParseFloat(line[strings.LastIndexByte(line, ' ')+1:], 64)
+		if err != nil {
+			return 0, fmt.Errorf("reading %q: %w", line, err)
+		}
+		total += value
+	}
+	return total, scanner.Err()
+}
+
+// countLogLines counts the error-level lines of the controller's log and
+// the lines that report a write conflict (at any level).
+func (c *controller) countLogLines() (errorLines, conflictLines int, err error) {
+	f, err := os.Open(c.logPath)
+	if err != nil {
+		return 0, 0, err
+	}
+	defer f.Close()
+	reader := bufio.NewReader(f)
+	for {
+		line, err := reader.ReadString('\n')
+		if strings.Contains(line, `"level":"error"`) {
+			errorLines++
+		}
+		if strings.Contains(line, "the object has been modified") || strings.Contains(line, "Conflict") {
+			conflictLines++
+		}
+		if err == io.EOF {
+			return errorLines, conflictLines, nil
+		}
+		if err != nil {
+			return 0, 0, err
+		}
+	}
+}
+
+type result struct {
+	opts                             options
+	firstClaim, allRunning           time.Duration
+	claims, lowerBound, partlyFilled int
+	perNode                          int
+	idleCores, totalCPU              float64
+	firstRemoved, allRemoved         time.Duration
+	claimsMade, nodesMade            int
+	launched                         float64
+	peakRSS                          int64
+	errorLines, conflictLines        int
+}
+
+func (r *result) print(out io.Writer) {
+	fmt.Fprintf(out, "\n%d pods of %s cpu / %s in %d Deployments (%d spread over 2 zones), one %s cpu / %s shape, consolidateAfter %s, budget %s\n\n",
+		r.opts.pods, r.opts.podCPU, r.opts.podMemory, r.opts.deployments, min(r.opts.spread, r.opts.deployments),
+		r.opts.shapeCPU, r.opts.shapeMemory, r.opts.consolidateAfter, r.opts.budget)
+	w := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(w, "| figure\t| value\t|")
+	fmt.Fprintln(w, "|---\t|---\t|")
+	row := func(name, format string, args ...any) {
+		fmt.Fprintf(w, "| %s\t| %s\t|\n", name, fmt.Sprintf(format, args...))
+	}
+	row("apply → first claim", "%s", seconds(r.firstClaim))
+	row("apply → all pods Running", "%s", seconds(r.allRunning))
+	row("claims vs the lower bound", "%d vs %d (%+.1f %%)", r.claims, r.lowerBound, 100*float64(r.claims-r.lowerBound)/float64(r.lowerBound))
+	row("nodes left partly filled", "%d (fewer than %d pods)", r.partlyFilled, r.perNode)
+	row("controller peak RSS", "%d MiB", r.peakRSS>>20)
+	row("controller CPU, whole run", "%.1f s", r.totalCPU)
+	row("controller CPU, idle", "%.3f cores over %s", r.idleCores, r.opts.idleWindow)
+	row("error-level log lines", "%d", r.errorLines)
+	row("log lines about conflicts", "%d", r.conflictLines)
+	row("nodeclaims_launched_total / claims made / nodes made", "%.0f / %d / %d", r.launched, r.claimsMade, r.nodesMade)
+	row("scaled to 0 → first node removed", "%s", seconds(r.firstRemoved))
+	row("→ all nodes removed", "%s", seconds(r.allRemoved))
+	_ = w.Flush()
+}
+
+func seconds(d time.Duration) string {
+	if d >= time.Minute {
+		return fmt.Sprintf("%dm %02ds", int(d.Minutes()), int(math.Mod(d.Seconds(), 60)))
+	}
+	return fmt.Sprintf("%.1fs", d.Seconds())
+}
+
+var lastProgress time.Time
+
+func logProgress(since time.Time, s snapshot) {
+	if time.Since(lastProgress) < 10*time.Second {
+		return
+	}
+	lastProgress = time.Now()
+	logf("%6.0fs  pods %d running / %d pending  claims %d  nodes %d", time.Since(since).Seconds(), s.running, s.pending, s.claims, s.nodes)
+}
+
+func waitFor(ctx context.Context, what string, done func() (bool, error)) error {
+	for {
+		ok, err := done()
+		if ok {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			if err != nil {
+				return fmt.Errorf("waiting for %s: %w (last error: %v)", what, ctx.Err(), err)
+			}
+			return fmt.Errorf("waiting for %s: %w", what, ctx.Err())
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}
+
+func logf(format string, args ...any) {
+	fmt.Printf("%s  %s\n", time.Now().UTC().Format("15:04:05"), fmt.Sprintf(format, args...))
+}
+
+func freePort() (int, error) {
+	listener, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, fmt.Errorf("choosing a free port: %w", err)
+	}
+	defer listener.Close()
+	return listener.Addr().(*net.TCPAddr).Port, nil
+}

@@ -1,0 +1,138 @@
+package main
+
+import (
+	"context"
+	"math"
+	"sync"
+
+	corev1 "k8s.io/api/core/v1"
+	toolscache "k8s.io/client-go/tools/cache"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/claimscale/claimscale/api/v1alpha1"
+	"github.com/claimscale/claimscale/internal/testenv"
+)
+
+// watcher follows pods, nodes and claims through informers, as the
+// controller does, so that counting them every 200 ms costs the API server
+// nothing; and it remembers every claim and node it ever saw, to compare
+// with the launches the controller counted.
+type watcher struct {
+	cache cache.Cache
+	ready chan struct{}
+
+	mu                    sync.Mutex
+	claimsSeen, nodesSeen map[string]bool
+	podCPU, podMemory     int64
+}
+
+type snapshot struct {
+	running, pending, claims, nodes int
+	claimsSeen, nodesSeen           int
+	perNode, lowerBound             int
+	partlyFilled                    int
+}
+
+func newWatcher(env *testenv.Environment, _ *controller) *watcher {
+	c, err := cache.New(env.Config, cache.Options{Scheme: env.Scheme})
+	if err != nil {
+		panic(err)
+	}
+	return &watcher{cache: c, ready: make(chan struct{}), claimsSeen: map[string]bool{}, nodesSeen: map[string]bool{}}
+}
+
+func (w *watcher) run(ctx context.Context) {
+	remember := func(seen map[string]bool) toolscache.ResourceEventHandlerFuncs {
+		return toolscache.ResourceEventHandlerFuncs{AddFunc: func(obj any) {
+			if o, ok := obj.(client.Object); ok {
+				w.mu.Lock()
+				seen[o.GetName()] = true
+				w.mu.Unlock()
+			}
+		}}
+	}
+	for _, watched := range []struct {
+		object client.Object
+		seen   map[string]bool
+	}{{&corev1.Pod{}, nil}, {&corev1.Node{}, w.nodesSeen}, {&v1alpha1.NodeClaim{}, w.claimsSeen}} {
+		informer, err := w.cache.GetInformer(ctx, watched.object)
+		if err != nil {
+			panic(err)
+		}
+		if watched.seen != nil {
+			if _, err := informer.AddEventHandler(remember(watched.seen)); err != nil {
+				panic(err)
+			}
+		}
+	}
+	go func() {
+		if w.cache.WaitForCacheSync(ctx) {
+			close(w.ready)
+		}
+	}()
+	_ = w.cache.Start(ctx)
+}
+
+// snapshot counts the cluster now. The lower bound is the pods over the
+// most that fit on one node of the pool's shape, by the allocatable of
+// the nodes the provider made.
+func (w *watcher) snapshot() snapshot {
+	select {
+	case <-w.ready:
+	default:
+		return snapshot{}
+	}
+	ctx := context.Background()
+	var (
+		pods   corev1.PodList
+		nodes  corev1.NodeList
+		claims v1alpha1.NodeClaimList
+	)
+	_ = w.cache.List(ctx, &pods, client.InNamespace("default"), client.UnsafeDisableDeepCopy)
+	_ = w.cache.List(ctx, &nodes, client.UnsafeDisableDeepCopy)
+	_ = w.cache.List(ctx, &claims, client.UnsafeDisableDeepCopy)
+	var s snapshot
+	s.nodes, s.claims = len(nodes.Items), len(claims.Items)
+	perNodePods := map[string]int{}
+	workload := 0
+	for i := range pods.Items {
+		pod := &pods.Items[i]
+		if !pod.DeletionTimestamp.IsZero() {
+			continue
+		}
+		workload++
+		switch pod.Status.Phase {
+		case corev1.PodRunning:
+			s.running++
+		case corev1.PodPending:
+			s.pending++
+		}
+		if pod.Spec.NodeName != "" {
+			perNodePods[pod.Spec.NodeName]++
+		}
+		w.mu.Lock()
+		if w.podCPU == 0 && len(pod.Spec.Containers) > 0 {
+			w.podCPU = pod.Spec.Containers[0].Resources.Requests.Cpu().MilliValue()
+			w.podMemory = pod.Spec.Containers[0].Resources.Requests.Memory().Value()
+		}
+		w.mu.Unlock()
+	}
+	w.mu.Lock()
+	s.claimsSeen, s.nodesSeen = len(w.claimsSeen), len(w.nodesSeen)
+	podCPU, podMemory := w.podCPU, w.podMemory
+	w.mu.Unlock()
+	if len(nodes.Items) > 0 && podCPU > 0 && podMemory > 0 {
+		allocatable := nodes.Items[0].Status.Allocatable
+		s.perNode = int(min(allocatable.Cpu().MilliValue()/podCPU, allocatable.Memory().Value()/podMemory, allocatable.Pods().Value()))
+		if s.perNode > 0 {
+			s.lowerBound = int(math.Ceil(float64(workload) / float64(s.perNode)))
+		}
+		for _, node := range nodes.Items {
+			if perNodePods[node.Name] < s.perNode {
+				s.partlyFilled++
+			}
+		}
+	}
+	return s
+}
