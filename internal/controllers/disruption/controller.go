@@ -10,6 +10,7 @@ package disruption
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sort"
 	"strings"
@@ -514,17 +515,39 @@ func (c *Controller) execute(ctx context.Context, s *state, cmd *command) error 
 	logger := log.FromContext(ctx)
 	incDecision(cmd.reason, cmd.action(), len(cmd.candidates))
 	if len(cmd.replacements) == 0 {
-		for _, candidate := range cmd.candidates {
-			if !c.mark(ctx, candidate.claim, cmd.reason, cmd.message) {
-				continue
-			}
-			logger.Info("deleting node", "reason", cmd.reason, "nodeClaim", candidate.claim.Name, "node", candidate.node.Name, "why", cmd.message)
-			c.eventf(candidate.claim, candidate.node, corev1.EventTypeNormal, "Disrupting", "Disrupt", "deleting: "+cmd.message)
-			if err := c.delete(ctx, candidate.claim); err != nil {
-				return err
-			}
+		// The budget allows these all at once (two hundred empty nodes
+		// of a thousand, say): one after the other, each waiting for the
+		// cache, would spread them over many seconds.
+		work := make(chan *candidate)
+		var (
+			wg   sync.WaitGroup
+			mu   sync.Mutex
+			errs []error
+		)
+		for range min(parallelStatusWrites, len(cmd.candidates)) {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for candidate := range work {
+					if !c.mark(ctx, candidate.claim, cmd.reason, cmd.message) {
+						continue
+					}
+					logger.Info("deleting node", "reason", cmd.reason, "nodeClaim", candidate.claim.Name, "node", candidate.node.Name, "why", cmd.message)
+					c.eventf(candidate.claim, candidate.node, corev1.EventTypeNormal, "Disrupting", "Disrupt", "deleting: "+cmd.message)
+					if err := c.delete(ctx, candidate.claim); err != nil {
+						mu.Lock()
+						errs = append(errs, err)
+						mu.Unlock()
+					}
+				}
+			}()
 		}
-		return nil
+		for _, candidate := range cmd.candidates {
+			work <- candidate
+		}
+		close(work)
+		wg.Wait()
+		return errors.Join(errs...)
 	}
 	olds := strings.Join(cmd.names(), ",")
 	var made []string
