@@ -1,0 +1,98 @@
+package e2e
+
+import (
+	"fmt"
+	"math"
+	"strings"
+	"testing"
+	"time"
+
+	. "github.com/onsi/gomega"
+	dto "github.com/prometheus/client_model/go"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/claimscale/claimscale/api/v1alpha1"
+	"github.com/claimscale/claimscale/internal/metrics"
+)
+
+// The 500-pod version of `make scale`: five Deployments of 100 pods of
+// 0.8 cpu / 1Gi (one spread over two zones) on one 8 cpu / 32Gi shape. The
+// nodes stay within 1 % of the lower bound, every machine is launched once
+// and counted once, no line of the controllers' log is at error level (a
+// retried write conflict is not an error), and scaling to zero removes
+// every node.
+func TestFiveHundredPodsPackWithinOnePercentOfTheLowerBound(t *testing.T) {
+	logs := tapControllerLogs(t)
+	startOperator(t, operatorOptions{})
+	s := newScenario(t, "scale-500")
+	defer s.cleanup()
+	s.g.SetDefaultEventuallyTimeout(5 * time.Minute)
+	s.createProvider(v1alpha1.SimulatedSettings{Zones: []string{"zone-a", "zone-b"}})
+	s.createPool(func(pool *v1alpha1.NodePool) {
+		pool.Spec.Shapes.Fixed = []v1alpha1.Shape{{Name: "c8", CPU: qty("8"), Memory: qty("32Gi"), Price: "0.2"}}
+		pool.Spec.Limits = nil
+		pool.Spec.Disruption.Budgets = []v1alpha1.Budget{{Nodes: "20%"}}
+	})
+	launched := func() float64 {
+		var metric dto.Metric
+		s.g.Expect(metrics.NodeClaimsLaunched.WithLabelValues(s.name).Write(&metric)).To(Succeed())
+		return metric.GetCounter().GetValue()
+	}
+	launchedBefore := launched()
+
+	const deployments, replicas = 5, 100
+	started := time.Now()
+	var made []*appsv1.Deployment
+	for i := range deployments {
+		name := fmt.Sprintf("app-%d", i)
+		made = append(made, s.createDeployment(name, replicas, "800m", func(d *appsv1.Deployment) {
+			d.Spec.Template.Spec.TerminationGracePeriodSeconds = ptr(int64(0))
+			d.Spec.Template.Spec.Containers[0].Resources.Requests[corev1.ResourceMemory] = resource.MustParse("1Gi")
+			if i == 0 {
+				d.Spec.Template.Spec.TopologySpreadConstraints = []corev1.TopologySpreadConstraint{{
+					MaxSkew: 1, TopologyKey: corev1.LabelTopologyZone, WhenUnsatisfiable: corev1.DoNotSchedule,
+					LabelSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": name}},
+				}}
+			}
+		}))
+	}
+	s.g.Eventually(func() int {
+		running := 0
+		for _, d := range made {
+			running += s.runningPods(d.Name)
+		}
+		return running
+	}).Should(Equal(deployments*replicas), "every pod Running")
+	t.Logf("%d pods Running %s after the Deployments were created", deployments*replicas, time.Since(started).Round(time.Second))
+	// Claims still launching when the last pod bound would be nodes too many.
+	s.g.Eventually(s.readyClaims).Should(Equal(len(s.claims())), "every claim Ready")
+
+	nodes := s.nodes()
+	s.g.Expect(nodes).NotTo(BeEmpty())
+	allocatable := nodes[0].Status.Allocatable
+	perNode := min(allocatable.Cpu().MilliValue()/800, allocatable.Memory().Value()/(1<<30), allocatable.Pods().Value())
+	lowerBound := int(math.Ceil(float64(deployments*replicas) / float64(perNode)))
+	t.Logf("%d nodes for a lower bound of %d (%d pods a node)", len(nodes), lowerBound, perNode)
+	s.g.Expect(len(nodes)).To(BeNumerically("<=", int(math.Ceil(float64(lowerBound)*1.01))), "nodes within 1 %% of the lower bound")
+	s.g.Expect(launched()-launchedBefore).To(BeEquivalentTo(len(s.machines())), "nodeclaims_launched_total counts each machine made once")
+	s.g.Expect(len(s.machines())).To(Equal(len(s.claims())), "one machine per claim")
+
+	for _, d := range made {
+		s.scale(d, 0)
+	}
+	scaledDown := time.Now()
+	s.g.Eventually(func() int { return len(s.claims()) + len(s.nodes()) + len(s.machines()) }).Should(BeZero(),
+		"every claim, node and machine removed")
+	t.Logf("%d nodes removed %s after scaling to zero", len(nodes), time.Since(scaledDown).Round(time.Second))
+
+	var errorLines []string
+	for _, line := range strings.Split(logs.String(), "\n") {
+		if strings.Contains(line, "\tERROR\t") {
+			errorLines = append(errorLines, line)
+		}
+	}
+	s.g.Expect(errorLines).To(BeEmpty(), "error-level lines in the controllers' log")
+}
