@@ -29,6 +29,27 @@ const (
 	ConditionFailed = "Failed"
 )
 
+// Reasons of a claim's Consolidatable condition: why its node is being
+// consolidated, or (False) why it stays.
+const (
+	// ConsolidatableReasonConsolidating: chosen for consolidation.
+	ConsolidatableReasonConsolidating = "Consolidating"
+	// ConsolidatableReasonPodsDoNotFit: its pods fit nowhere cheaper.
+	ConsolidatableReasonPodsDoNotFit = "PodsDoNotFit"
+	// ConsolidatableReasonDoNotDisrupt: the node or one of its pods is
+	// annotated claimscale.io/do-not-disrupt.
+	ConsolidatableReasonDoNotDisrupt = "DoNotDisrupt"
+	// ConsolidatableReasonPodDisruptionBudget: a PodDisruptionBudget of
+	// one of its pods allows no eviction now.
+	ConsolidatableReasonPodDisruptionBudget = "PodDisruptionBudget"
+	// ConsolidatableReasonPodWithoutController: one of its pods has no
+	// controller and would not come back.
+	ConsolidatableReasonPodWithoutController = "PodWithoutController"
+	// ConsolidatableReasonDisruptionBudget: the pool's disruption budget
+	// allows no more nodes to go now; it goes when the budget allows.
+	ConsolidatableReasonDisruptionBudget = "DisruptionBudget"
+)
+
 // Condition types of NodePool and NodeProvider.
 const (
 	// ConditionProviderReady: the pool's provider exists, is Ready and

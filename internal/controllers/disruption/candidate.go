@@ -55,12 +55,19 @@ func workloadPods(pods []*corev1.Pod) []*corev1.Pod {
 // pod no controller would bring back, or a pod whose PodDisruptionBudget
 // allows no eviction at the moment.
 func blocker(node *corev1.Node, pods []*corev1.Pod, budgets []*policyv1.PodDisruptionBudget) string {
+	_, why := blockingRule(node, pods, budgets)
+	return why
+}
+
+// blockingRule is blocker with the reason of the claim's Consolidatable
+// condition that says so.
+func blockingRule(node *corev1.Node, pods []*corev1.Pod, budgets []*policyv1.PodDisruptionBudget) (reason, why string) {
 	if node.Annotations[v1alpha1.AnnotationDoNotDisrupt] == "true" {
-		return "node " + node.Name + " is annotated " + v1alpha1.AnnotationDoNotDisrupt
+		return v1alpha1.ConsolidatableReasonDoNotDisrupt, "node " + node.Name + " is annotated " + v1alpha1.AnnotationDoNotDisrupt
 	}
 	for _, pod := range pods {
 		if pod.Annotations[v1alpha1.AnnotationDoNotDisrupt] == "true" {
-			return "pod " + pod.Namespace + "/" + pod.Name + " is annotated " + v1alpha1.AnnotationDoNotDisrupt
+			return v1alpha1.ConsolidatableReasonDoNotDisrupt, "pod " + pod.Namespace + "/" + pod.Name + " is annotated " + v1alpha1.AnnotationDoNotDisrupt
 		}
 	}
 	for _, pod := range pods {
@@ -68,18 +75,19 @@ func blocker(node *corev1.Node, pods []*corev1.Pod, budgets []*policyv1.PodDisru
 			continue
 		}
 		if metav1.GetControllerOf(pod) == nil {
-			return "pod " + pod.Namespace + "/" + pod.Name + " has no controller and would not come back"
+			return v1alpha1.ConsolidatableReasonPodWithoutController, "pod " + pod.Namespace + "/" + pod.Name + " has no controller and would not come back"
 		}
 		for _, budget := range budgets {
 			if budget.Namespace != pod.Namespace || !selects(budget, pod) {
 				continue
 			}
 			if budget.Status.DisruptionsAllowed <= 0 {
-				return fmt.Sprintf("PodDisruptionBudget %s/%s of pod %s allows no disruption now", budget.Namespace, budget.Name, pod.Name)
+				return v1alpha1.ConsolidatableReasonPodDisruptionBudget,
+					fmt.Sprintf("PodDisruptionBudget %s/%s of pod %s allows no disruption now", budget.Namespace, budget.Name, pod.Name)
 			}
 		}
 	}
-	return ""
+	return "", ""
 }
 
 // selects follows policy/v1: a null selector selects no pods, an empty one

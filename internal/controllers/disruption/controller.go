@@ -578,7 +578,7 @@ func (c *Controller) mark(ctx context.Context, claim *v1alpha1.NodeClaim, reason
 	stored := claim.DeepCopy()
 	c.setCondition(claim, v1alpha1.ConditionDisrupting, metav1.ConditionTrue, string(reason), message)
 	if reason == v1alpha1.DisruptionReasonUnderutilized {
-		c.setCondition(claim, v1alpha1.ConditionConsolidatable, metav1.ConditionTrue, "Consolidating", message)
+		c.setCondition(claim, v1alpha1.ConditionConsolidatable, metav1.ConditionTrue, v1alpha1.ConsolidatableReasonConsolidating, message)
 	}
 	if err := c.patchStatus(ctx, stored, claim); err != nil {
 		log.FromContext(ctx).Info("marking a claim for disruption failed; deciding again next round", "nodeClaim", claim.Name, "error", err.Error())
@@ -604,20 +604,35 @@ func (c *Controller) delete(ctx context.Context, claim *v1alpha1.NodeClaim) erro
 // report turns the round's refusals into events (each at most every
 // eventRepeat) and Consolidatable conditions, and sets the metrics.
 func (c *Controller) report(ctx context.Context, s *state, r *round, budgets *ledger, total map[string]int) {
+	var writes []statusWrite
+	queued := map[*v1alpha1.NodeClaim]bool{}
 	for _, refused := range r.refusals {
 		claim := refused.candidate.claim
 		if !c.events.due(claim.UID, refused.reason, refused.note, s.now) {
 			continue
 		}
-		c.eventf(claim, refused.candidate.node, corev1.EventTypeNormal, refused.reason, "Disrupt", refused.note)
+		if !refused.quiet {
+			c.eventf(claim, refused.candidate.node, corev1.EventTypeNormal, refused.reason, "Disrupt", refused.note)
+		}
+		reason, message := refused.condition, refused.note
 		if refused.reason == eventUnconsolidatable {
-			stored := claim.DeepCopy()
-			c.setCondition(claim, v1alpha1.ConditionConsolidatable, metav1.ConditionFalse, "PodsDoNotFit", strings.TrimPrefix(refused.note, "Consolidatable=False: "))
-			if err := c.patchStatus(ctx, stored, claim); err != nil {
-				log.FromContext(ctx).V(1).Info("updating Consolidatable failed", "nodeClaim", claim.Name, "error", err.Error())
-			}
+			reason, message = v1alpha1.ConsolidatableReasonPodsDoNotFit, strings.TrimPrefix(refused.note, "Consolidatable=False: ")
+		}
+		if reason == "" {
+			continue
+		}
+		stored := claim.DeepCopy()
+		c.setCondition(claim, v1alpha1.ConditionConsolidatable, metav1.ConditionFalse, reason, message)
+		if _, ok := queued[claim]; ok {
+			// The write queued already carries this condition too.
+			continue
+		}
+		if !equality.Semantic.DeepEqual(stored.Status, claim.Status) {
+			queued[claim] = true
+			writes = append(writes, statusWrite{stored: stored, claim: claim})
 		}
 	}
+	c.patchStatuses(ctx, writes, "updating Consolidatable failed")
 	c.setMetrics(s, r, budgets, total)
 }
 

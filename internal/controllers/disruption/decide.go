@@ -28,6 +28,12 @@ type refusal struct {
 	// Unconsolidatable (its pods would not fit).
 	reason string
 	note   string
+	// condition, when set, is the reason of the Consolidatable=False
+	// condition the claim gets for it.
+	condition string
+	// quiet refusals set the condition but make no event: a budget that
+	// holds back hundreds of empty nodes is one fact, not hundreds.
+	quiet bool
 }
 
 const (
@@ -66,13 +72,13 @@ type round struct {
 func newRound(s *state, candidates []*candidate, ledger *ledger, stableSince map[string]time.Time, emptySince func(node string) (time.Time, bool), memory *memory) *round {
 	r := &round{s: s, ledger: ledger, memory: memory, eligible: map[string]map[v1alpha1.DisruptionReason]int{}}
 	for _, c := range candidates {
-		why := s.blocker(c)
+		blockReason, why := s.blocker(c)
 		if expireAfter := c.pool.pool.Spec.Disruption.ExpireAfter; expireAfter != nil && expireAfter.Duration > 0 &&
 			s.now.Sub(c.claim.CreationTimestamp.Time) >= expireAfter.Duration {
-			r.classify(c, reasonExpired, &r.expired, why, "expired")
+			r.classify(c, reasonExpired, &r.expired, blockReason, why, "expired")
 		}
 		if meta.IsStatusConditionTrue(c.claim.Status.Conditions, v1alpha1.ConditionDrifted) {
-			r.classify(c, v1alpha1.DisruptionReasonDrifted, &r.drifted, why, "drifted")
+			r.classify(c, v1alpha1.DisruptionReasonDrifted, &r.drifted, blockReason, why, "drifted")
 		}
 		if len(c.pods) == 0 {
 			empty := meta.FindStatusCondition(c.claim.Status.Conditions, v1alpha1.ConditionEmpty)
@@ -85,7 +91,7 @@ func newRound(s *state, candidates []*candidate, ledger *ledger, stableSince map
 				}
 			}
 			if emptyLongEnough {
-				r.classify(c, v1alpha1.DisruptionReasonEmpty, &r.empty, why, "empty")
+				r.classify(c, v1alpha1.DisruptionReasonEmpty, &r.empty, blockReason, why, "empty")
 			}
 			continue
 		}
@@ -93,7 +99,7 @@ func newRound(s *state, candidates []*candidate, ledger *ledger, stableSince map
 			continue
 		}
 		if since, ok := stableSince[c.node.Name]; ok && s.now.Sub(since) >= c.pool.consolidateAfter() {
-			r.classify(c, v1alpha1.DisruptionReasonUnderutilized, &r.under, why, "a consolidation candidate")
+			r.classify(c, v1alpha1.DisruptionReasonUnderutilized, &r.under, blockReason, why, "a consolidation candidate")
 		}
 	}
 	sort.SliceStable(r.expired, func(i, j int) bool {
@@ -104,14 +110,14 @@ func newRound(s *state, candidates []*candidate, ledger *ledger, stableSince map
 	return r
 }
 
-func (r *round) classify(c *candidate, reason v1alpha1.DisruptionReason, into *[]*candidate, blocked, what string) {
+func (r *round) classify(c *candidate, reason v1alpha1.DisruptionReason, into *[]*candidate, blockReason, blocked, what string) {
 	pool := c.pool.pool.Name
 	if r.eligible[pool] == nil {
 		r.eligible[pool] = map[v1alpha1.DisruptionReason]int{}
 	}
 	r.eligible[pool][reason]++
 	if blocked != "" {
-		r.refuse(c, eventBlocked, what+", but "+blocked)
+		r.refusals = append(r.refusals, refusal{candidate: c, reason: eventBlocked, note: what + ", but " + blocked, condition: blockReason})
 		return
 	}
 	*into = append(*into, c)
@@ -214,6 +220,8 @@ func (r *round) emptiness(ctx context.Context) (*command, error) {
 		if r.ledger.remaining(pool, v1alpha1.DisruptionReasonEmpty) <= 0 {
 			log.FromContext(ctx).V(1).Info("empty node waits for the disruption budget", "nodeClaim", c.claim.Name,
 				"allowed", r.ledger.allowedNow(pool, v1alpha1.DisruptionReasonEmpty))
+			r.refusals = append(r.refusals, refusal{candidate: c, reason: eventBlocked, quiet: true,
+				note: "empty, but the disruption budget of pool " + pool + " allows no more nodes to go now", condition: v1alpha1.ConsolidatableReasonDisruptionBudget})
 			continue
 		}
 		if settled, err := r.settled(ctx); err != nil || !settled {

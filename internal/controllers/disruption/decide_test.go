@@ -310,3 +310,30 @@ func TestEmptyClockStartsWhenTheNodeLostItsPods(t *testing.T) {
 		t.Fatalf("decided %q once a was empty for consolidateAfter, without an Empty condition; want a deleted", got)
 	}
 }
+
+// A node that stays says why on its claim's Consolidatable condition: the
+// refusal carries the condition's reason, a budget's without an event.
+func TestRefusalsCarryTheConsolidatableReason(t *testing.T) {
+	f := newFixture(c4).node("a", c4).node("b", c4).node("c", c4).pod("p", "c", "1", doNotDisrupt)
+	f.pool.Spec.Disruption.Budgets = []v1alpha1.Budget{{Nodes: "1"}}
+	withCondition(f.claim("a"), v1alpha1.ConditionEmpty, "Empty", f.now.Add(-time.Minute))
+	withCondition(f.claim("b"), v1alpha1.ConditionEmpty, "Empty", f.now.Add(-time.Minute))
+	r := f.round(f.state())
+	cmd, err := r.decide(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if describe(cmd) != "Empty delete a" {
+		t.Fatalf("decided %q, want one empty node within the budget of 1", describe(cmd))
+	}
+	got := map[string]refusal{}
+	for _, refused := range r.refusals {
+		got[refused.candidate.claim.Name] = refused
+	}
+	if b := got["b"]; b.condition != v1alpha1.ConsolidatableReasonDisruptionBudget || !b.quiet {
+		t.Errorf("empty node held by the budget: %+v, want a quiet DisruptionBudget refusal", b)
+	}
+	if c := got["c"]; c.condition != v1alpha1.ConsolidatableReasonDoNotDisrupt || c.quiet {
+		t.Errorf("node with a do-not-disrupt pod: %+v, want a DoNotDisrupt refusal with an event", c)
+	}
+}

@@ -281,8 +281,8 @@ func (s *state) candidates() []*candidate {
 	return out
 }
 
-func (s *state) blocker(c *candidate) string {
-	return blocker(c.node, c.all, s.budgets)
+func (s *state) blocker(c *candidate) (reason, why string) {
+	return blockingRule(c.node, c.all, s.budgets)
 }
 
 // poolTotals counts, per pool, every claim and the disrupting ones, for
