@@ -20,6 +20,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
@@ -102,7 +103,12 @@ func (c *Controller) Start(ctx context.Context) error {
 	ctx = log.IntoContext(ctx, logger)
 	for {
 		if err := c.Reconcile(ctx); err != nil && ctx.Err() == nil {
-			logger.Error(err, "disruption round failed")
+			if apierrors.IsConflict(err) {
+				// The next round decides again on the newer objects.
+				logger.V(1).Info("disruption round conflicted, deciding again next round", "error", err.Error())
+			} else {
+				logger.Error(err, "disruption round failed")
+			}
 		}
 		// A fixed pause after each round, not a multiple of its length: a
 		// round costs what changed, and scale-down must not slow down in

@@ -137,7 +137,10 @@ func (c *Controller) Pass(ctx context.Context) error {
 		if name := claims.Items[i].Status.NodeProviderName; name != "" && !listed[name] {
 			continue
 		}
-		if err := c.collectClaim(ctx, &claims.Items[i], machineIDs); err != nil {
+		if err := c.collectClaim(ctx, &claims.Items[i], machineIDs); apierrors.IsConflict(err) {
+			// The next pass sees the newer claim.
+			log.FromContext(ctx).V(1).Info("collecting claim conflicted, retrying next pass", "nodeClaim", claims.Items[i].Name, "error", err.Error())
+		} else if err != nil {
 			log.FromContext(ctx).Error(err, "collecting claim", "nodeClaim", claims.Items[i].Name)
 		}
 	}

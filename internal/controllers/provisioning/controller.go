@@ -5,6 +5,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -81,7 +82,13 @@ func (c *Controller) Start(ctx context.Context) error {
 			// on a backoff: a round that fails the same way every time
 			// must not become a hot loop.
 			wait := failures.Failed("round", 0, err)
-			logger.Error(err, "provisioning round failed", "retryIn", wait)
+			if apierrors.IsConflict(err) {
+				// A write raced another's; the retry reads the newer
+				// object. Nobody has to act on it.
+				logger.V(1).Info("provisioning round conflicted, retrying", "error", err.Error(), "retryIn", wait)
+			} else {
+				logger.Error(err, "provisioning round failed", "retryIn", wait)
+			}
 			time.AfterFunc(wait, c.Batcher.Trigger)
 			continue
 		}
