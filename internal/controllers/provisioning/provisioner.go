@@ -9,6 +9,7 @@ package provisioning
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -219,7 +220,7 @@ func (p *Provisioner) gather(ctx context.Context) (scheduling.Input, map[string]
 			continue
 		}
 		if claim := claimOfNode.find(node); claim != nil {
-			node = withClaimLabels(node, claim)
+			node = withoutStartupTaints(withClaimLabels(node, claim), claim)
 		}
 		input.Nodes = append(input.Nodes, node)
 	}
@@ -640,6 +641,42 @@ func withClaimLabels(node *corev1.Node, claim *v1alpha1.NodeClaim) *corev1.Node 
 	adopted.Labels[v1alpha1.LabelNodePool] = claim.Spec.NodePoolRef.Name
 	adopted.Labels[v1alpha1.LabelNodeClaim] = claim.Name
 	return adopted
+}
+
+// ephemeralTaints are put on every node while it starts and taken off
+// once it is ready; pods do not tolerate them, and need not.
+var ephemeralTaints = []corev1.Taint{
+	{Key: corev1.TaintNodeNotReady, Effect: corev1.TaintEffectNoSchedule},
+	{Key: corev1.TaintNodeUnreachable, Effect: corev1.TaintEffectNoSchedule},
+	// k8s.io/cloud-provider's TaintExternalCloudProvider.
+	{Key: "node.cloudprovider.kubernetes.io/uninitialized", Value: "true", Effect: corev1.TaintEffectNoSchedule},
+}
+
+// withoutStartupTaints returns a node whose claim is not Initialized yet
+// as it will be once it is: without its startup taints and the taints every
+// starting node carries, as Karpenter simulates it. Simulated with them, a
+// node still starting looks unfit for the pods it was made for, and every
+// batch while it starts buys nodes again, which in a large scale-up is
+// several per cent of nodes too many.
+func withoutStartupTaints(node *corev1.Node, claim *v1alpha1.NodeClaim) *corev1.Node {
+	if meta.IsStatusConditionTrue(claim.Status.Conditions, v1alpha1.ConditionInitialized) || len(node.Spec.Taints) == 0 {
+		return node
+	}
+	starting := func(taint corev1.Taint) bool {
+		for _, startup := range append(claim.Spec.StartupTaints, ephemeralTaints...) {
+			if startup.MatchTaint(&taint) {
+				return true
+			}
+		}
+		return false
+	}
+	if !slices.ContainsFunc(node.Spec.Taints, starting) {
+		return node
+	}
+	// A shallow copy with taints of its own: the node may be the cache's.
+	started := *node
+	started.Spec.Taints = slices.DeleteFunc(slices.Clone(node.Spec.Taints), starting)
+	return &started
 }
 
 func hasDisruptedTaint(node *corev1.Node) bool {
