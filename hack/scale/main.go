@@ -180,13 +180,16 @@ func run(opts options) error {
 	r.idleCores = (cpuAfter - cpuBefore) / opts.idleWindow.Seconds()
 
 	logf("scaling every Deployment to 0")
+	// Consolidation may have removed a node since (a last, partly filled
+	// one): count from the nodes there are now.
+	before := w.snapshot().nodes
 	scaledDown := time.Now()
 	for i := range opts.deployments {
 		if _, err := kubectl("", "scale", "deployment", deploymentName(i), "--replicas=0"); err != nil {
 			return err
 		}
 	}
-	if err := waitFor(ctx, "the first node removed", func() (bool, error) { return w.snapshot().nodes < up.nodes, nil }); err != nil {
+	if err := waitFor(ctx, "the first node removed", func() (bool, error) { return w.snapshot().nodes < before, nil }); err != nil {
 		return err
 	}
 	r.firstRemoved = time.Since(scaledDown)
