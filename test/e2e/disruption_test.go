@@ -186,6 +186,15 @@ func TestDoNotDisruptPodKeepsItsNode(t *testing.T) {
 
 	s.g.Eventually(func() []string { return eventsOf(s.g, "NodeClaim", kept.Name) }).
 		Should(ContainElement(And(ContainSubstring("DisruptionBlocked"), ContainSubstring(v1alpha1.AnnotationDoNotDisrupt))))
+	s.g.Eventually(func(g Gomega) {
+		var claim v1alpha1.NodeClaim
+		g.Expect(env.Client.Get(s.ctx, client.ObjectKeyFromObject(&kept), &claim)).To(Succeed())
+		condition := meta.FindStatusCondition(claim.Status.Conditions, v1alpha1.ConditionConsolidatable)
+		g.Expect(condition).NotTo(BeNil())
+		g.Expect(condition.Status).To(Equal(metav1.ConditionFalse))
+		g.Expect(condition.Reason).To(Equal(v1alpha1.ConsolidatableReasonDoNotDisrupt))
+		g.Expect(condition.Message).To(ContainSubstring(v1alpha1.AnnotationDoNotDisrupt))
+	}).Should(Succeed(), "the claim's Consolidatable condition says why the node stays")
 	s.g.Consistently(func(g Gomega) {
 		claims := s.claims()
 		g.Expect(claims).To(HaveLen(1))
