@@ -43,6 +43,9 @@ type Options struct {
 	Kwok bool
 	// Logs receives the output of the extra processes; nil discards it.
 	Logs io.Writer
+	// CRDPaths are directories or files of CRDs to install besides
+	// claimscale's (Cluster API's, a test provider's).
+	CRDPaths []string
 }
 
 // Environment is a running control plane.
@@ -103,7 +106,7 @@ func Start(opts Options) (*Environment, error) {
 	}
 	scheme := claimscalescheme.New()
 	env := &envtest.Environment{
-		CRDDirectoryPaths:     []string{filepath.Join(root, "config", "crd", "bases")},
+		CRDDirectoryPaths:     append([]string{filepath.Join(root, "config", "crd", "bases")}, opts.CRDPaths...),
 		ErrorIfCRDPathMissing: true,
 		BinaryAssetsDirectory: binDir,
 		Scheme:                scheme,

@@ -71,6 +71,18 @@ func (p *Provider) createMachine(ctx context.Context, claim *v1alpha1.NodeClaim,
 	if err != nil {
 		return nil, err
 	}
+	// Templates are read first: a missing one fails the claim before
+	// anything is made.
+	infraTemplate, err := p.template(ctx, r.infrastructure)
+	if err != nil {
+		return nil, err
+	}
+	var bootstrapTemplate *unstructured.Unstructured
+	if r.bootstrap != nil {
+		if bootstrapTemplate, err = p.template(ctx, *r.bootstrap); err != nil {
+			return nil, err
+		}
+	}
 	infraGVK, err := p.gvkOf(r.infrastructure.APIGroup, strings.TrimSuffix(r.infrastructure.Kind, "Template"))
 	if err != nil {
 		return nil, err
@@ -123,11 +135,11 @@ func (p *Provider) createMachine(ctx context.Context, claim *v1alpha1.NodeClaim,
 			return nil, err
 		}
 	}
-	if _, err := p.clone(ctx, r.infrastructure, machine); err != nil {
+	if _, err := p.clone(ctx, r.infrastructure, infraTemplate, machine); err != nil {
 		return nil, err
 	}
 	if r.bootstrap != nil {
-		if _, err := p.clone(ctx, *r.bootstrap, machine); err != nil {
+		if _, err := p.clone(ctx, *r.bootstrap, bootstrapTemplate, machine); err != nil {
 			return nil, err
 		}
 	}

@@ -115,4 +115,3 @@ func parse(value string) (resource.Quantity, bool) {
 	q, err := resource.ParseQuantity(value)
 	return q, err == nil
 }
-

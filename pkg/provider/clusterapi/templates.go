@@ -129,11 +129,7 @@ func (p *Provider) template(ctx context.Context, ref v1alpha1.ClusterAPITemplate
 // controller does (internal/util/external, CreateFromTemplate): the
 // template's spec.template.spec and metadata, the cloned-from
 // annotations, the Machine as owner; named and tagged like the Machine.
-func (p *Provider) clone(ctx context.Context, ref v1alpha1.ClusterAPITemplateReference, machine *unstructured.Unstructured) (*unstructured.Unstructured, error) {
-	template, err := p.template(ctx, ref)
-	if err != nil {
-		return nil, err
-	}
+func (p *Provider) clone(ctx context.Context, ref v1alpha1.ClusterAPITemplateReference, template, machine *unstructured.Unstructured) (*unstructured.Unstructured, error) {
 	kind := strings.TrimSuffix(ref.Kind, "Template")
 	gvk, err := p.gvkOf(ref.APIGroup, kind)
 	if err != nil {
