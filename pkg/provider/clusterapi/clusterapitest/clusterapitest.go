@@ -8,6 +8,11 @@
 //
 //   - TestCluster (infrastructure.test.claimscale.io): status.initialization.provisioned
 //     and spec.controlPlaneEndpoint.
+//   - TestControlPlane (controlplane.test.claimscale.io): a control plane
+//     that is already there (the test's API server):
+//     status.initialization.controlPlaneInitialized and
+//     spec.controlPlaneEndpoint, so the Machine controller goes on to
+//     worker Machines (it holds them until the control plane is initialized).
 //   - TestConfig (bootstrap.test.claimscale.io): a bootstrap data Secret of
 //     type cluster.x-k8s.io/secret with key "value", named in
 //     status.dataSecretName, and status.initialization.dataSecretCreated.
@@ -54,14 +59,16 @@ const Version = "v1.14.2"
 
 // Kinds of the test providers.
 var (
-	InfraGroup     = "infrastructure.test.claimscale.io"
-	BootstrapGroup = "bootstrap.test.claimscale.io"
-	MachineKind    = schema.GroupVersionKind{Group: InfraGroup, Version: "v1alpha1", Kind: "TestMachine"}
-	TemplateKind   = schema.GroupVersionKind{Group: InfraGroup, Version: "v1alpha1", Kind: "TestMachineTemplate"}
-	ClusterKind    = schema.GroupVersionKind{Group: InfraGroup, Version: "v1alpha1", Kind: "TestCluster"}
-	ConfigKind     = schema.GroupVersionKind{Group: BootstrapGroup, Version: "v1alpha1", Kind: "TestConfig"}
-	ConfigTmplKind = schema.GroupVersionKind{Group: BootstrapGroup, Version: "v1alpha1", Kind: "TestConfigTemplate"}
-	capiMachine    = schema.GroupVersionKind{Group: "cluster.x-k8s.io", Version: "v1beta2", Kind: "Machine"}
+	InfraGroup        = "infrastructure.test.claimscale.io"
+	BootstrapGroup    = "bootstrap.test.claimscale.io"
+	MachineKind       = schema.GroupVersionKind{Group: InfraGroup, Version: "v1alpha1", Kind: "TestMachine"}
+	TemplateKind      = schema.GroupVersionKind{Group: InfraGroup, Version: "v1alpha1", Kind: "TestMachineTemplate"}
+	ClusterKind       = schema.GroupVersionKind{Group: InfraGroup, Version: "v1alpha1", Kind: "TestCluster"}
+	ConfigKind        = schema.GroupVersionKind{Group: BootstrapGroup, Version: "v1alpha1", Kind: "TestConfig"}
+	ConfigTmplKind    = schema.GroupVersionKind{Group: BootstrapGroup, Version: "v1alpha1", Kind: "TestConfigTemplate"}
+	ControlPlaneGroup = "controlplane.test.claimscale.io"
+	ControlPlaneKind  = schema.GroupVersionKind{Group: ControlPlaneGroup, Version: "v1alpha1", Kind: "TestControlPlane"}
+	capiMachine       = schema.GroupVersionKind{Group: "cluster.x-k8s.io", Version: "v1beta2", Kind: "Machine"}
 )
 
 // CRDPaths are Cluster API's CRDs (from the module cache, downloaded
@@ -116,7 +123,7 @@ func (p *Providers) Run(ctx context.Context) {
 
 // Pass reconciles every object once.
 func (p *Providers) Pass(ctx context.Context) error {
-	for _, step := range []func(context.Context) error{p.clusters, p.configs, p.machines} {
+	for _, step := range []func(context.Context) error{p.clusters, p.controlPlanes, p.configs, p.machines} {
 		if err := step(ctx); err != nil {
 			return err
 		}
@@ -152,6 +159,32 @@ func (p *Providers) clusters(ctx context.Context) error {
 		}
 		patch := client.MergeFrom(c.DeepCopy())
 		_ = unstructured.SetNestedField(c.Object, true, "status", "initialization", "provisioned")
+		if err := p.Management.Status().Patch(ctx, c, patch); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (p *Providers) controlPlanes(ctx context.Context) error {
+	planes, err := p.list(ctx, ControlPlaneKind)
+	if err != nil {
+		return err
+	}
+	for i := range planes {
+		c := &planes[i]
+		if initialized, _, _ := unstructured.NestedBool(c.Object, "status", "initialization", "controlPlaneInitialized"); initialized {
+			continue
+		}
+		if _, found, _ := unstructured.NestedMap(c.Object, "spec", "controlPlaneEndpoint"); !found {
+			patch := client.MergeFrom(c.DeepCopy())
+			_ = unstructured.SetNestedMap(c.Object, map[string]any{"host": "127.0.0.1", "port": int64(6443)}, "spec", "controlPlaneEndpoint")
+			if err := p.Management.Patch(ctx, c, patch); err != nil {
+				return err
+			}
+		}
+		patch := client.MergeFrom(c.DeepCopy())
+		_ = unstructured.SetNestedField(c.Object, true, "status", "initialization", "controlPlaneInitialized")
 		if err := p.Management.Status().Patch(ctx, c, patch); err != nil {
 			return err
 		}
