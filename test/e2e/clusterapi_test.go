@@ -279,4 +279,3 @@ func TestClusterAPIScaleFromZeroDriftAndToZero(t *testing.T) {
 	}).Should(Succeed())
 	s.cleanup()
 }
-
