@@ -19,6 +19,7 @@ import (
 
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -34,7 +35,7 @@ import (
 // webhooks are served (the manager will not start without) but never
 // registered with the API server, so nothing calls them; its CRD migrator
 // is off, as the CRDs are installed at the version the manager expects.
-func startClusterAPI(t *testing.T) {
+func startClusterAPI(t *testing.T, kubeconfigPath string) {
 	t.Helper()
 	root, err := testenv.RepoRoot()
 	if err != nil {
@@ -48,7 +49,7 @@ func startClusterAPI(t *testing.T) {
 	writeSelfSignedCert(t, certDir)
 	logs := &lockedBuffer{}
 	cmd := exec.Command(binary,
-		"--kubeconfig="+env.KubeconfigPath,
+		"--kubeconfig="+kubeconfigPath,
 		"--leader-elect=false",
 		"--webhook-port="+strconv.Itoa(freeLoopbackPort(t)),
 		"--webhook-cert-dir="+certDir,
@@ -220,7 +221,7 @@ func TestClusterAPIScaleFromZeroDriftAndToZero(t *testing.T) {
 	s.g.Expect(err).NotTo(HaveOccurred())
 	capiCluster(s.g, env.Client, s.namespace, s.name, kubeconfig)
 	machineTemplate(s.g, env.Client, s.namespace, "c4-v1", "4", "16Gi")
-	startClusterAPI(t)
+	startClusterAPI(t, env.KubeconfigPath)
 	runTestInfrastructure(t, env.Client, env.Client)
 	s.clusterAPIProvider("c4-v1", nil)
 	startOperator(t, operatorOptions{})
@@ -276,6 +277,107 @@ func TestClusterAPIScaleFromZeroDriftAndToZero(t *testing.T) {
 		g.Expect(s.claims()).To(BeEmpty())
 		g.Expect(capiMachines(g, env.Client, s.namespace)).To(BeEmpty())
 		g.Expect(s.nodes()).To(BeEmpty())
+	}).Should(Succeed())
+	s.cleanup()
+}
+
+// A controller restarted while its Machines are still provisioning finds
+// them again: every claim ends with exactly the Machine it had before the
+// restart, none lost and none doubled.
+func TestClusterAPIRestartMidScaleUpKeepsOneMachinePerClaim(t *testing.T) {
+	s := newScenario(t, "capi-restart")
+	kubeconfig, err := os.ReadFile(env.KubeconfigPath)
+	s.g.Expect(err).NotTo(HaveOccurred())
+	capiCluster(s.g, env.Client, s.namespace, s.name, kubeconfig)
+	machineTemplate(s.g, env.Client, s.namespace, "c4", "4", "16Gi")
+	startClusterAPI(t, env.KubeconfigPath)
+	s.clusterAPIProvider("c4", nil)
+	stop := startOperator(t, operatorOptions{})
+
+	// No infrastructure runs yet: the Machines are made and stay
+	// unprovisioned, the claims wait for their providerIDs.
+	s.createDeployment("web", 3, "1500m", nil)
+	before := map[string]string{}
+	s.g.Eventually(func(g Gomega) {
+		claims := s.claims()
+		g.Expect(claims).To(HaveLen(2))
+		machines := capiMachines(g, env.Client, s.namespace)
+		g.Expect(machines).To(HaveLen(2))
+		for _, machine := range machines {
+			before[machine.GetName()] = string(machine.GetUID())
+		}
+		for _, claim := range claims {
+			g.Expect(before).To(HaveKey(claim.Name))
+			g.Expect(meta.IsStatusConditionTrue(claim.Status.Conditions, v1alpha1.ConditionLaunched)).To(BeFalse())
+		}
+	}).Should(Succeed())
+	stop()
+
+	startOperator(t, operatorOptions{})
+	runTestInfrastructure(t, env.Client, env.Client)
+	s.g.Eventually(func() int { return s.runningPods("web") }).Should(Equal(3))
+	s.g.Eventually(s.readyClaims).Should(Equal(2))
+	after := map[string]string{}
+	for _, machine := range capiMachines(s.g, env.Client, s.namespace) {
+		after[machine.GetName()] = string(machine.GetUID())
+	}
+	s.g.Expect(after).To(Equal(before), "the same Machines, no more and no fewer")
+	s.cleanup()
+}
+
+// Hub and spoke: the Machines live in a management cluster (a second
+// control plane, where the CAPI controllers run), the pods and nodes in the
+// workload cluster where claimscale runs. The NodeProvider reaches the
+// management cluster through a kubeconfig in its credentials Secret; CAPI
+// reaches the workload cluster through the Cluster's kubeconfig Secret.
+func TestClusterAPIHubAndSpoke(t *testing.T) {
+	s := newScenario(t, "capi-hub")
+	root, err := testenv.RepoRoot()
+	s.g.Expect(err).NotTo(HaveOccurred())
+	crds, err := clusterapitest.CRDPaths(root)
+	s.g.Expect(err).NotTo(HaveOccurred())
+	management, err := testenv.Start(testenv.Options{CRDPaths: crds, Logs: processLogs()})
+	t.Cleanup(func() { _ = management.Stop() })
+	s.g.Expect(err).NotTo(HaveOccurred())
+
+	// The Cluster, templates and Machines exist only in the management
+	// cluster, in a namespace of the same name.
+	s.g.Expect(management.Client.Create(s.ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: s.namespace}})).To(Succeed())
+	workloadKubeconfig, err := os.ReadFile(env.KubeconfigPath)
+	s.g.Expect(err).NotTo(HaveOccurred())
+	capiCluster(s.g, management.Client, s.namespace, s.name, workloadKubeconfig)
+	machineTemplate(s.g, management.Client, s.namespace, "c4", "4", "16Gi")
+	startClusterAPI(t, management.KubeconfigPath)
+	runTestInfrastructure(t, management.Client, env.Client)
+
+	managementKubeconfig, err := os.ReadFile(management.KubeconfigPath)
+	s.g.Expect(err).NotTo(HaveOccurred())
+	secret := &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Namespace: controllerNamespace, Name: s.name + "-management"},
+		Data:       map[string][]byte{"kubeconfig": managementKubeconfig},
+	}
+	s.g.Expect(env.Client.Create(s.ctx, secret)).To(Succeed())
+	t.Cleanup(func() { _ = env.Client.Delete(context.Background(), secret) })
+	s.clusterAPIProvider("c4", &v1alpha1.SecretReference{Namespace: controllerNamespace, Name: secret.Name})
+	startOperator(t, operatorOptions{})
+
+	web := s.createDeployment("web", 2, "1500m", nil)
+	s.g.Eventually(func() int { return s.runningPods("web") }).Should(Equal(2))
+	s.g.Eventually(func(g Gomega) {
+		claims := s.claims()
+		g.Expect(claims).To(HaveLen(1))
+		machines := capiMachines(g, management.Client, s.namespace)
+		g.Expect(machines).To(HaveLen(1))
+		g.Expect(machines[0].GetName()).To(Equal(claims[0].Name))
+		nodeRef, _, _ := unstructured.NestedString(machines[0].Object, "status", "nodeRef", "name")
+		g.Expect(nodeRef).To(Equal(claims[0].Status.NodeName), "CAPI in the management cluster found the workload node")
+	}).Should(Succeed())
+	s.g.Expect(capiMachines(s.g, env.Client, s.namespace)).To(BeEmpty(), "no Machine in the workload cluster")
+
+	s.scale(web, 0)
+	s.g.Eventually(func(g Gomega) {
+		g.Expect(s.claims()).To(BeEmpty())
+		g.Expect(capiMachines(g, management.Client, s.namespace)).To(BeEmpty())
 	}).Should(Succeed())
 	s.cleanup()
 }
