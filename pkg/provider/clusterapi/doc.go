@@ -10,7 +10,8 @@
 // ownership tags (claimscale.io/cluster, /nodepool, /nodeclaim) as labels
 // set in the create call. It belongs to no MachineSet or MachineDeployment,
 // so nothing in CAPI scales it back; a MachineDeployment a shape names is
-// only read for its templates. The Machine's infrastructure machine and
+// only read for its templates (and its machine labels, but those its
+// selector matches, which would let its MachineSets adopt the Machine). The Machine's infrastructure machine and
 // bootstrap config are cloned from the shape's templates, as CAPI's
 // MachineSet controller clones them (spec.template.spec and metadata, the
 // cluster.x-k8s.io/cloned-from-* annotations), named after the claim and

@@ -77,7 +77,7 @@ func newFixture(t *testing.T) fixture {
 			"replicas":    int64(0),
 			"selector":    map[string]any{"matchLabels": map[string]any{"pool": "workers"}},
 			"template": map[string]any{
-				"metadata": map[string]any{"labels": map[string]any{"pool": "workers"}},
+				"metadata": map[string]any{"labels": map[string]any{"pool": "workers", "tier": "batch"}},
 				"spec": map[string]any{
 					"clusterName":       f.cluster,
 					"version":           "v1.37.0",

@@ -88,7 +88,8 @@ func TestCreateMakesAMachineFromTheShapesTemplates(t *testing.T) {
 }
 
 // A shape taken from a MachineDeployment uses its templates, version and
-// machine labels, and records which templates it was made from.
+// machine labels (but those its selector matches), and records which
+// templates it was made from.
 func TestCreateTakesTheTemplatesOfAMachineDeployment(t *testing.T) {
 	g := gomega.NewWithT(t)
 	runProviders(t)
@@ -97,7 +98,8 @@ func TestCreateTakesTheTemplatesOfAMachineDeployment(t *testing.T) {
 	g.Expect(err).NotTo(gomega.HaveOccurred())
 
 	machine := getObject(t, g, "cluster.x-k8s.io/v1beta2", "Machine", f.namespace, "from-md-1")
-	g.Expect(machine.GetLabels()).To(gomega.HaveKeyWithValue("pool", "workers"))
+	g.Expect(machine.GetLabels()).To(gomega.HaveKeyWithValue("tier", "batch"))
+	g.Expect(machine.GetLabels()).NotTo(gomega.HaveKey("pool"), "a label the MachineDeployment selects by would let its MachineSets adopt the Machine")
 	g.Expect(machine.GetAnnotations()).To(gomega.HaveKeyWithValue(clusterapi.AnnotationTemplates,
 		"TestMachineTemplate."+clusterapitest.InfraGroup+"/sized,TestConfigTemplate."+clusterapitest.BootstrapGroup+"/join"))
 	infra := getObject(t, g, clusterapitest.InfraGroup+"/v1alpha1", "TestMachine", f.namespace, "from-md-1")

@@ -83,6 +83,15 @@ func (p *Provider) recipeOf(ctx context.Context, shape *v1alpha1.ClusterAPIShape
 	r.version, _, _ = unstructured.NestedString(md.Object, "spec", "template", "spec", "version")
 	r.failureDomain, _, _ = unstructured.NestedString(md.Object, "spec", "template", "spec", "failureDomain")
 	r.labels, _, _ = unstructured.NestedStringMap(md.Object, "spec", "template", "metadata", "labels")
+	// Labels its selector matches would let the MachineDeployment's
+	// MachineSets adopt the Machine and scale it away: they are not copied.
+	selector, _, _ := unstructured.NestedStringMap(md.Object, "spec", "selector", "matchLabels")
+	for key := range selector {
+		delete(r.labels, key)
+	}
+	for _, key := range []string{"cluster.x-k8s.io/deployment-name", "cluster.x-k8s.io/set-name", "machine-template-hash"} {
+		delete(r.labels, key)
+	}
 	r.annotations, _, _ = unstructured.NestedStringMap(md.Object, "spec", "template", "metadata", "annotations")
 	return r, nil
 }
