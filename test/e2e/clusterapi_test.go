@@ -381,3 +381,84 @@ func TestClusterAPIHubAndSpoke(t *testing.T) {
 	}).Should(Succeed())
 	s.cleanup()
 }
+
+// A shape taken from a MachineDeployment: the real CAPI controllers run
+// that MachineDeployment at zero replicas beside claimscale's Machines
+// without adopting them, and pointing it at a new template (a CAPI
+// rollout's first step) drifts and replaces claimscale's Machines too.
+func TestClusterAPIMachineDeploymentRolloutDriftsClaims(t *testing.T) {
+	s := newScenario(t, "capi-md")
+	kubeconfig, err := os.ReadFile(env.KubeconfigPath)
+	s.g.Expect(err).NotTo(HaveOccurred())
+	capiCluster(s.g, env.Client, s.namespace, s.name, kubeconfig)
+	machineTemplate(s.g, env.Client, s.namespace, "c4-v1", "4", "16Gi")
+	md := capiObject(clusterapi.MachineDeploymentKind.GroupVersion().String(), "MachineDeployment", s.namespace, "workers", map[string]any{
+		"clusterName": s.name,
+		"replicas":    int64(0),
+		"selector":    map[string]any{"matchLabels": map[string]any{"md": "workers"}},
+		"template": map[string]any{
+			"metadata": map[string]any{"labels": map[string]any{"md": "workers"}},
+			"spec": map[string]any{
+				"clusterName":       s.name,
+				"version":           "v1.37.0",
+				"bootstrap":         map[string]any{"configRef": map[string]any{"apiGroup": clusterapitest.BootstrapGroup, "kind": "TestConfigTemplate", "name": "join"}},
+				"infrastructureRef": map[string]any{"apiGroup": clusterapitest.InfraGroup, "kind": "TestMachineTemplate", "name": "c4-v1"},
+			},
+		},
+	})
+	s.g.Expect(env.Client.Create(s.ctx, md)).To(Succeed())
+	startClusterAPI(t, env.KubeconfigPath)
+	runTestInfrastructure(t, env.Client, env.Client)
+	s.g.Expect(env.Client.Create(s.ctx, &v1alpha1.NodeProvider{
+		ObjectMeta: metav1.ObjectMeta{Name: s.name},
+		Spec: v1alpha1.NodeProviderSpec{
+			Type: v1alpha1.ProviderTypeClusterAPI,
+			ClusterAPI: &v1alpha1.ClusterAPISettings{
+				Cluster: v1alpha1.ClusterAPIClusterReference{Namespace: s.namespace, Name: s.name},
+				Shapes:  []v1alpha1.ClusterAPIShape{{Name: "c4", MachineDeployment: "workers"}},
+			},
+		},
+	})).To(Succeed())
+	s.createPool(func(pool *v1alpha1.NodePool) {
+		pool.Spec.Shapes.Fixed = []v1alpha1.Shape{{Name: "c4", Price: "0.1"}}
+	})
+	startOperator(t, operatorOptions{})
+
+	s.createDeployment("web", 2, "1500m", nil)
+	var original string
+	s.g.Eventually(func(g Gomega) {
+		g.Expect(s.runningPods("web")).To(Equal(2))
+		claims := s.claims()
+		g.Expect(claims).To(HaveLen(1))
+		machines := capiMachines(g, env.Client, s.namespace)
+		g.Expect(machines).To(HaveLen(1))
+		for _, owner := range machines[0].GetOwnerReferences() {
+			// CAPI makes the Cluster an owner; a MachineSet must not be.
+			g.Expect(owner.Kind).NotTo(Equal("MachineSet"), "a MachineSet adopted the Machine")
+		}
+		original = claims[0].Name
+	}).Should(Succeed())
+
+	machineTemplate(s.g, env.Client, s.namespace, "c4-v2", "4", "16Gi")
+	s.g.Eventually(func() error {
+		current := &unstructured.Unstructured{}
+		current.SetGroupVersionKind(clusterapi.MachineDeploymentKind)
+		if err := env.Client.Get(s.ctx, client.ObjectKeyFromObject(md), current); err != nil {
+			return err
+		}
+		_ = unstructured.SetNestedField(current.Object, "c4-v2", "spec", "template", "spec", "infrastructureRef", "name")
+		return env.Client.Update(s.ctx, current)
+	}).Should(Succeed())
+	s.g.Eventually(func(g Gomega) {
+		claims := s.claims()
+		g.Expect(claims).To(HaveLen(1))
+		g.Expect(claims[0].Name).NotTo(Equal(original))
+		machines := capiMachines(g, env.Client, s.namespace)
+		g.Expect(machines).To(HaveLen(1))
+		g.Expect(machines[0].GetAnnotations()[clusterapi.AnnotationTemplates]).To(ContainSubstring("/c4-v2"))
+		g.Expect(s.runningPods("web")).To(Equal(2))
+	}).Should(Succeed())
+	s.g.Expect(containsAny(eventsOf(s.g, "NodeClaim", original), clusterapi.DriftMachineDeployment) ||
+		containsAny(eventsOf(s.g, "NodeClaim", original), "now makes Machines from")).To(BeTrue(), "claim %s was Drifted by the rollout", original)
+	s.cleanup()
+}
