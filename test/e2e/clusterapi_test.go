@@ -462,3 +462,34 @@ func TestClusterAPIMachineDeploymentRolloutDriftsClaims(t *testing.T) {
 		containsAny(eventsOf(s.g, "NodeClaim", original), "now makes Machines from")).To(BeTrue(), "claim %s was Drifted by the rollout", original)
 	s.cleanup()
 }
+
+// The chart grants rights on Cluster API Machines only with
+// clusterAPIProvider.enabled.
+func TestChartGrantsMachinesOnlyWithTheClusterAPIProvider(t *testing.T) {
+	g := NewWithT(t)
+	machineVerbs := func(objects []*unstructured.Unstructured) []string {
+		var found []string
+		for _, object := range objects {
+			if object.GetKind() != "ClusterRole" && object.GetKind() != "Role" {
+				continue
+			}
+			rules, _, _ := unstructured.NestedSlice(object.Object, "rules")
+			for _, r := range rules {
+				rule := r.(map[string]any)
+				resources, _ := rule["resources"].([]any)
+				verbs, _ := rule["verbs"].([]any)
+				for _, resource := range resources {
+					for _, verb := range verbs {
+						if resource == "machines" {
+							found = append(found, object.GetKind()+"/"+object.GetName()+": "+verb.(string)+" "+resource.(string))
+						}
+					}
+				}
+			}
+		}
+		return found
+	}
+	g.Expect(machineVerbs(helmTemplate(t, "--set", "clusterName=x"))).To(BeEmpty())
+	g.Expect(machineVerbs(helmTemplate(t, "--set", "clusterName=x", "--set", "clusterAPIProvider.enabled=true"))).To(ContainElements(
+		"ClusterRole/claimscale-clusterapi: create machines", "ClusterRole/claimscale-clusterapi: delete machines"))
+}
