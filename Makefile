@@ -45,6 +45,8 @@ manifests: bin/controller-gen ## Generate CRDs and RBAC, and copy them into the 
 	$(BIN)/controller-gen rbac:roleName=claimscale-simulated paths=./pkg/provider/simulated/... output:rbac:artifacts:config=config/rbac/simulated
 	cp config/rbac/role.yaml charts/claimscale/files/role.yaml
 	cp config/rbac/simulated/role.yaml charts/claimscale/files/role-simulated.yaml
+	$(BIN)/controller-gen rbac:roleName=claimscale-clusterapi paths=./pkg/provider/clusterapi/... output:rbac:artifacts:config=config/rbac/clusterapi
+	cp config/rbac/clusterapi/role.yaml charts/claimscale/files/role-clusterapi.yaml
 
 .PHONY: proto
 proto: ## Generate the gRPC protocols' Go code with buf (built from a pinned module, no protoc).

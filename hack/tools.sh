@@ -17,6 +17,7 @@ PROTOC_GEN_GO_VERSION=v1.36.10
 PROTOC_GEN_GO_GRPC_VERSION=v1.5.1
 HELM_VERSION=v3.20.0
 BUF_VERSION=v1.75.0
+CLUSTER_API_VERSION=v1.14.2
 
 cache="${XDG_CACHE_HOME:-$HOME/.cache}/claimscale/tools"
 mkdir -p "$cache"
@@ -60,6 +61,12 @@ build_kwok_stages() {
     cat "$src/$f"
   done > "$OUT/kwok-stages.yaml"
 }
+# The Cluster API core manager (Cluster, Machine, MachineSet,
+# MachineDeployment controllers) for the clusterapi e2e tests; its CRDs are
+# read from the module cache (core/config/crd/bases).
+build_capi() {
+  (cd "$root/hack/capi" && CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o "$OUT/cluster-api-manager" sigs.k8s.io/cluster-api/core)
+}
 install_module() { # $1: package@version
   GOBIN="$OUT" CGO_ENABLED=0 go install -trimpath -ldflags "-s -w" "$1"
 }
@@ -78,6 +85,7 @@ for tool in "${want[@]}"; do
     protoc-gen-go-grpc) provide protoc-gen-go-grpc "$PROTOC_GEN_GO_GRPC_VERSION" install_module "google.golang.org/grpc/cmd/protoc-gen-go-grpc@$PROTOC_GEN_GO_GRPC_VERSION" ;;
     # buf compiles .protos in pure Go, so generating code needs no protoc.
     buf) provide buf "$BUF_VERSION" install_module "github.com/bufbuild/buf/cmd/buf@$BUF_VERSION" ;;
+    cluster-api-manager) provide cluster-api-manager "$CLUSTER_API_VERSION" build_capi ;;
     helm) provide helm "$HELM_VERSION" install_module "helm.sh/helm/v3/cmd/helm@$HELM_VERSION" ;;
     *) echo "unknown tool $tool" >&2; exit 2 ;;
   esac

@@ -6,7 +6,7 @@ import (
 )
 
 // ProviderType names an implementation in pkg/provider.
-// +kubebuilder:validation:Enum=proxmox;cloudscale;simulated;grpc
+// +kubebuilder:validation:Enum=proxmox;cloudscale;simulated;grpc;clusterapi
 type ProviderType string
 
 const (
@@ -16,6 +16,10 @@ const (
 	// ProviderTypeGRPC is a provider plugin outside claimscale, reached
 	// over the claimscale.provider.v1 gRPC protocol.
 	ProviderTypeGRPC ProviderType = "grpc"
+	// ProviderTypeClusterAPI makes Cluster API Machines, so any CAPI
+	// infrastructure provider (CAPMOX, CAPCS, vSphere, …) makes the
+	// machines and CAPI's bootstrap provider joins them.
+	ProviderTypeClusterAPI ProviderType = "clusterapi"
 )
 
 // NodeProviderSpec says where machines come from: which kind of
@@ -26,7 +30,8 @@ const (
 // +kubebuilder:validation:XValidation:rule="self.type == 'cloudscale' ? has(self.cloudscale) : !has(self.cloudscale)",message="spec.cloudscale must be set when type is cloudscale, and only then"
 // +kubebuilder:validation:XValidation:rule="self.type == 'simulated' || !has(self.simulated)",message="spec.simulated may be set only when type is simulated"
 // +kubebuilder:validation:XValidation:rule="self.type == 'grpc' ? has(self.grpc) : !has(self.grpc)",message="spec.grpc must be set when type is grpc, and only then"
-// +kubebuilder:validation:XValidation:rule="self.type == 'simulated' || self.type == 'grpc' || has(self.credentialsSecretRef)",message="spec.credentialsSecretRef is required for the proxmox and cloudscale types"
+// +kubebuilder:validation:XValidation:rule="self.type == 'clusterapi' ? has(self.clusterAPI) : !has(self.clusterAPI)",message="spec.clusterAPI must be set when type is clusterapi, and only then"
+// +kubebuilder:validation:XValidation:rule="self.type == 'simulated' || self.type == 'grpc' || self.type == 'clusterapi' || has(self.credentialsSecretRef)",message="spec.credentialsSecretRef is required for the proxmox and cloudscale types"
 // +kubebuilder:validation:XValidation:rule="self.type != 'grpc' || !has(self.grpc) || self.grpc.endpoint.startsWith('unix://') || has(self.credentialsSecretRef)",message="spec.credentialsSecretRef (the client certificate, tls.crt and tls.key) is required for a grpc endpoint over TCP: plugins are reached over mutual TLS; only a unix:// socket goes without"
 // +kubebuilder:validation:XValidation:rule="self.type != 'grpc' || !has(self.grpc) || !self.grpc.endpoint.startsWith('unix://') || !has(self.credentialsSecretRef)",message="spec.credentialsSecretRef must not be set for a unix:// grpc endpoint: a Unix socket carries no TLS"
 type NodeProviderSpec struct {
@@ -61,6 +66,107 @@ type NodeProviderSpec struct {
 	// GRPC settings, for type grpc: where the provider plugin listens.
 	// +optional
 	GRPC *GRPCSettings `json:"grpc,omitempty"`
+
+	// ClusterAPI settings, for type clusterapi: the CAPI Cluster the
+	// Machines belong to and the templates each shape is made from. For
+	// this type, credentialsSecretRef is optional: a kubeconfig (key
+	// "kubeconfig", else "value" as in CAPI's <cluster>-kubeconfig
+	// Secrets) for the management cluster that holds the Machines, when
+	// that is not the cluster claimscale runs in.
+	// +optional
+	ClusterAPI *ClusterAPISettings `json:"clusterAPI,omitempty"`
+}
+
+// ClusterAPISettings say which CAPI Cluster the machines join and what each
+// shape of a pool is made from. A Machine is made per claim, its bootstrap
+// config and infrastructure machine cloned from the shape's templates,
+// owned by no MachineSet (so nothing scales it back).
+type ClusterAPISettings struct {
+	// Cluster is the CAPI Cluster (in the management cluster) the Machines
+	// belong to; they are made in its namespace.
+	Cluster ClusterAPIClusterReference `json:"cluster"`
+	// Shapes map shape names of the pools using this provider to what
+	// their Machines are made from. A pool's fixed shape whose name is not
+	// here is not offered.
+	// +listType=map
+	// +listMapKey=name
+	// +kubebuilder:validation:MinItems=1
+	// +kubebuilder:validation:MaxItems=30
+	Shapes []ClusterAPIShape `json:"shapes"`
+}
+
+// ClusterAPIClusterReference names a CAPI Cluster.
+type ClusterAPIClusterReference struct {
+	// Namespace of the Cluster.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=63
+	// +kubebuilder:validation:XValidation:rule="!format.dns1123Label().validate(self).hasValue()",message="clusterAPI.cluster.namespace must be a namespace name"
+	Namespace string `json:"namespace"`
+	// Name of the Cluster.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=63
+	// +kubebuilder:validation:XValidation:rule="!format.dns1123Label().validate(self).hasValue()",message="clusterAPI.cluster.name must be a DNS label, as CAPI requires of a Cluster's name"
+	Name string `json:"name"`
+}
+
+// ClusterAPIShape is what one shape's Machines are made from: templates
+// named directly, or those of a MachineDeployment of the Cluster (which
+// claimscale reads but never scales).
+// +kubebuilder:validation:XValidation:rule="has(self.machineDeployment) != has(self.infrastructureTemplate)",message="set exactly one of machineDeployment or infrastructureTemplate"
+// +kubebuilder:validation:XValidation:rule="!has(self.bootstrapConfigTemplate) || has(self.infrastructureTemplate)",message="bootstrapConfigTemplate goes with infrastructureTemplate; a machineDeployment brings its own"
+// +kubebuilder:validation:XValidation:rule="!has(self.version) || has(self.infrastructureTemplate)",message="version goes with infrastructureTemplate; a machineDeployment brings its own"
+type ClusterAPIShape struct {
+	// Name of the shape in the pools' spec.shapes.fixed.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=63
+	// +kubebuilder:validation:Pattern=`^[a-zA-Z0-9]([-a-zA-Z0-9_.]*[a-zA-Z0-9])?$`
+	Name string `json:"name"`
+	// InfrastructureTemplate is the infrastructure machine template (a
+	// ProxmoxMachineTemplate, a CloudscaleMachineTemplate, …) in the
+	// Cluster's namespace. Its status.capacity, else its
+	// capacity.cluster-autoscaler.kubernetes.io/* annotations, give the
+	// shape's size.
+	// +optional
+	InfrastructureTemplate *ClusterAPITemplateReference `json:"infrastructureTemplate,omitempty"`
+	// BootstrapConfigTemplate is the bootstrap config template (a
+	// KubeadmConfigTemplate, …) in the Cluster's namespace. Unset, the
+	// Machine gets no bootstrap config: the infrastructure must join the
+	// node by itself.
+	// +optional
+	BootstrapConfigTemplate *ClusterAPITemplateReference `json:"bootstrapConfigTemplate,omitempty"`
+	// Version is the Kubernetes version of the Machines (spec.version),
+	// for templates named directly.
+	// +optional
+	// +kubebuilder:validation:MaxLength=64
+	// +kubebuilder:validation:Pattern=`^v?[0-9]+\.[0-9]+\.[0-9]+([-+][0-9A-Za-z.+-]+)?$`
+	Version string `json:"version,omitempty"`
+	// MachineDeployment names a MachineDeployment of the Cluster, in its
+	// namespace, to take the templates, version and failure domain from.
+	// A change to its templates drifts the claims made from the old ones.
+	// +optional
+	// +kubebuilder:validation:MaxLength=253
+	// +kubebuilder:validation:XValidation:rule="!format.dns1123Subdomain().validate(self).hasValue()",message="clusterAPI.shapes.machineDeployment must be an object name"
+	MachineDeployment string `json:"machineDeployment,omitempty"`
+}
+
+// ClusterAPITemplateReference names a template object in the Cluster's
+// namespace.
+type ClusterAPITemplateReference struct {
+	// APIGroup of the template, e.g. infrastructure.cluster.x-k8s.io or
+	// bootstrap.cluster.x-k8s.io.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	APIGroup string `json:"apiGroup"`
+	// Kind of the template; it must end in Template (the cloned object's
+	// kind is the same without it).
+	// +kubebuilder:validation:MinLength=9
+	// +kubebuilder:validation:MaxLength=63
+	// +kubebuilder:validation:XValidation:rule="self.endsWith('Template')",message="a template kind ends in Template"
+	Kind string `json:"kind"`
+	// Name of the template.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	Name string `json:"name"`
 }
 
 // GRPCSettings say how to reach a provider plugin that serves the

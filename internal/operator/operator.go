@@ -14,6 +14,7 @@ import (
 	"k8s.io/client-go/tools/events"
 	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 
 	"github.com/claimscale/claimscale/api/v1alpha1"
@@ -32,6 +33,7 @@ import (
 	"github.com/claimscale/claimscale/internal/providers"
 	"github.com/claimscale/claimscale/internal/warmcapacity"
 	"github.com/claimscale/claimscale/pkg/provider"
+	"github.com/claimscale/claimscale/pkg/provider/clusterapi"
 	"github.com/claimscale/claimscale/pkg/provider/simulated"
 )
 
@@ -109,6 +111,9 @@ func Setup(ctx context.Context, mgr manager.Manager, opts Options) (*Operator, e
 		return nil, fmt.Errorf("no provider registry")
 	}
 	if err := index.Setup(ctx, mgr.GetFieldIndexer()); err != nil {
+		return nil, err
+	}
+	if err := registerClusterAPI(mgr, opts.Registry); err != nil {
 		return nil, err
 	}
 	resolver := &providers.Resolver{
@@ -252,4 +257,20 @@ func bootstrapCA(cfg *rest.Config, caFile string) ([]byte, error) {
 		return nil, fmt.Errorf("reading the bootstrap CA: %w", err)
 	}
 	return ca, nil
+}
+
+// registerClusterAPI adds the clusterapi provider unless the caller chose
+// its own: it reaches the cluster claimscale runs in (for Machines kept
+// there) through an uncached client, as Machines are read back right
+// after they are made; the manager's is only known here.
+func registerClusterAPI(mgr manager.Manager, registry *provider.Registry) error {
+	if slices.Contains(registry.Types(), v1alpha1.ProviderTypeClusterAPI) {
+		return nil
+	}
+	kube, err := client.New(mgr.GetConfig(), client.Options{Scheme: mgr.GetScheme(), Mapper: mgr.GetRESTMapper()})
+	if err != nil {
+		return fmt.Errorf("building the clusterapi provider's client: %w", err)
+	}
+	registry.Register(v1alpha1.ProviderTypeClusterAPI, clusterapi.NewFactory(clusterapi.Config{Kube: kube}))
+	return nil
 }

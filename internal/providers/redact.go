@@ -260,3 +260,17 @@ func (p *safeProvider) retire() {
 // Unwrap returns the provider inside, for tests and callers that need the
 // implementation's own type.
 func (p *safeProvider) Unwrap() provider.Provider { return p.next }
+
+// Drifted asks the provider inside whether the claim's machine drifted,
+// when it can tell (provider.DriftChecker); else it has not.
+func (p *safeProvider) Drifted(ctx context.Context, claim *v1alpha1.NodeClaim) (reason, message string, err error) {
+	checker, ok := p.next.(provider.DriftChecker)
+	if !ok {
+		return "", "", nil
+	}
+	if err := p.breaker.open(); err != nil {
+		return "", "", err
+	}
+	reason, message, err = checker.Drifted(ctx, claim)
+	return reason, message, p.done(err)
+}

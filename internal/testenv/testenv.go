@@ -48,6 +48,9 @@ type Options struct {
 	// Deployment of thousands of pods a matter of minutes; kwok's own
 	// tooling runs them at 5,000.
 	ClientQPS int
+	// CRDPaths are directories or files of CRDs to install besides
+	// claimscale's (Cluster API's, a test provider's).
+	CRDPaths []string
 }
 
 // Environment is a running control plane.
@@ -108,7 +111,7 @@ func Start(opts Options) (*Environment, error) {
 	}
 	scheme := claimscalescheme.New()
 	env := &envtest.Environment{
-		CRDDirectoryPaths:     []string{filepath.Join(root, "config", "crd", "bases")},
+		CRDDirectoryPaths:     append([]string{filepath.Join(root, "config", "crd", "bases")}, opts.CRDPaths...),
 		ErrorIfCRDPathMissing: true,
 		BinaryAssetsDirectory: binDir,
 		Scheme:                scheme,

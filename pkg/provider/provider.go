@@ -116,3 +116,13 @@ type Options struct {
 type SecretReader interface {
 	ReadSecretKey(ctx context.Context, ref v1alpha1.SecretKeyReference) ([]byte, error)
 }
+
+// DriftChecker is implemented by a provider whose machines can drift from
+// what the NodeProvider only names: a Cluster API MachineDeployment moved
+// to new templates changes no NodeProvider field. Disruption asks it about
+// each initialized claim that has not drifted on any other count; a
+// non-empty reason marks the claim Drifted, to be replaced under the
+// pool's budgets.
+type DriftChecker interface {
+	Drifted(ctx context.Context, claim *v1alpha1.NodeClaim) (reason, message string, err error)
+}

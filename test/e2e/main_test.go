@@ -14,6 +14,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/claimscale/claimscale/internal/testenv"
+	"github.com/claimscale/claimscale/pkg/provider/clusterapi/clusterapitest"
 )
 
 // controllerNamespace is where the controller runs and the simulated
@@ -26,8 +27,18 @@ const clusterName = "e2e"
 var env *testenv.Environment
 
 func TestMain(m *testing.M) {
-	var err error
-	env, err = testenv.Start(testenv.Options{ControllerManager: true, Scheduler: true, Kwok: true, Logs: processLogs()})
+	// Cluster API's CRDs and the test providers' (clusterapi_test.go).
+	root, err := testenv.RepoRoot()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	capiCRDs, err := clusterapitest.CRDPaths(root)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	env, err = testenv.Start(testenv.Options{ControllerManager: true, Scheduler: true, Kwok: true, Logs: processLogs(), CRDPaths: capiCRDs})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)

@@ -34,6 +34,7 @@ import (
 	"github.com/claimscale/claimscale/internal/controllers/index"
 	"github.com/claimscale/claimscale/internal/controllers/provisioning"
 	"github.com/claimscale/claimscale/internal/warmcapacity"
+	"github.com/claimscale/claimscale/pkg/provider"
 )
 
 // Name of the controller in logs, metrics and events.
@@ -244,6 +245,9 @@ func (c *Controller) updateClaims(ctx context.Context, s *state) {
 		}
 		if pool, ok := s.pools[claim.Spec.NodePoolRef.Name]; ok {
 			reason, message := driftOf(claim, pool.pool, s.providerHashes[providerName])
+			if reason == "" {
+				reason, message = c.providerDrift(ctx, providerName, claim)
+			}
 			switch {
 			case reason != "":
 				if !meta.IsStatusConditionTrue(claim.Status.Conditions, v1alpha1.ConditionDrifted) {
@@ -724,4 +728,27 @@ func claimNames(claims []*v1alpha1.NodeClaim) []string {
 		names = append(names, claim.Name)
 	}
 	return names
+}
+
+// providerDrift asks the claim's provider whether its machine drifted from
+// what the provider itself makes now (provider.DriftChecker); a provider
+// that cannot say, or an error, is no drift.
+func (c *Controller) providerDrift(ctx context.Context, providerName string, claim *v1alpha1.NodeClaim) (reason, message string) {
+	if c.Providers == nil || providerName == "" {
+		return "", ""
+	}
+	p, err := c.Providers.ForProviderName(ctx, providerName)
+	if err != nil {
+		return "", ""
+	}
+	checker, ok := p.(provider.DriftChecker)
+	if !ok {
+		return "", ""
+	}
+	reason, message, err = checker.Drifted(ctx, claim)
+	if err != nil {
+		log.FromContext(ctx).V(1).Info("asking the provider about drift failed", "nodeClaim", claim.Name, "error", err.Error())
+		return "", ""
+	}
+	return reason, message
 }

@@ -29,7 +29,9 @@ func ProviderHash(nodeProvider *v1alpha1.NodeProvider) string {
 		Proxmox    *v1alpha1.ProxmoxSettings    `json:"proxmox,omitempty"`
 		Cloudscale *v1alpha1.CloudscaleSettings `json:"cloudscale,omitempty"`
 		Zones      []string                     `json:"zones,omitempty"`
-	}{Type: nodeProvider.Spec.Type, Proxmox: nodeProvider.Spec.Proxmox, Cloudscale: cloudscaleForHash(nodeProvider.Spec.Cloudscale)}
+		// A shape pointed at other CAPI templates makes other machines.
+		ClusterAPI *v1alpha1.ClusterAPISettings `json:"clusterAPI,omitempty"`
+	}{Type: nodeProvider.Spec.Type, Proxmox: nodeProvider.Spec.Proxmox, Cloudscale: cloudscaleForHash(nodeProvider.Spec.Cloudscale), ClusterAPI: nodeProvider.Spec.ClusterAPI}
 	if nodeProvider.Spec.Simulated != nil {
 		settings.Zones = nodeProvider.Spec.Simulated.Zones
 	}

@@ -1,0 +1,495 @@
+package e2e
+
+import (
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"math/big"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"testing"
+	"time"
+
+	. "github.com/onsi/gomega"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/claimscale/claimscale/api/v1alpha1"
+	"github.com/claimscale/claimscale/internal/testenv"
+	"github.com/claimscale/claimscale/pkg/provider/clusterapi"
+	"github.com/claimscale/claimscale/pkg/provider/clusterapi/clusterapitest"
+)
+
+// startClusterAPI runs the real Cluster API core manager (bin/, built by
+// hack/tools.sh) against the test control plane until the test ends. Its
+// webhooks are served (the manager will not start without) but never
+// registered with the API server, so nothing calls them; its CRD migrator
+// is off, as the CRDs are installed at the version the manager expects.
+func startClusterAPI(t *testing.T, kubeconfigPath string) {
+	t.Helper()
+	root, err := testenv.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	binary := filepath.Join(root, "bin", "cluster-api-manager")
+	if _, err := os.Stat(binary); err != nil {
+		t.Fatalf("%s missing: run hack/tools.sh cluster-api-manager first", binary)
+	}
+	certDir := t.TempDir()
+	writeSelfSignedCert(t, certDir)
+	logs := &lockedBuffer{}
+	cmd := exec.Command(binary,
+		"--kubeconfig="+kubeconfigPath,
+		"--leader-elect=false",
+		"--webhook-port="+strconv.Itoa(freeLoopbackPort(t)),
+		"--webhook-cert-dir="+certDir,
+		"--health-addr=127.0.0.1:"+strconv.Itoa(freeLoopbackPort(t)),
+		"--diagnostics-address=127.0.0.1:"+strconv.Itoa(freeLoopbackPort(t)),
+		"--insecure-diagnostics",
+		"--skip-crd-migration-phases=StorageVersionMigration,CleanupManagedFields",
+		"--sync-period=30s",
+	)
+	cmd.Stdout, cmd.Stderr = logs, logs
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("starting the Cluster API manager: %v", err)
+	}
+	exited := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(exited) }()
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		<-exited
+		if t.Failed() || os.Getenv("E2E_PROCESS_LOGS") != "" {
+			t.Logf("Cluster API manager output (last 8 KiB):\n%s", tail(logs.String(), 8192))
+		}
+	})
+}
+
+func tail(s string, n int) string {
+	if len(s) > n {
+		return s[len(s)-n:]
+	}
+	return s
+}
+
+func freeLoopbackPort(t *testing.T) int {
+	t.Helper()
+	listener, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer listener.Close()
+	return listener.Addr().(*net.TCPAddr).Port
+}
+
+func writeSelfSignedCert(t *testing.T, dir string) {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	template := &x509.Certificate{
+		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "cluster-api-webhook"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour),
+		IPAddresses: []net.IP{net.ParseIP("127.0.0.1")},
+	}
+	der, err := x509.CreateCertificate(rand.Reader, template, template, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	keyDER, err := x509.MarshalECPrivateKey(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "tls.crt"), pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "tls.key"), pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: keyDER}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// runTestInfrastructure runs the test infrastructure and bootstrap
+// providers: machines in the management cluster, kwok Nodes in the
+// workload cluster.
+func runTestInfrastructure(t *testing.T, management, workload client.Client) {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		(&clusterapitest.Providers{Management: management, Workload: workload, Interval: 200 * time.Millisecond}).Run(ctx)
+	}()
+	t.Cleanup(func() { cancel(); <-done })
+}
+
+// capiCluster makes a CAPI Cluster named name in namespace, its test
+// infrastructure and control plane, the kubeconfig Secret through which
+// CAPI reaches the workload cluster, and a machine template per size.
+func capiCluster(g *WithT, kube client.Client, namespace, name string, workloadKubeconfig []byte) {
+	ctx := context.Background()
+	objects := []*unstructured.Unstructured{
+		capiObject(clusterapitest.ClusterKind.GroupVersion().String(), "TestCluster", namespace, name, map[string]any{}),
+		capiObject(clusterapitest.ControlPlaneKind.GroupVersion().String(), "TestControlPlane", namespace, name, map[string]any{}),
+		capiObject(clusterapi.ClusterKind.GroupVersion().String(), "Cluster", namespace, name, map[string]any{
+			"infrastructureRef": map[string]any{"apiGroup": clusterapitest.InfraGroup, "kind": "TestCluster", "name": name},
+			"controlPlaneRef":   map[string]any{"apiGroup": clusterapitest.ControlPlaneGroup, "kind": "TestControlPlane", "name": name},
+		}),
+		capiObject(clusterapitest.ConfigTmplKind.GroupVersion().String(), "TestConfigTemplate", namespace, "join", map[string]any{
+			"template": map[string]any{"spec": map[string]any{}},
+		}),
+	}
+	for _, obj := range objects {
+		g.Expect(kube.Create(ctx, obj)).To(Succeed(), "creating %s %s", obj.GetKind(), obj.GetName())
+	}
+	g.Expect(kube.Create(ctx, &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: name + "-kubeconfig",
+			Labels: map[string]string{clusterapi.LabelClusterName: name}},
+		Type: "cluster.x-k8s.io/secret",
+		Data: map[string][]byte{"value": workloadKubeconfig},
+	})).To(Succeed())
+}
+
+// machineTemplate makes a TestMachineTemplate of a size, reporting it in
+// status.capacity as the CAPI contract has templates do for scale from zero.
+func machineTemplate(g *WithT, kube client.Client, namespace, name, cpu, memory string) {
+	ctx := context.Background()
+	template := capiObject(clusterapitest.TemplateKind.GroupVersion().String(), "TestMachineTemplate", namespace, name, map[string]any{
+		"template": map[string]any{"spec": map[string]any{"capacity": map[string]any{"cpu": cpu, "memory": memory}}},
+	})
+	g.Expect(kube.Create(ctx, template)).To(Succeed())
+	_ = unstructured.SetNestedStringMap(template.Object, map[string]string{"cpu": cpu, "memory": memory}, "status", "capacity")
+	g.Expect(kube.Status().Update(ctx, template)).To(Succeed())
+}
+
+func capiObject(apiVersion, kind, namespace, name string, spec map[string]any) *unstructured.Unstructured {
+	obj := &unstructured.Unstructured{Object: map[string]any{"spec": spec}}
+	obj.SetAPIVersion(apiVersion)
+	obj.SetKind(kind)
+	obj.SetNamespace(namespace)
+	obj.SetName(name)
+	return obj
+}
+
+// capiMachines lists the Machines of a namespace.
+func capiMachines(g Gomega, kube client.Client, namespace string) []unstructured.Unstructured {
+	list := &unstructured.UnstructuredList{}
+	list.SetGroupVersionKind(clusterapi.MachineKind.GroupVersion().WithKind("MachineList"))
+	g.Expect(kube.List(context.Background(), list, client.InNamespace(namespace))).To(Succeed())
+	return list.Items
+}
+
+// clusterAPIProvider makes the scenario's clusterapi NodeProvider, shape
+// c4 made from template, and its pool of that shape, priced by the pool.
+func (s *scenario) clusterAPIProvider(template string, credentials *v1alpha1.SecretReference) {
+	s.g.Expect(env.Client.Create(s.ctx, &v1alpha1.NodeProvider{
+		ObjectMeta: metav1.ObjectMeta{Name: s.name},
+		Spec: v1alpha1.NodeProviderSpec{
+			Type:                 v1alpha1.ProviderTypeClusterAPI,
+			CredentialsSecretRef: credentials,
+			ClusterAPI: &v1alpha1.ClusterAPISettings{
+				Cluster: v1alpha1.ClusterAPIClusterReference{Namespace: s.namespace, Name: s.name},
+				Shapes: []v1alpha1.ClusterAPIShape{{
+					Name:                    "c4",
+					InfrastructureTemplate:  &v1alpha1.ClusterAPITemplateReference{APIGroup: clusterapitest.InfraGroup, Kind: "TestMachineTemplate", Name: template},
+					BootstrapConfigTemplate: &v1alpha1.ClusterAPITemplateReference{APIGroup: clusterapitest.BootstrapGroup, Kind: "TestConfigTemplate", Name: "join"},
+					Version:                 "v1.37.0",
+				}},
+			},
+		},
+	})).To(Succeed())
+	s.createPool(func(pool *v1alpha1.NodePool) {
+		// No size: the template's status.capacity gives it.
+		pool.Spec.Shapes.Fixed = []v1alpha1.Shape{{Name: "c4", Price: "0.1"}}
+	})
+}
+
+// From zero to three pods on two CAPI Machines made by the real Cluster API
+// controllers, a template change replacing every Machine, and back to zero
+// with no Machine left.
+func TestClusterAPIScaleFromZeroDriftAndToZero(t *testing.T) {
+	s := newScenario(t, "capi-scale")
+	kubeconfig, err := os.ReadFile(env.KubeconfigPath)
+	s.g.Expect(err).NotTo(HaveOccurred())
+	capiCluster(s.g, env.Client, s.namespace, s.name, kubeconfig)
+	machineTemplate(s.g, env.Client, s.namespace, "c4-v1", "4", "16Gi")
+	startClusterAPI(t, env.KubeconfigPath)
+	runTestInfrastructure(t, env.Client, env.Client)
+	s.clusterAPIProvider("c4-v1", nil)
+	startOperator(t, operatorOptions{})
+
+	// 1500m each: two pods per 4-cpu node, so three pods need two Machines.
+	web := s.createDeployment("web", 3, "1500m", nil)
+	s.g.Eventually(func() int { return s.runningPods("web") }).Should(Equal(3))
+	s.g.Eventually(func(g Gomega) {
+		claims := s.claims()
+		g.Expect(claims).To(HaveLen(2))
+		machines := capiMachines(g, env.Client, s.namespace)
+		g.Expect(machines).To(HaveLen(2), "one Machine per claim")
+		for _, machine := range machines {
+			nodeRef, _, _ := unstructured.NestedString(machine.Object, "status", "nodeRef", "name")
+			g.Expect(nodeRef).To(Equal(machine.GetName()), "CAPI found the Machine's node")
+			phase, _, _ := unstructured.NestedString(machine.Object, "status", "phase")
+			g.Expect(phase).To(Equal("Running"))
+		}
+	}).Should(Succeed())
+
+	// A new template for the shape drifts both claims; each is replaced by
+	// a Machine made from it.
+	machineTemplate(s.g, env.Client, s.namespace, "c4-v2", "4", "16Gi")
+	originals := map[string]bool{}
+	for _, claim := range s.claims() {
+		originals[claim.Name] = true
+	}
+	s.g.Eventually(func() error {
+		var np v1alpha1.NodeProvider
+		if err := env.Client.Get(s.ctx, client.ObjectKey{Name: s.name}, &np); err != nil {
+			return err
+		}
+		np.Spec.ClusterAPI.Shapes[0].InfrastructureTemplate.Name = "c4-v2"
+		return env.Client.Update(s.ctx, &np)
+	}).Should(Succeed())
+	s.g.Eventually(func(g Gomega) {
+		claims := s.claims()
+		g.Expect(claims).NotTo(BeEmpty())
+		for _, claim := range claims {
+			g.Expect(originals).NotTo(HaveKey(claim.Name), "claim %s is still an original", claim.Name)
+		}
+		machines := capiMachines(g, env.Client, s.namespace)
+		g.Expect(machines).To(HaveLen(len(claims)))
+		for _, machine := range machines {
+			g.Expect(machine.GetAnnotations()[clusterapi.AnnotationTemplates]).To(ContainSubstring("/c4-v2"))
+		}
+		g.Expect(s.runningPods("web")).To(Equal(3))
+	}).Should(Succeed())
+
+	// To zero: the empty nodes go, and so do their Machines.
+	s.scale(web, 0)
+	s.g.Eventually(func(g Gomega) {
+		g.Expect(s.claims()).To(BeEmpty())
+		g.Expect(capiMachines(g, env.Client, s.namespace)).To(BeEmpty())
+		g.Expect(s.nodes()).To(BeEmpty())
+	}).Should(Succeed())
+	s.cleanup()
+}
+
+// A controller restarted while its Machines are still provisioning finds
+// them again: every claim ends with exactly the Machine it had before the
+// restart, none lost and none doubled.
+func TestClusterAPIRestartMidScaleUpKeepsOneMachinePerClaim(t *testing.T) {
+	s := newScenario(t, "capi-restart")
+	kubeconfig, err := os.ReadFile(env.KubeconfigPath)
+	s.g.Expect(err).NotTo(HaveOccurred())
+	capiCluster(s.g, env.Client, s.namespace, s.name, kubeconfig)
+	machineTemplate(s.g, env.Client, s.namespace, "c4", "4", "16Gi")
+	startClusterAPI(t, env.KubeconfigPath)
+	s.clusterAPIProvider("c4", nil)
+	stop := startOperator(t, operatorOptions{})
+
+	// No infrastructure runs yet: the Machines are made and stay
+	// unprovisioned, the claims wait for their providerIDs.
+	s.createDeployment("web", 3, "1500m", nil)
+	before := map[string]string{}
+	s.g.Eventually(func(g Gomega) {
+		claims := s.claims()
+		g.Expect(claims).To(HaveLen(2))
+		machines := capiMachines(g, env.Client, s.namespace)
+		g.Expect(machines).To(HaveLen(2))
+		for _, machine := range machines {
+			before[machine.GetName()] = string(machine.GetUID())
+		}
+		for _, claim := range claims {
+			g.Expect(before).To(HaveKey(claim.Name))
+			g.Expect(meta.IsStatusConditionTrue(claim.Status.Conditions, v1alpha1.ConditionLaunched)).To(BeFalse())
+		}
+	}).Should(Succeed())
+	stop()
+
+	startOperator(t, operatorOptions{})
+	runTestInfrastructure(t, env.Client, env.Client)
+	s.g.Eventually(func() int { return s.runningPods("web") }).Should(Equal(3))
+	s.g.Eventually(s.readyClaims).Should(Equal(2))
+	after := map[string]string{}
+	for _, machine := range capiMachines(s.g, env.Client, s.namespace) {
+		after[machine.GetName()] = string(machine.GetUID())
+	}
+	s.g.Expect(after).To(Equal(before), "the same Machines, no more and no fewer")
+	s.cleanup()
+}
+
+// Hub and spoke: the Machines live in a management cluster (a second
+// control plane, where the CAPI controllers run), the pods and nodes in the
+// workload cluster where claimscale runs. The NodeProvider reaches the
+// management cluster through a kubeconfig in its credentials Secret; CAPI
+// reaches the workload cluster through the Cluster's kubeconfig Secret.
+func TestClusterAPIHubAndSpoke(t *testing.T) {
+	s := newScenario(t, "capi-hub")
+	root, err := testenv.RepoRoot()
+	s.g.Expect(err).NotTo(HaveOccurred())
+	crds, err := clusterapitest.CRDPaths(root)
+	s.g.Expect(err).NotTo(HaveOccurred())
+	management, err := testenv.Start(testenv.Options{CRDPaths: crds, Logs: processLogs()})
+	t.Cleanup(func() { _ = management.Stop() })
+	s.g.Expect(err).NotTo(HaveOccurred())
+
+	// The Cluster, templates and Machines exist only in the management
+	// cluster, in a namespace of the same name.
+	s.g.Expect(management.Client.Create(s.ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: s.namespace}})).To(Succeed())
+	workloadKubeconfig, err := os.ReadFile(env.KubeconfigPath)
+	s.g.Expect(err).NotTo(HaveOccurred())
+	capiCluster(s.g, management.Client, s.namespace, s.name, workloadKubeconfig)
+	machineTemplate(s.g, management.Client, s.namespace, "c4", "4", "16Gi")
+	startClusterAPI(t, management.KubeconfigPath)
+	runTestInfrastructure(t, management.Client, env.Client)
+
+	managementKubeconfig, err := os.ReadFile(management.KubeconfigPath)
+	s.g.Expect(err).NotTo(HaveOccurred())
+	secret := &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Namespace: controllerNamespace, Name: s.name + "-management"},
+		Data:       map[string][]byte{"kubeconfig": managementKubeconfig},
+	}
+	s.g.Expect(env.Client.Create(s.ctx, secret)).To(Succeed())
+	t.Cleanup(func() { _ = env.Client.Delete(context.Background(), secret) })
+	s.clusterAPIProvider("c4", &v1alpha1.SecretReference{Namespace: controllerNamespace, Name: secret.Name})
+	startOperator(t, operatorOptions{})
+
+	web := s.createDeployment("web", 2, "1500m", nil)
+	s.g.Eventually(func() int { return s.runningPods("web") }).Should(Equal(2))
+	s.g.Eventually(func(g Gomega) {
+		claims := s.claims()
+		g.Expect(claims).To(HaveLen(1))
+		machines := capiMachines(g, management.Client, s.namespace)
+		g.Expect(machines).To(HaveLen(1))
+		g.Expect(machines[0].GetName()).To(Equal(claims[0].Name))
+		nodeRef, _, _ := unstructured.NestedString(machines[0].Object, "status", "nodeRef", "name")
+		g.Expect(nodeRef).To(Equal(claims[0].Status.NodeName), "CAPI in the management cluster found the workload node")
+	}).Should(Succeed())
+	s.g.Expect(capiMachines(s.g, env.Client, s.namespace)).To(BeEmpty(), "no Machine in the workload cluster")
+
+	s.scale(web, 0)
+	s.g.Eventually(func(g Gomega) {
+		g.Expect(s.claims()).To(BeEmpty())
+		g.Expect(capiMachines(g, management.Client, s.namespace)).To(BeEmpty())
+	}).Should(Succeed())
+	s.cleanup()
+}
+
+// A shape taken from a MachineDeployment: the real CAPI controllers run
+// that MachineDeployment at zero replicas beside claimscale's Machines
+// without adopting them, and pointing it at a new template (a CAPI
+// rollout's first step) drifts and replaces claimscale's Machines too.
+func TestClusterAPIMachineDeploymentRolloutDriftsClaims(t *testing.T) {
+	s := newScenario(t, "capi-md")
+	kubeconfig, err := os.ReadFile(env.KubeconfigPath)
+	s.g.Expect(err).NotTo(HaveOccurred())
+	capiCluster(s.g, env.Client, s.namespace, s.name, kubeconfig)
+	machineTemplate(s.g, env.Client, s.namespace, "c4-v1", "4", "16Gi")
+	md := capiObject(clusterapi.MachineDeploymentKind.GroupVersion().String(), "MachineDeployment", s.namespace, "workers", map[string]any{
+		"clusterName": s.name,
+		"replicas":    int64(0),
+		"selector":    map[string]any{"matchLabels": map[string]any{"md": "workers"}},
+		"template": map[string]any{
+			"metadata": map[string]any{"labels": map[string]any{"md": "workers"}},
+			"spec": map[string]any{
+				"clusterName":       s.name,
+				"version":           "v1.37.0",
+				"bootstrap":         map[string]any{"configRef": map[string]any{"apiGroup": clusterapitest.BootstrapGroup, "kind": "TestConfigTemplate", "name": "join"}},
+				"infrastructureRef": map[string]any{"apiGroup": clusterapitest.InfraGroup, "kind": "TestMachineTemplate", "name": "c4-v1"},
+			},
+		},
+	})
+	s.g.Expect(env.Client.Create(s.ctx, md)).To(Succeed())
+	startClusterAPI(t, env.KubeconfigPath)
+	runTestInfrastructure(t, env.Client, env.Client)
+	s.g.Expect(env.Client.Create(s.ctx, &v1alpha1.NodeProvider{
+		ObjectMeta: metav1.ObjectMeta{Name: s.name},
+		Spec: v1alpha1.NodeProviderSpec{
+			Type: v1alpha1.ProviderTypeClusterAPI,
+			ClusterAPI: &v1alpha1.ClusterAPISettings{
+				Cluster: v1alpha1.ClusterAPIClusterReference{Namespace: s.namespace, Name: s.name},
+				Shapes:  []v1alpha1.ClusterAPIShape{{Name: "c4", MachineDeployment: "workers"}},
+			},
+		},
+	})).To(Succeed())
+	s.createPool(func(pool *v1alpha1.NodePool) {
+		pool.Spec.Shapes.Fixed = []v1alpha1.Shape{{Name: "c4", Price: "0.1"}}
+	})
+	startOperator(t, operatorOptions{})
+
+	s.createDeployment("web", 2, "1500m", nil)
+	var original string
+	s.g.Eventually(func(g Gomega) {
+		g.Expect(s.runningPods("web")).To(Equal(2))
+		claims := s.claims()
+		g.Expect(claims).To(HaveLen(1))
+		machines := capiMachines(g, env.Client, s.namespace)
+		g.Expect(machines).To(HaveLen(1))
+		for _, owner := range machines[0].GetOwnerReferences() {
+			// CAPI makes the Cluster an owner; a MachineSet must not be.
+			g.Expect(owner.Kind).NotTo(Equal("MachineSet"), "a MachineSet adopted the Machine")
+		}
+		original = claims[0].Name
+	}).Should(Succeed())
+
+	machineTemplate(s.g, env.Client, s.namespace, "c4-v2", "4", "16Gi")
+	s.g.Eventually(func() error {
+		current := &unstructured.Unstructured{}
+		current.SetGroupVersionKind(clusterapi.MachineDeploymentKind)
+		if err := env.Client.Get(s.ctx, client.ObjectKeyFromObject(md), current); err != nil {
+			return err
+		}
+		_ = unstructured.SetNestedField(current.Object, "c4-v2", "spec", "template", "spec", "infrastructureRef", "name")
+		return env.Client.Update(s.ctx, current)
+	}).Should(Succeed())
+	s.g.Eventually(func(g Gomega) {
+		claims := s.claims()
+		g.Expect(claims).To(HaveLen(1))
+		g.Expect(claims[0].Name).NotTo(Equal(original))
+		machines := capiMachines(g, env.Client, s.namespace)
+		g.Expect(machines).To(HaveLen(1))
+		g.Expect(machines[0].GetAnnotations()[clusterapi.AnnotationTemplates]).To(ContainSubstring("/c4-v2"))
+		g.Expect(s.runningPods("web")).To(Equal(2))
+	}).Should(Succeed())
+	s.g.Expect(containsAny(eventsOf(s.g, "NodeClaim", original), clusterapi.DriftMachineDeployment) ||
+		containsAny(eventsOf(s.g, "NodeClaim", original), "now makes Machines from")).To(BeTrue(), "claim %s was Drifted by the rollout", original)
+	s.cleanup()
+}
+
+// The chart grants rights on Cluster API Machines only with
+// clusterAPIProvider.enabled.
+func TestChartGrantsMachinesOnlyWithTheClusterAPIProvider(t *testing.T) {
+	g := NewWithT(t)
+	machineVerbs := func(objects []*unstructured.Unstructured) []string {
+		var found []string
+		for _, object := range objects {
+			if object.GetKind() != "ClusterRole" && object.GetKind() != "Role" {
+				continue
+			}
+			rules, _, _ := unstructured.NestedSlice(object.Object, "rules")
+			for _, r := range rules {
+				rule := r.(map[string]any)
+				resources, _ := rule["resources"].([]any)
+				verbs, _ := rule["verbs"].([]any)
+				for _, resource := range resources {
+					for _, verb := range verbs {
+						if resource == "machines" {
+							found = append(found, object.GetKind()+"/"+object.GetName()+": "+verb.(string)+" "+resource.(string))
+						}
+					}
+				}
+			}
+		}
+		return found
+	}
+	g.Expect(machineVerbs(helmTemplate(t, "--set", "clusterName=x"))).To(BeEmpty())
+	g.Expect(machineVerbs(helmTemplate(t, "--set", "clusterName=x", "--set", "clusterAPIProvider.enabled=true"))).To(ContainElements(
+		"ClusterRole/claimscale-clusterapi: create machines", "ClusterRole/claimscale-clusterapi: delete machines"))
+}
