@@ -261,3 +261,39 @@ func TestWhyNodeSaysWhatKeepsIt(t *testing.T) {
 		g.Expect(claims[0].Name).NotTo(Equal(kept.Name))
 	}).Should(Succeed(), "once nothing holds it the node is replaced by a cheaper one")
 }
+
+// In dry-run the controller decides as in native mode and records it, but
+// buys nothing: the pods stay pending, no claim or machine appears, and
+// `why pod/…` says which pool and shape a real run would have bought.
+func TestDryRunDecidesAndRecordsButCreatesNothing(t *testing.T) {
+	address := freeLocalAddress(t)
+	startOperator(t, operatorOptions{metricsAddress: address, dryRun: true})
+	s := newScenario(t, "dry-run")
+	defer s.cleanup()
+	cli := newClaimscaleCLI(s.ctx, t, address)
+	s.createProvider(v1alpha1.SimulatedSettings{})
+	s.createPool(nil)
+	s.createDeployment("web", 2, "1", nil)
+	s.g.Eventually(func() []corev1.Pod { return s.pods("web") }).Should(HaveLen(2))
+	pods := s.pods("web")
+
+	for _, pod := range pods {
+		var out string
+		s.g.Eventually(func(g Gomega) {
+			out = cli.why(g, "pod/"+pod.Name, "-n", s.namespace)
+			g.Expect(out).To(ContainSubstring("pod %s/%s: NewNode (dry-run)", s.namespace, pod.Name))
+			g.Expect(out).To(ContainSubstring("a new node of pool %s, shape c4", s.name))
+		}).Should(Succeed())
+		t.Logf("kubectl claimscale why pod/%s:\n%s", pod.Name, out)
+		s.g.Eventually(func() []string { return eventsOf(s.g, "Pod", pod.Name) }).
+			Should(ContainElement(ContainSubstring("WouldNominate: dry-run: pod would schedule on a new node (pool %s, shape c4)", s.name)))
+	}
+	s.g.Consistently(func(g Gomega) {
+		g.Expect(s.claims()).To(BeEmpty())
+		g.Expect(s.machines()).To(BeEmpty())
+		g.Expect(s.nodes()).To(BeEmpty())
+		for _, pod := range s.pods("web") {
+			g.Expect(pod.Spec.NodeName).To(BeEmpty())
+		}
+	}, 5*time.Second, 250*time.Millisecond).Should(Succeed(), "a dry run buys nothing, and the pods stay pending")
+}
