@@ -235,6 +235,15 @@ func TestWhyNodeSaysWhatKeepsIt(t *testing.T) {
 		s.g.Expect(byClaim).To(ContainSubstring("Kept, "+reason), "the same record by the claim's name")
 	}
 
+	// get shows the kept node with what it costs and how full it is: one
+	// cpu of four requested.
+	s.g.Eventually(func(g Gomega) {
+		out, err := cli.run("get")
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(out).To(MatchRegexp(`(?m)^%s\s+%s\s+%s\s+c4\s+\S+\s+\S+\s+25%%\s+\d+%%\s+0\.4\s+Ready$`, s.name, kept.Name, kept.Status.NodeName))
+		t.Logf("kubectl claimscale get:\n%s", out)
+	}).Should(Succeed())
+
 	guarded := s.pods("guarded")[0]
 	expectWhy("DoNotDisrupt", "pod "+s.namespace+"/"+guarded.Name+" is annotated "+v1alpha1.AnnotationDoNotDisrupt)
 
