@@ -121,8 +121,9 @@ type Store struct {
 	DryRun bool
 
 	mu    sync.RWMutex
-	pods  map[string]PodRecord
-	nodes map[string]NodeRecord
+	pods   map[string]PodRecord
+	nodes  map[string]NodeRecord
+	offers map[string]PoolOffer
 }
 
 // NewStore returns an empty store.

@@ -15,6 +15,7 @@ const Path = "/decisions/"
 //	GET /decisions/pods/NAMESPACE/NAME  the pod's latest record
 //	GET /decisions/nodes/NAME           the node's (or claim's) latest record
 //	GET /decisions/pods, /decisions/nodes  every record of the kind
+//	GET /decisions/pools                what each pool could make, for simulations
 //
 // Authentication and authorization are the server's (the metrics server's
 // filter: the caller's token, a SubjectAccessReview on the path).
@@ -30,6 +31,8 @@ func Handler(store *Store) http.Handler {
 			writeJSON(w, store.Pods())
 		case len(parts) == 1 && parts[0] == "nodes":
 			writeJSON(w, store.Nodes())
+		case len(parts) == 1 && parts[0] == "pools":
+			writeJSON(w, store.PoolOffers())
 		case len(parts) == 3 && parts[0] == "pods":
 			if record, ok := store.Pod(parts[1], parts[2]); ok {
 				writeJSON(w, record)

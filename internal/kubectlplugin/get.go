@@ -213,4 +213,3 @@ func orDash(s string) string {
 	}
 	return s
 }
-

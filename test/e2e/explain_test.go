@@ -3,6 +3,9 @@ package e2e
 import (
 	"bytes"
 	"context"
+	"os"
+	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -12,11 +15,15 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/cli-runtime/pkg/genericiooptions"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/yaml"
 
 	"github.com/claimscale/claimscale/api/v1alpha1"
 	"github.com/claimscale/claimscale/internal/kubectlplugin"
@@ -26,8 +33,8 @@ import (
 // in-process controller's endpoint, as a user bound to the decisions
 // reader role (the chart's <release>-decisions-reader) with a token.
 type claimscaleCLI struct {
-	endpoint string
-	token    string
+	endpoint   string
+	kubeconfig string
 }
 
 func newClaimscaleCLI(ctx context.Context, t *testing.T, endpoint string) *claimscaleCLI {
@@ -56,15 +63,34 @@ func newClaimscaleCLI(ctx context.Context, t *testing.T, endpoint string) *claim
 		}
 		t.Cleanup(func() { _ = env.Client.Delete(context.Background(), object) })
 	}
-	return &claimscaleCLI{endpoint: "https://" + endpoint, token: token}
+	kubeconfig := clientcmdapi.NewConfig()
+	kubeconfig.Clusters["e2e"] = &clientcmdapi.Cluster{Server: env.Config.Host, CertificateAuthorityData: env.Config.CAData}
+	kubeconfig.AuthInfos["reader"] = &clientcmdapi.AuthInfo{Token: token}
+	kubeconfig.Contexts["e2e"] = &clientcmdapi.Context{Cluster: "e2e", AuthInfo: "reader", Namespace: "default"}
+	kubeconfig.CurrentContext = "e2e"
+	path := filepath.Join(t.TempDir(), "kubeconfig")
+	if err := clientcmd.WriteToFile(*kubeconfig, path); err != nil {
+		t.Fatal(err)
+	}
+	// get and simulate list nodes, pods, DaemonSets and claimscale.io
+	// objects with the caller's credentials; here an administrator's.
+	viewer := &rbacv1.ClusterRoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: account + "-view"},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "cluster-admin"},
+		Subjects:   []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: account, Namespace: controllerNamespace}},
+	}
+	if err := env.Client.Create(ctx, viewer); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = env.Client.Delete(context.Background(), viewer) })
+	return &claimscaleCLI{endpoint: "https://" + endpoint, kubeconfig: path}
 }
 
 // run returns what the command printed, and its error.
 func (c *claimscaleCLI) run(args ...string) (string, error) {
 	var out, errOut bytes.Buffer
 	cmd := kubectlplugin.NewCommand(genericiooptions.IOStreams{In: &bytes.Buffer{}, Out: &out, ErrOut: &errOut})
-	cmd.SetArgs(append(args, "--server", env.Config.Host, "--token", c.token,
-		"--endpoint", c.endpoint, "--insecure-skip-endpoint-verify"))
+	cmd.SetArgs(append(args, "--kubeconfig", c.kubeconfig, "--endpoint", c.endpoint, "--insecure-skip-endpoint-verify"))
 	err := cmd.Execute()
 	return out.String(), err
 }
@@ -305,4 +331,91 @@ func TestDryRunDecidesAndRecordsButCreatesNothing(t *testing.T) {
 			g.Expect(pod.Spec.NodeName).To(BeEmpty())
 		}
 	}, 5*time.Second, 250*time.Millisecond).Should(Succeed(), "a dry run buys nothing, and the pods stay pending")
+}
+
+// simulate answers "what if I deploy this" with the controller's own
+// decision: it says which nodes would be bought, writes nothing (every
+// object it reads keeps its resourceVersion), and the controller, given
+// the same workload for real, buys exactly those.
+func TestSimulateAgreesWithTheControllerAndWritesNothing(t *testing.T) {
+	address := freeLocalAddress(t)
+	startOperator(t, operatorOptions{metricsAddress: address})
+	s := newScenario(t, "simulate")
+	defer s.cleanup()
+	cli := newClaimscaleCLI(s.ctx, t, address)
+	s.createProvider(v1alpha1.SimulatedSettings{})
+	s.createPool(func(pool *v1alpha1.NodePool) {
+		pool.Spec.Shapes.Fixed = []v1alpha1.Shape{
+			{Name: "c4", CPU: qty("4"), Memory: qty("16Gi"), Price: "0.4"},
+			{Name: "c8", CPU: qty("8"), Memory: qty("32Gi"), Price: "0.9"},
+		}
+	})
+	web := s.deploymentObject("web", 5, "1500m")
+	workload := filepath.Join(t.TempDir(), "workload.yaml")
+	data, err := yaml.Marshal(web)
+	s.g.Expect(err).NotTo(HaveOccurred())
+	s.g.Expect(os.WriteFile(workload, data, 0o600)).To(Succeed())
+
+	before := s.resourceVersions()
+	var out string
+	s.g.Eventually(func(g Gomega) {
+		out, err = cli.run("simulate", "-f", workload, "-n", s.namespace)
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(out).NotTo(ContainSubstring("pools left out"), "the controller has resolved the pool")
+	}).Should(Succeed())
+	t.Logf("kubectl claimscale simulate -f workload.yaml:\n%s", out)
+	s.g.Expect(s.resourceVersions()).To(Equal(before), "simulate wrote nothing")
+	predicted := simulatedNodes(out, s.name)
+	s.g.Expect(predicted).NotTo(BeEmpty())
+	s.g.Expect(out).NotTo(ContainSubstring("would stay pending"))
+
+	s.g.Expect(env.Client.Create(s.ctx, web)).To(Succeed())
+	s.g.Eventually(func() int { return s.runningPods("web") }).Should(Equal(5))
+	actual := map[string]int{}
+	for _, claim := range s.claims() {
+		actual[claim.Spec.Shape.Name]++
+	}
+	s.g.Expect(actual).To(Equal(predicted), "the controller bought what simulate said")
+}
+
+// simulatedNodes reads simulate's table: count per shape of one pool.
+func simulatedNodes(out, pool string) map[string]int {
+	counts := map[string]int{}
+	for _, line := range strings.Split(out, "\n") {
+		fields := strings.Fields(line)
+		if len(fields) == 5 && fields[0] == pool {
+			n, err := strconv.Atoi(fields[3])
+			if err == nil {
+				counts[fields[1]] += n
+			}
+		}
+	}
+	return counts
+}
+
+// resourceVersions of every object of every kind a simulation reads, and
+// of the controller's machines, keyed by kind, namespace and name.
+func (s *scenario) resourceVersions() map[string]string {
+	versions := map[string]string{}
+	for kind, list := range map[string]client.ObjectList{
+		"Pod": &corev1.PodList{}, "Node": &corev1.NodeList{}, "Namespace": &corev1.NamespaceList{},
+		"ConfigMap": &corev1.ConfigMapList{}, "Deployment": &appsv1.DeploymentList{}, "DaemonSet": &appsv1.DaemonSetList{},
+		"ReplicaSet": &appsv1.ReplicaSetList{}, "PodDisruptionBudget": &policyv1.PodDisruptionBudgetList{},
+		"NodePool": &v1alpha1.NodePoolList{}, "NodeClaim": &v1alpha1.NodeClaimList{}, "NodeProvider": &v1alpha1.NodeProviderList{},
+	} {
+		s.g.Expect(env.Client.List(s.ctx, list)).To(Succeed())
+		items, err := meta.ExtractList(list)
+		s.g.Expect(err).NotTo(HaveOccurred())
+		for _, item := range items {
+			object := item.(client.Object)
+			// Only what this scenario owns: other objects (kwok's node
+			// heartbeats, leases) change on their own.
+			if object.GetNamespace() != s.namespace && object.GetNamespace() != controllerNamespace &&
+				object.GetName() != s.name && object.GetName() != s.namespace && object.GetLabels()[v1alpha1.LabelNodePool] != s.name {
+				continue
+			}
+			versions[kind+" "+object.GetNamespace()+"/"+object.GetName()] = object.GetResourceVersion()
+		}
+	}
+	return versions
 }

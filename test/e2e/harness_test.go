@@ -243,8 +243,19 @@ func (s *scenario) createPool(mutate func(*v1alpha1.NodePool)) *v1alpha1.NodePoo
 // createDeployment makes a Deployment whose pods land only on the
 // scenario's pool (by its template label) and request cpu each.
 func (s *scenario) createDeployment(name string, replicas int32, cpu string, mutate func(*appsv1.Deployment)) *appsv1.Deployment {
+	deployment := s.deploymentObject(name, replicas, cpu)
+	if mutate != nil {
+		mutate(deployment)
+	}
+	s.g.Expect(env.Client.Create(s.ctx, deployment)).To(Succeed())
+	return deployment
+}
+
+// deploymentObject is the Deployment createDeployment makes, unwritten.
+func (s *scenario) deploymentObject(name string, replicas int32, cpu string) *appsv1.Deployment {
 	labels := map[string]string{"app": name}
 	deployment := &appsv1.Deployment{
+		TypeMeta:   metav1.TypeMeta{APIVersion: "apps/v1", Kind: "Deployment"},
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: s.namespace},
 		Spec: appsv1.DeploymentSpec{
 			Replicas: ptr(replicas),
@@ -264,10 +275,6 @@ func (s *scenario) createDeployment(name string, replicas int32, cpu string, mut
 			},
 		},
 	}
-	if mutate != nil {
-		mutate(deployment)
-	}
-	s.g.Expect(env.Client.Create(s.ctx, deployment)).To(Succeed())
 	return deployment
 }
 

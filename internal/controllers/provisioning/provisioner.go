@@ -409,6 +409,7 @@ func (p *Provisioner) schedulingPool(ctx context.Context, pool *v1alpha1.NodePoo
 		shapeNames = append(shapeNames, shape.Name)
 	}
 	zones, unavailable := p.Capacity.Narrow(pool.Name, zonesOf(&nodeProvider), shapeNames)
+	p.Decisions.RecordPoolOffer(decisions.PoolOffer{Pool: pool.Name, Shapes: offerShapes(offered), Zones: zones, Unavailable: unavailable})
 	return scheduling.Pool{
 		NodePool: pool,
 		Shapes:   shapes,
@@ -484,6 +485,14 @@ func (p *Provisioner) recordWouldCreate(pool *v1alpha1.NodePool, newNode schedul
 		p.Recorder.Eventf(pod, nil, corev1.EventTypeNormal, "WouldNominate", "Provision",
 			"dry-run: pod would schedule on a new node (pool %s, shape %s); no claim was created", pool.Name, newNode.Shape.Name)
 	}
+}
+
+func offerShapes(offered []provider.Shape) []decisions.OfferShape {
+	out := make([]decisions.OfferShape, 0, len(offered))
+	for _, shape := range offered {
+		out = append(out, decisions.OfferShape{Name: shape.Name, Capacity: shape.Capacity, Price: shape.Price})
+	}
+	return out
 }
 
 func (p *Provisioner) now() time.Time {
