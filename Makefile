@@ -63,8 +63,9 @@ verify: generate manifests proto ## Fail when generated files are stale or gofmt
 	go vet ./...
 
 .PHONY: build
-build: ## Build bin/claimscale and the reference provider plugin bin/claimscale-provider-example.
+build: ## Build bin/claimscale, the kubectl plugin bin/kubectl-claimscale and the reference provider plugin bin/claimscale-provider-example.
 	@if [ -d cmd/claimscale ]; then go build -ldflags "$(LDFLAGS)" -o $(BIN)/claimscale ./cmd/claimscale; fi
+	go build -ldflags "$(LDFLAGS)" -o $(BIN)/kubectl-claimscale ./cmd/kubectl-claimscale
 	go build -o $(BIN)/claimscale-provider-example ./cmd/claimscale-provider-example
 
 .PHONY: lint-chart

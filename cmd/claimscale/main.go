@@ -36,6 +36,7 @@ func main() {
 		printVersion        bool
 		secureMetrics       bool
 		simulatedProvider   bool
+		dryRun              bool
 		grpcOptions         externalgrpc.Options
 		bootstrapOptions    operator.BootstrapOptions
 	)
@@ -63,6 +64,7 @@ func main() {
 	flag.StringVar(&grpcOptions.ExpanderKeyFile, "grpc-expander-key", "", "externalgrpc mode: the expander certificate's key (PEM); --grpc-key when empty")
 	flag.StringVar(&bootstrapOptions.APIServerEndpoint, "bootstrap-api-server-endpoint", "", "host:port new machines join, for pools with a bootstrap section, when neither the pool nor kube-public/cluster-info says")
 	flag.StringVar(&bootstrapOptions.CAFile, "bootstrap-ca-file", "", "cluster CA (PEM) new machines trust, when kube-public/cluster-info is missing (default: the CA the controller trusts)")
+	flag.BoolVar(&dryRun, "dry-run", false, "native mode: decide and record as usual (kubectl claimscale why), with events and metrics marked dry-run, but create, delete, cordon and evict nothing; to run beside another autoscaler and compare")
 	flag.BoolVar(&printVersion, "version", false, "print the version and exit")
 	zapOptions := zap.Options{}
 	zapOptions.BindFlags(flag.CommandLine)
@@ -85,6 +87,7 @@ func main() {
 		Mode: operator.Mode(mode), ClusterName: clusterName, Namespace: namespace,
 		BatchIdle: batchIdle, BatchMax: batchMax, GCInterval: gcInterval, GCGracePeriod: gcGrace,
 		Registry: registry, ExternalGRPC: grpcOptions, Bootstrap: bootstrapOptions,
+		DryRun: dryRun,
 	}, metrics, healthAddress, leaderElect, leaderElectionNS); err != nil {
 		logger.Error(err, "exiting")
 		os.Exit(1)

@@ -28,6 +28,7 @@ import (
 	"github.com/claimscale/claimscale/internal/controllers/nodeprovider"
 	"github.com/claimscale/claimscale/internal/controllers/provisioning"
 	"github.com/claimscale/claimscale/internal/controllers/repair"
+	"github.com/claimscale/claimscale/internal/decisions"
 	"github.com/claimscale/claimscale/internal/externalgrpc"
 	"github.com/claimscale/claimscale/internal/externalscaler"
 	"github.com/claimscale/claimscale/internal/providers"
@@ -81,6 +82,9 @@ type Options struct {
 	// Bootstrap is the fallback API endpoint and CA for pools that render
 	// user data.
 	Bootstrap BootstrapOptions
+	// DryRun decides and records as in native mode, but creates, deletes,
+	// cordons and evicts nothing; events and metrics say dry-run.
+	DryRun bool
 }
 
 // BootstrapOptions are where joining machines find the API server when
@@ -100,6 +104,9 @@ type Operator struct {
 	Capacity  *capacity.Backoff
 	// ExternalGRPC is the externalgrpc server in ModeExternalGRPC, else nil.
 	ExternalGRPC *externalgrpc.Server
+	// Decisions are the latest provisioning and disruption decisions,
+	// served under decisions.Path on the metrics server.
+	Decisions *decisions.Store
 }
 
 // Setup registers the indexes and the controllers of the mode on mgr.
@@ -133,7 +140,10 @@ func Setup(ctx context.Context, mgr manager.Manager, opts Options) (*Operator, e
 	}
 	warm := &warmcapacity.Source{Clock: opts.WarmCapacityClock}
 	batcher := provisioning.NewBatcher(opts.BatchIdle, opts.BatchMax, opts.Clock)
-	op := &Operator{Providers: resolver, Capacity: capacityBackoff}
+	op := &Operator{Providers: resolver, Capacity: capacityBackoff, Decisions: decisions.NewStore(opts.DryRun)}
+	if err := mgr.AddMetricsServerExtraHandler(decisions.Path, decisions.Handler(op.Decisions)); err != nil {
+		return nil, fmt.Errorf("serving decisions: %w", err)
+	}
 	templates := &provisioning.TemplateCheck{Kube: mgr.GetClient()}
 	recorder := func(name string) events.EventRecorder { return newEventRecorder(mgr.GetEventRecorder(name)) }
 
@@ -157,14 +167,14 @@ func Setup(ctx context.Context, mgr manager.Manager, opts Options) (*Operator, e
 				Provisioner: &provisioning.Provisioner{
 					Kube: mgr.GetClient(), Providers: resolver, Capacity: capacityBackoff,
 					Recorder: recorder(provisioning.Name), Clock: opts.Clock, Templates: templates,
-					WarmCapacity: warm,
+					WarmCapacity: warm, Decisions: op.Decisions, DryRun: opts.DryRun,
 				},
 				Batcher: batcher,
 			},
 			&disruption.Controller{
 				Kube: mgr.GetClient(), Providers: resolver, Capacity: capacityBackoff,
 				Recorder: recorder(disruption.Name), Clock: opts.Clock,
-				WarmCapacity: warm,
+				WarmCapacity: warm, Decisions: op.Decisions, DryRun: opts.DryRun,
 			},
 			&repair.Controller{Kube: mgr.GetClient(), Recorder: recorder(repair.Name), Clock: opts.Clock},
 		)

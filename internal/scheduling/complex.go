@@ -175,12 +175,16 @@ func (r *round) placeComplex(cls *podClass, pods []*corev1.Pod) error {
 				r.fail(pods[i:], "no remaining node fits the pod")
 				return nil
 			}
-			n, reason, err := r.openFor(run, pod)
+			n, reason, refusals, err := r.openFor(run, pod)
 			if err != nil {
 				return err
 			}
 			if n == nil {
-				r.fail(pods[i:], reason)
+				if refusals != nil || reason == "" {
+					r.failRefused(pods[i:], refusals)
+				} else {
+					r.fail(pods[i:], reason)
+				}
 				return nil
 			}
 			target = n
@@ -332,18 +336,19 @@ func (r *round) try(run *classRun, pod *corev1.Pod, n *simNode) (*fwk.Status, er
 }
 
 // openFor opens a node for a pod of a class that needs the full framework,
-// trying the options in order.
-func (r *round) openFor(run *classRun, pod *corev1.Pod) (*simNode, string, error) {
+// trying the options in order. When it opens none, it returns either a
+// reason that concerns every pool or each pool's refusal.
+func (r *round) openFor(run *classRun, pod *corev1.Pod) (*simNode, string, []PoolRefusal, error) {
 	opts, reasons, err := r.options(run.cls)
 	if err != nil {
-		return nil, "", err
+		return nil, "", nil, err
 	}
 	for _, o := range opts {
 		n := r.slotFor(o)
 		fresh := n == nil
 		if fresh {
 			if n, err = r.createNode(o); err != nil {
-				return nil, "", err
+				return nil, "", nil, err
 			}
 			r.addToView(run, n.name)
 			r.noteAdded(run, n)
@@ -352,33 +357,33 @@ func (r *round) openFor(run *classRun, pod *corev1.Pod) (*simNode, string, error
 			n.shapesChanged()
 		}
 		if err := r.ensureState(run, pod); err != nil {
-			return nil, "", err
+			return nil, "", nil, err
 		}
 		if run.failed != "" {
 			if fresh {
 				r.removeNode(run, n)
 			}
-			return nil, run.failed, nil
+			return nil, run.failed, nil, nil
 		}
 		st, err := r.try(run, pod, n)
 		if err != nil {
-			return nil, "", err
+			return nil, "", nil, err
 		}
 		if st.IsSuccess() {
 			if !fresh {
 				if err := r.takeSlot(run, n); err != nil {
-					return nil, "", err
+					return nil, "", nil, err
 				}
 			}
 			r.activate(n)
-			return n, "", nil
+			return n, "", nil, nil
 		}
-		reasons[o.pool] = describe(st, pod, r.s.snap.lookup(n.name).Node())
+		reasons[o.pool] = filterRefusal(o.pool, st, pod, r.s.snap.lookup(n.name).Node())
 		if fresh {
 			r.removeNode(run, n)
 		}
 	}
-	return nil, r.reason(reasons), nil
+	return nil, "", r.refusals(reasons), nil
 }
 
 func (r *round) slotFor(o option) *simNode {

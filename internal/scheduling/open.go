@@ -24,7 +24,7 @@ type option struct {
 // weight, then by the price of the cheapest shape holding one pod, then
 // by the fewest nodes opened in the zone. Pools
 // with no option get a reason.
-func (r *round) options(cls *podClass) ([]option, map[*poolState]string, error) {
+func (r *round) options(cls *podClass) ([]option, map[*poolState]PoolRefusal, error) {
 	// Without limits, what a class may open never changes in a round:
 	// only the order does, by the nodes opened per zone.
 	cacheable := true
@@ -34,15 +34,15 @@ func (r *round) options(cls *podClass) ([]option, map[*poolState]string, error) 
 	if c, ok := r.optCache[cls]; ok && cacheable {
 		return r.sortOptions(append([]option(nil), c.opts...)), maps.Clone(c.reasons), nil
 	}
-	reasons := map[*poolState]string{}
+	reasons := map[*poolState]PoolRefusal{}
 	var opts []option
 	for _, p := range r.s.pools {
 		if p.unavailable {
-			reasons[p] = "every shape is in capacity backoff"
+			reasons[p] = backoffRefusal(p)
 			continue
 		}
 		if p.limNodes >= 0 && p.used.nodes+1 > p.limNodes {
-			reasons[p] = fmt.Sprintf("limit nodes=%d reached", p.limNodes)
+			reasons[p] = nodeLimitRefusal(p)
 			continue
 		}
 		bc, bm := p.budget(vec{})
@@ -52,7 +52,7 @@ func (r *round) options(cls *podClass) ([]option, map[*poolState]string, error) 
 			if err != nil {
 				return nil, nil, err
 			}
-			if why != "" {
+			if why.refused() {
 				if _, ok := reasons[p]; !ok {
 					reasons[p] = why
 				}
@@ -73,7 +73,7 @@ func (r *round) options(cls *podClass) ([]option, map[*poolState]string, error) 
 
 type cachedOptions struct {
 	opts    []option
-	reasons map[*poolState]string
+	reasons map[*poolState]PoolRefusal
 }
 
 func (r *round) sortOptions(opts []option) []option {
@@ -92,31 +92,31 @@ func (r *round) sortOptions(opts []option) []option {
 	return opts
 }
 
-func (r *round) option(cls *podClass, p *poolState, zone string, bc, bm int64) (option, string, error) {
+func (r *round) option(cls *podClass, p *poolState, zone string, bc, bm int64) (option, PoolRefusal, error) {
 	if p.flex != nil {
 		t, err := r.s.template(r.ctx, p, p.flexMax, zone)
 		if err != nil {
-			return option{}, "", err
+			return option{}, PoolRefusal{}, err
 		}
 		st, err := r.s.templateVerdict(r.ctx, cls, t)
 		if err != nil {
-			return option{}, "", err
+			return option{}, PoolRefusal{}, err
 		}
 		if !st.IsSuccess() {
-			return option{}, describe(st, cls.rep, t.node), nil
+			return option{}, filterRefusal(p, st, cls.rep, t.node), nil
 		}
 		need := cls.req.add(t.dsReq)
 		if cls.scalar || t.dsCount+1 > p.maxPods {
-			return option{}, insufficient(cls, need, t.dsCount+1, p.flexMax), nil
+			return option{}, insufficient(p, cls, need, t.dsCount+1, p.flexMax), nil
 		}
 		if _, _, ok := p.flexFit(need, -1, -1); !ok {
-			return option{}, insufficient(cls, need, t.dsCount+1, p.flexMax), nil
+			return option{}, insufficient(p, cls, need, t.dsCount+1, p.flexMax), nil
 		}
 		ci, mi, ok := p.flexFit(need, bc, bm)
 		if !ok {
 			return option{}, limitReason(p), nil
 		}
-		return option{pool: p, zone: zone, price: p.flex.at(ci, mi).Price}, "", nil
+		return option{pool: p, zone: zone, price: p.flex.at(ci, mi).Price}, PoolRefusal{}, nil
 	}
 	var cands []*shapeInfo
 	var static *fwk.Status
@@ -128,11 +128,11 @@ func (r *round) option(cls *podClass, p *poolState, zone string, bc, bm int64) (
 	for _, si := range p.shapes {
 		t, err := r.s.template(r.ctx, p, si, zone)
 		if err != nil {
-			return option{}, "", err
+			return option{}, PoolRefusal{}, err
 		}
 		st, err := r.s.templateVerdict(r.ctx, cls, t)
 		if err != nil {
-			return option{}, "", err
+			return option{}, PoolRefusal{}, err
 		}
 		if !st.IsSuccess() {
 			if static == nil {
@@ -155,18 +155,18 @@ func (r *round) option(cls *podClass, p *poolState, zone string, bc, bm int64) (
 	}
 	switch {
 	case len(cands) > 0:
-		return option{pool: p, zone: zone, cands: cands, price: cands[0].shape.Price}, "", nil
+		return option{pool: p, zone: zone, cands: cands, price: cands[0].shape.Price}, PoolRefusal{}, nil
 	case overBudget:
 		return option{}, limitReason(p), nil
 	case largest != nil:
-		return option{}, insufficient(cls, largestNeed, largestPods, largest), nil
+		return option{}, insufficient(p, cls, largestNeed, largestPods, largest), nil
 	default:
-		return option{}, describe(static, cls.rep, staticNode), nil
+		return option{}, filterRefusal(p, static, cls.rep, staticNode), nil
 	}
 }
 
 // insufficient says which resources even the largest shape lacks.
-func insufficient(cls *podClass, need vec, pods int64, si *shapeInfo) string {
+func insufficient(p *poolState, cls *podClass, need vec, pods int64, si *shapeInfo) PoolRefusal {
 	var short []string
 	if pods > si.allocPods {
 		short = append(short, "pods")
@@ -188,10 +188,27 @@ func insufficient(cls *podClass, need vec, pods int64, si *shapeInfo) string {
 		sort.Strings(names)
 		short = append(short, names...)
 	}
-	return fmt.Sprintf("no shape fits the pod and its DaemonSet pods: insufficient %s", strings.Join(short, ", "))
+	requested := resourcesOf(need, pods)
+	for name, quantity := range cls.res.Resource.GetScalarResources() {
+		requested[name] = *resource.NewQuantity(quantity, resource.DecimalSI)
+	}
+	return PoolRefusal{
+		Pool: p.name, Kind: RefusalTooSmall, Shape: si.shape.Name,
+		Message:   fmt.Sprintf("no shape fits the pod and its DaemonSet pods: insufficient %s", strings.Join(short, ", ")),
+		Requested: requested, Available: resourcesOf(si.alloc, si.allocPods),
+	}
 }
 
-func limitReason(p *poolState) string {
+// nodeLimitRefusal: one more node would pass the pool's node limit.
+func nodeLimitRefusal(p *poolState) PoolRefusal {
+	return PoolRefusal{
+		Pool: p.name, Kind: RefusalLimit, Message: fmt.Sprintf("limit nodes=%d reached", p.limNodes),
+		Limits: corev1.ResourceList{corev1.ResourcePods: *resource.NewQuantity(p.limNodes, resource.DecimalSI)},
+		InUse:  corev1.ResourceList{corev1.ResourcePods: *resource.NewQuantity(p.used.nodes, resource.DecimalSI)},
+	}
+}
+
+func limitReason(p *poolState) PoolRefusal {
 	var hit []string
 	if p.limCPU >= 0 {
 		hit = append(hit, "cpu="+resource.NewMilliQuantity(p.limCPU, resource.DecimalSI).String())
@@ -199,7 +216,16 @@ func limitReason(p *poolState) string {
 	if p.limMem >= 0 {
 		hit = append(hit, "memory="+resource.NewQuantity(p.limMem, resource.BinarySI).String())
 	}
-	return fmt.Sprintf("limit %s reached", strings.Join(hit, ", "))
+	limits, inUse := corev1.ResourceList{}, corev1.ResourceList{}
+	if p.limCPU >= 0 {
+		limits[corev1.ResourceCPU] = *resource.NewMilliQuantity(p.limCPU, resource.DecimalSI)
+		inUse[corev1.ResourceCPU] = *resource.NewMilliQuantity(p.used.cpu, resource.DecimalSI)
+	}
+	if p.limMem >= 0 {
+		limits[corev1.ResourceMemory] = *resource.NewQuantity(p.limMem, resource.BinarySI)
+		inUse[corev1.ResourceMemory] = *resource.NewQuantity(p.used.mem, resource.BinarySI)
+	}
+	return PoolRefusal{Pool: p.name, Kind: RefusalLimit, Message: fmt.Sprintf("limit %s reached", strings.Join(hit, ", ")), Limits: limits, InUse: inUse}
 }
 
 // createNode adds a new node for an option to the snapshot, not yet

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"sort"
-	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -134,7 +133,7 @@ func (r *round) placeSimple(cls *podClass, pods []*corev1.Pod) error {
 			return err
 		}
 		if len(opts) == 0 {
-			r.fail(pods[i:], r.reason(reasons))
+			r.failRefused(pods[i:], r.refusals(reasons))
 			return nil
 		}
 		n, err := r.createNode(opts[0])
@@ -161,18 +160,28 @@ func (r *round) fail(pods []*corev1.Pod, reason string) {
 	}
 }
 
-// reason joins the per-pool reasons in pool order.
-func (r *round) reason(reasons map[*poolState]string) string {
+// failRefused fails pods that no pool could open a node for, keeping
+// each pool's refusal.
+func (r *round) failRefused(pods []*corev1.Pod, refusals []PoolRefusal) {
+	reason := joinRefusals(refusals)
 	if len(r.s.pools) == 0 {
-		return "no node pool to open a node in"
+		reason = "no node pool to open a node in"
 	}
-	var parts []string
+	for _, p := range pods {
+		r.unschedulable = append(r.unschedulable, Unschedulable{Pod: p, Reason: reason, Pools: refusals})
+		r.failedCls = append(r.failedCls, r.current)
+	}
+}
+
+// refusals lists the per-pool refusals in pool order.
+func (r *round) refusals(reasons map[*poolState]PoolRefusal) []PoolRefusal {
+	var out []PoolRefusal
 	for _, p := range r.s.pools {
 		if why, ok := reasons[p]; ok {
-			parts = append(parts, fmt.Sprintf("pool %q: %s", p.name, why))
+			out = append(out, why)
 		}
 	}
-	return strings.Join(parts, "; ")
+	return out
 }
 
 // staticOK reports whether the static filters admit the class on a node;

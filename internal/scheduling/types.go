@@ -124,6 +124,10 @@ type Unschedulable struct {
 	// Reason names each pool and what stopped it, e.g.
 	// `pool "gpu": node(s) had untolerated taint {gpu: true}; pool "small": limit nodes=3 reached`.
 	Reason string
+	// Pools holds each pool's refusal, in pool order, when the pod failed
+	// for want of a new node; empty when the reason concerns no pool (no
+	// remaining node has room, a topology constraint no node can meet).
+	Pools []PoolRefusal
 }
 
 // RemovalResult says where the pods of removed nodes would go.

@@ -114,6 +114,11 @@ type operatorOptions struct {
 	// warmCapacityClock decides which capacity schedules are active; nil
 	// is the real clock.
 	warmCapacityClock clock.PassiveClock
+	// metricsAddress serves metrics and decisions there over HTTPS to
+	// authorized callers, as deployed; empty serves none.
+	metricsAddress string
+	// dryRun decides without acting.
+	dryRun bool
 }
 
 // startOperator runs claimscale's controllers against the test control
@@ -132,13 +137,17 @@ func startOperator(t *testing.T, opts operatorOptions) (stop func()) {
 	if opts.mode == "" {
 		opts.mode = operator.ModeNative
 	}
+	metrics := metricsserver.Options{BindAddress: "0"}
+	if opts.metricsAddress != "" {
+		metrics = operator.MetricsOptions(opts.metricsAddress, true)
+	}
 	mgr, err := ctrl.NewManager(opts.config, ctrl.Options{
 		Scheme:                  scheme.New(),
 		Cache:                   operator.CacheOptions(controllerNamespace),
 		LeaderElection:          opts.leaderElection,
 		LeaderElectionID:        "claimscale-" + clusterName,
 		LeaderElectionNamespace: controllerNamespace,
-		Metrics:                 metricsserver.Options{BindAddress: "0"},
+		Metrics:                 metrics,
 		HealthProbeBindAddress:  "0",
 		// Each test starts its own manager in this process.
 		Controller: config.Controller{SkipNameValidation: ptr(true)},
@@ -154,6 +163,7 @@ func startOperator(t *testing.T, opts operatorOptions) (stop func()) {
 		Registry: opts.registry, ExternalGRPC: opts.externalGRPC,
 		CapacityClock: opts.capacityClock, WarmCapacityClock: opts.warmCapacityClock,
 		ExternalScalerInterval: 250 * time.Millisecond,
+		DryRun:                 opts.dryRun,
 	}); err != nil {
 		cancel()
 		t.Fatal(err)
@@ -233,8 +243,19 @@ func (s *scenario) createPool(mutate func(*v1alpha1.NodePool)) *v1alpha1.NodePoo
 // createDeployment makes a Deployment whose pods land only on the
 // scenario's pool (by its template label) and request cpu each.
 func (s *scenario) createDeployment(name string, replicas int32, cpu string, mutate func(*appsv1.Deployment)) *appsv1.Deployment {
+	deployment := s.deploymentObject(name, replicas, cpu)
+	if mutate != nil {
+		mutate(deployment)
+	}
+	s.g.Expect(env.Client.Create(s.ctx, deployment)).To(Succeed())
+	return deployment
+}
+
+// deploymentObject is the Deployment createDeployment makes, unwritten.
+func (s *scenario) deploymentObject(name string, replicas int32, cpu string) *appsv1.Deployment {
 	labels := map[string]string{"app": name}
 	deployment := &appsv1.Deployment{
+		TypeMeta:   metav1.TypeMeta{APIVersion: "apps/v1", Kind: "Deployment"},
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: s.namespace},
 		Spec: appsv1.DeploymentSpec{
 			Replicas: ptr(replicas),
@@ -254,10 +275,6 @@ func (s *scenario) createDeployment(name string, replicas int32, cpu string, mut
 			},
 		},
 	}
-	if mutate != nil {
-		mutate(deployment)
-	}
-	s.g.Expect(env.Client.Create(s.ctx, deployment)).To(Succeed())
 	return deployment
 }
 

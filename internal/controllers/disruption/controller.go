@@ -33,6 +33,7 @@ import (
 	"github.com/claimscale/claimscale/api/v1alpha1"
 	"github.com/claimscale/claimscale/internal/controllers/index"
 	"github.com/claimscale/claimscale/internal/controllers/provisioning"
+	"github.com/claimscale/claimscale/internal/decisions"
 	"github.com/claimscale/claimscale/internal/warmcapacity"
 	"github.com/claimscale/claimscale/pkg/provider"
 )
@@ -72,6 +73,11 @@ type Controller struct {
 	// WarmCapacity says each pool's minNodes and headroom now, as
 	// provisioning sees them; nil reads the pools' schedules at Clock.
 	WarmCapacity *warmcapacity.Source
+	// Decisions keeps the latest decision about each node; nil keeps none.
+	Decisions *decisions.Store
+	// DryRun decides and records as usual but marks, cordons and deletes
+	// nothing.
+	DryRun bool
 
 	memory    *memory
 	stability *stability
@@ -142,10 +148,16 @@ func (c *Controller) Reconcile(ctx context.Context) error {
 	r := newRound(s, candidates, budgets, stableSince, c.emptySince, c.memory)
 	cmd, err := r.decide(ctx)
 	c.report(ctx, s, r, budgets, total)
+	c.recordDecisions(s, r, cmd)
 	c.memory.prune(s.now)
 	c.events.prune(s.now)
 	if err != nil || cmd == nil {
 		return err
+	}
+	if c.DryRun {
+		// The record says it; the log would say it every round.
+		log.FromContext(ctx).V(1).Info("dry-run: would disrupt", "reason", cmd.reason, "action", cmd.action(), "nodeClaims", cmd.names(), "message", cmd.message)
+		return nil
 	}
 	if why := c.stillValid(ctx, cmd); why != "" {
 		log.FromContext(ctx).Info("decision no longer holds, deciding again", "reason", cmd.reason, "nodeClaims", cmd.names(), "why", why)
@@ -664,6 +676,9 @@ func (c *Controller) reportBudgetErrors(ctx context.Context, s *state, errs map[
 
 // eventf records an event on the claim and, if there is one, on its node.
 func (c *Controller) eventf(claim *v1alpha1.NodeClaim, node *corev1.Node, eventType, reason, action, note string) {
+	if c.DryRun {
+		note = "dry-run: " + note
+	}
 	if node == nil {
 		c.Recorder.Eventf(claim, nil, eventType, reason, action, "%s", note)
 		return

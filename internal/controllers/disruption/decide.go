@@ -57,6 +57,8 @@ type round struct {
 	expired, drifted, empty, under []*candidate
 
 	refusals []refusal
+	// held are candidates the disruption budget keeps this round.
+	held []held
 	// eligible counts, per pool and reason, the nodes that qualify before
 	// safety rules, budgets and simulation.
 	eligible map[string]map[v1alpha1.DisruptionReason]int
@@ -218,6 +220,7 @@ func (r *round) emptiness(ctx context.Context) (*command, error) {
 			continue
 		}
 		if r.ledger.remaining(pool, v1alpha1.DisruptionReasonEmpty) <= 0 {
+			r.holdForBudget(c, v1alpha1.DisruptionReasonEmpty)
 			log.FromContext(ctx).V(1).Info("empty node waits for the disruption budget", "nodeClaim", c.claim.Name,
 				"allowed", r.ledger.allowedNow(pool, v1alpha1.DisruptionReasonEmpty))
 			r.refusals = append(r.refusals, refusal{candidate: c, reason: eventBlocked, quiet: true,
@@ -262,6 +265,9 @@ func (r *round) multiNode(ctx context.Context) (*command, error) {
 	for _, c := range r.under {
 		pool := c.pool.pool.Name
 		if taken[pool] >= r.ledger.remaining(pool, v1alpha1.DisruptionReasonUnderutilized) {
+			if r.ledger.remaining(pool, v1alpha1.DisruptionReasonUnderutilized) <= 0 {
+				r.holdForBudget(c, v1alpha1.DisruptionReasonUnderutilized)
+			}
 			continue
 		}
 		taken[pool]++

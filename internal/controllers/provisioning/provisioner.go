@@ -26,6 +26,7 @@ import (
 
 	"github.com/claimscale/claimscale/api/v1alpha1"
 	"github.com/claimscale/claimscale/internal/controllers/nodepool"
+	"github.com/claimscale/claimscale/internal/decisions"
 	"github.com/claimscale/claimscale/internal/metrics"
 	"github.com/claimscale/claimscale/internal/providers"
 	"github.com/claimscale/claimscale/internal/retry"
@@ -76,6 +77,11 @@ type Provisioner struct {
 	// WarmCapacity says each pool's minNodes and headroom now; nil reads
 	// the pools' schedules on the real clock.
 	WarmCapacity *warmcapacity.Source
+	// Decisions keeps the round's decision about each pod; nil keeps none.
+	Decisions *decisions.Store
+	// DryRun decides and records as usual but writes no claim: events say
+	// what would have been done.
+	DryRun bool
 
 	failures retry.Backoff
 
@@ -404,6 +410,7 @@ func (p *Provisioner) schedulingPool(ctx context.Context, pool *v1alpha1.NodePoo
 		shapeNames = append(shapeNames, shape.Name)
 	}
 	zones, unavailable := p.Capacity.Narrow(pool.Name, zonesOf(&nodeProvider), shapeNames)
+	p.Decisions.RecordPoolOffer(decisions.PoolOffer{Pool: pool.Name, Shapes: offerShapes(offered), Zones: zones, Unavailable: unavailable})
 	return scheduling.Pool{
 		NodePool: pool,
 		Shapes:   shapes,
@@ -437,6 +444,10 @@ func (p *Provisioner) createClaims(ctx context.Context, pools map[string]*v1alph
 		if len(workload) == 0 {
 			reason = "headroom"
 		}
+		if p.DryRun {
+			p.recordWouldCreate(pool, newNode, workload, &events)
+			continue
+		}
 		claim, err := p.createClaim(ctx, pool, newNode.Shape, newNode.TotalRequests(), newNode.Requirements, reason)
 		if err != nil {
 			refused[pool.Name] = true
@@ -452,7 +463,44 @@ func (p *Provisioner) createClaims(ctx context.Context, pools map[string]*v1alph
 			p.Recorder.Eventf(pod, claim, corev1.EventTypeNormal, "Nominated", "Provision",
 				"pod should schedule on a new node of claim %s (pool %s, shape %s)", claim.Name, pool.Name, newNode.Shape.Name)
 		}
+		for _, pod := range workload {
+			p.Decisions.RecordPod(decisions.PodRecord{
+				Namespace: pod.Namespace, Name: pod.Name, Time: p.now(), Outcome: decisions.PodNewNode,
+				Pool: pool.Name, Shape: newNode.Shape.Name, Zone: newNode.Zone, NodeClaim: claim.Name,
+			})
+		}
 	}
+}
+
+// recordWouldCreate records and tells, in dry-run, the node a real round
+// would have bought.
+func (p *Provisioner) recordWouldCreate(pool *v1alpha1.NodePool, newNode scheduling.NewNode, workload []*corev1.Pod, events *int) {
+	for _, pod := range workload {
+		p.Decisions.RecordPod(decisions.PodRecord{
+			Namespace: pod.Namespace, Name: pod.Name, Time: p.now(), Outcome: decisions.PodNewNode,
+			Pool: pool.Name, Shape: newNode.Shape.Name, Zone: newNode.Zone,
+		})
+		if *events++; *events > maxPodEvents {
+			continue
+		}
+		p.Recorder.Eventf(pod, nil, corev1.EventTypeNormal, "WouldNominate", "Provision",
+			"dry-run: pod would schedule on a new node (pool %s, shape %s); no claim was created", pool.Name, newNode.Shape.Name)
+	}
+}
+
+func offerShapes(offered []provider.Shape) []decisions.OfferShape {
+	out := make([]decisions.OfferShape, 0, len(offered))
+	for _, shape := range offered {
+		out = append(out, decisions.OfferShape{Name: shape.Name, Capacity: shape.Capacity, Price: shape.Price})
+	}
+	return out
+}
+
+func (p *Provisioner) now() time.Time {
+	if p.Clock != nil {
+		return p.Clock.Now()
+	}
+	return time.Now()
 }
 
 func (p *Provisioner) createClaim(ctx context.Context, pool *v1alpha1.NodePool, shape scheduling.Shape, requests corev1.ResourceList, requirements []corev1.NodeSelectorRequirement, reason string) (*v1alpha1.NodeClaim, error) {
@@ -513,10 +561,18 @@ func (p *Provisioner) reportUnschedulable(ctx context.Context, unschedulable []s
 			continue
 		}
 		workload++
+		p.Decisions.RecordPod(decisions.PodRecord{
+			Namespace: u.Pod.Namespace, Name: u.Pod.Name, Time: p.now(), Outcome: decisions.PodUnschedulable,
+			Reason: u.Reason, Pools: decisions.Refusals(u.Pools),
+		})
 		if events++; events > maxPodEvents {
 			continue
 		}
-		p.Recorder.Eventf(u.Pod, nil, corev1.EventTypeWarning, "FailedProvisioning", "Provision", "no pool can hold the pod: %s", u.Reason)
+		prefix := ""
+		if p.DryRun {
+			prefix = "dry-run: "
+		}
+		p.Recorder.Eventf(u.Pod, nil, corev1.EventTypeWarning, "FailedProvisioning", "Provision", "%sno pool can hold the pod: %s", prefix, u.Reason)
 	}
 	metrics.PodsUnschedulable.Set(float64(workload))
 	for pool, n := range headroom {
@@ -537,7 +593,7 @@ func (p *Provisioner) keepWarmCapacity(ctx context.Context, pools map[string]*v1
 		}
 		minNodes := targets[pool.Name].MinNodes
 		missing := int64(minNodes) - schedulingPool.InUse.Nodes
-		if missing <= 0 {
+		if missing <= 0 || p.DryRun {
 			continue
 		}
 		shape, ok := cheapest(*schedulingPool)

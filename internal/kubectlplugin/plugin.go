@@ -1,0 +1,44 @@
+// Package kubectlplugin is `kubectl claimscale`: it answers "why" from the
+// controller's decision records, read through the controller's read-only
+// decisions endpoint with the caller's own Kubernetes credentials.
+package kubectlplugin
+
+import (
+	"github.com/spf13/cobra"
+	"k8s.io/cli-runtime/pkg/genericclioptions"
+	"k8s.io/cli-runtime/pkg/genericiooptions"
+)
+
+// options are the flags every subcommand shares.
+type options struct {
+	streams genericiooptions.IOStreams
+	config  *genericclioptions.ConfigFlags
+	// endpoint is the controller's metrics server (https://host:port);
+	// the decisions are read from it.
+	endpoint string
+	// endpointCA verifies the endpoint's certificate; insecureEndpoint
+	// skips the check (the controller's default certificate is
+	// self-signed).
+	endpointCA       string
+	insecureEndpoint bool
+}
+
+// NewCommand is the plugin's root command.
+func NewCommand(streams genericiooptions.IOStreams) *cobra.Command {
+	o := &options{streams: streams, config: genericclioptions.NewConfigFlags(true)}
+	root := &cobra.Command{
+		Use:           "kubectl-claimscale",
+		Short:         "Ask claimscale why it decided what it did",
+		SilenceUsage:  true,
+		SilenceErrors: false,
+	}
+	root.SetOut(streams.Out)
+	root.SetErr(streams.ErrOut)
+	flags := root.PersistentFlags()
+	o.config.AddFlags(flags)
+	flags.StringVar(&o.endpoint, "endpoint", "", "URL of the claimscale controller's metrics server (https://HOST:PORT), which serves the decision records; reach it e.g. through `kubectl port-forward -n claimscale-system svc/claimscale-metrics 8443`")
+	flags.StringVar(&o.endpointCA, "endpoint-ca", "", "CA file (PEM) that signed the endpoint's certificate")
+	flags.BoolVar(&o.insecureEndpoint, "insecure-skip-endpoint-verify", false, "do not verify the endpoint's certificate (the controller's default one is self-signed)")
+	root.AddCommand(newWhyCommand(o), newGetCommand(o), newSimulateCommand(o))
+	return root
+}
