@@ -72,7 +72,7 @@ install_module() { # $1: package@version
 }
 
 want=("$@")
-[ ${#want[@]} -eq 0 ] && want=(kube-apiserver etcd kubectl kube-scheduler kube-controller-manager kwok kwok-stages.yaml controller-gen buf protoc-gen-go protoc-gen-go-grpc helm)
+[ ${#want[@]} -eq 0 ] && want=(kube-apiserver etcd kubectl kube-scheduler kube-controller-manager kwok kwok-stages.yaml controller-gen buf protoc-gen-go protoc-gen-go-grpc helm cluster-api-manager)
 
 for tool in "${want[@]}"; do
   case "$tool" in

@@ -493,3 +493,69 @@ func TestChartGrantsMachinesOnlyWithTheClusterAPIProvider(t *testing.T) {
 	g.Expect(machineVerbs(helmTemplate(t, "--set", "clusterName=x", "--set", "clusterAPIProvider.enabled=true"))).To(ContainElements(
 		"ClusterRole/claimscale-clusterapi: create machines", "ClusterRole/claimscale-clusterapi: delete machines"))
 }
+
+// A Machine whose infrastructure reports running out of capacity fails
+// its claim with CAPI's own words, backs that shape off, and the pods go
+// to the pool's other shape; the failed Machine is deleted with its claim.
+func TestClusterAPICapacityFailureBacksTheShapeOff(t *testing.T) {
+	s := newScenario(t, "capi-full")
+	kubeconfig, err := os.ReadFile(env.KubeconfigPath)
+	s.g.Expect(err).NotTo(HaveOccurred())
+	capiCluster(s.g, env.Client, s.namespace, s.name, kubeconfig)
+	machineTemplate(s.g, env.Client, s.namespace, "c8", "8", "32Gi")
+	full := capiObject(clusterapitest.TemplateKind.GroupVersion().String(), "TestMachineTemplate", s.namespace, "c4-full", map[string]any{
+		"template": map[string]any{"spec": map[string]any{
+			"capacity":      map[string]any{"cpu": "4", "memory": "16Gi"},
+			"failureReason": "InsufficientResources", "failureMessage": "no Proxmox node has 16 GiB of memory free",
+		}},
+	})
+	s.g.Expect(env.Client.Create(s.ctx, full)).To(Succeed())
+	_ = unstructured.SetNestedStringMap(full.Object, map[string]string{"cpu": "4", "memory": "16Gi"}, "status", "capacity")
+	s.g.Expect(env.Client.Status().Update(s.ctx, full)).To(Succeed())
+	startClusterAPI(t, env.KubeconfigPath)
+	runTestInfrastructure(t, env.Client, env.Client)
+	template := func(name string) *v1alpha1.ClusterAPITemplateReference {
+		return &v1alpha1.ClusterAPITemplateReference{APIGroup: clusterapitest.InfraGroup, Kind: "TestMachineTemplate", Name: name}
+	}
+	join := &v1alpha1.ClusterAPITemplateReference{APIGroup: clusterapitest.BootstrapGroup, Kind: "TestConfigTemplate", Name: "join"}
+	s.g.Expect(env.Client.Create(s.ctx, &v1alpha1.NodeProvider{
+		ObjectMeta: metav1.ObjectMeta{Name: s.name},
+		Spec: v1alpha1.NodeProviderSpec{
+			Type: v1alpha1.ProviderTypeClusterAPI,
+			ClusterAPI: &v1alpha1.ClusterAPISettings{
+				Cluster: v1alpha1.ClusterAPIClusterReference{Namespace: s.namespace, Name: s.name},
+				Shapes: []v1alpha1.ClusterAPIShape{
+					{Name: "c4", InfrastructureTemplate: template("c4-full"), BootstrapConfigTemplate: join},
+					{Name: "c8", InfrastructureTemplate: template("c8"), BootstrapConfigTemplate: join},
+				},
+			},
+		},
+	})).To(Succeed())
+	s.createPool(func(pool *v1alpha1.NodePool) {
+		// c4 is cheaper, so it is tried first.
+		pool.Spec.Shapes.Fixed = []v1alpha1.Shape{{Name: "c4", Price: "0.1"}, {Name: "c8", Price: "0.3"}}
+	})
+	startOperator(t, operatorOptions{})
+
+	s.createDeployment("web", 1, "1", nil)
+	s.g.Eventually(func(g Gomega) {
+		g.Expect(s.runningPods("web")).To(Equal(1))
+		claims := s.claims()
+		g.Expect(claims).To(HaveLen(1))
+		g.Expect(claims[0].Spec.Shape.Name).To(Equal("c8"))
+		machines := capiMachines(g, env.Client, s.namespace)
+		g.Expect(machines).To(HaveLen(1), "the failed c4 Machine went with its claim")
+	}).Should(Succeed())
+	var events corev1.EventList
+	s.g.Expect(env.Client.List(s.ctx, &events)).To(Succeed())
+	var capacity []string
+	for _, event := range events.Items {
+		if event.InvolvedObject.Kind == "NodeClaim" && event.Reason == "InsufficientCapacity" {
+			capacity = append(capacity, event.Message)
+		}
+	}
+	s.g.Expect(capacity).To(ContainElement(And(
+		ContainSubstring("InsufficientResources: no Proxmox node has 16 GiB of memory free"),
+		ContainSubstring("shape c4"))), "the claim's event carries CAPI's failure")
+	s.cleanup()
+}
