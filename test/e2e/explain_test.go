@@ -356,13 +356,19 @@ func TestSimulateAgreesWithTheControllerAndWritesNothing(t *testing.T) {
 	s.g.Expect(err).NotTo(HaveOccurred())
 	s.g.Expect(os.WriteFile(workload, data, 0o600)).To(Succeed())
 
-	before := s.resourceVersions()
-	var out string
 	s.g.Eventually(func(g Gomega) {
-		out, err = cli.run("simulate", "-f", workload, "-n", s.namespace)
+		out, err := cli.run("simulate", "-f", workload, "-n", s.namespace)
 		g.Expect(err).NotTo(HaveOccurred())
 		g.Expect(out).NotTo(ContainSubstring("pools left out"), "the controller has resolved the pool")
+		var pool v1alpha1.NodePool
+		g.Expect(env.Client.Get(s.ctx, client.ObjectKey{Name: s.name}, &pool)).To(Succeed())
+		g.Expect(meta.IsStatusConditionTrue(pool.Status.Conditions, v1alpha1.ConditionReady)).To(BeTrue())
 	}).Should(Succeed())
+	// The controller has settled the pool's status: from here only a
+	// write of simulate's would change a resourceVersion.
+	before := s.resourceVersions()
+	out, err := cli.run("simulate", "-f", workload, "-n", s.namespace)
+	s.g.Expect(err).NotTo(HaveOccurred())
 	t.Logf("kubectl claimscale simulate -f workload.yaml:\n%s", out)
 	s.g.Expect(s.resourceVersions()).To(Equal(before), "simulate wrote nothing")
 	predicted := simulatedNodes(out, s.name)
