@@ -371,6 +371,22 @@ func TestSimulateAgreesWithTheControllerAndWritesNothing(t *testing.T) {
 	s.g.Expect(err).NotTo(HaveOccurred())
 	t.Logf("kubectl claimscale simulate -f workload.yaml:\n%s", out)
 	s.g.Expect(s.resourceVersions()).To(Equal(before), "simulate wrote nothing")
+	// The same decision offline, from a snapshot, with neither the cluster
+	// nor the controller.
+	snapshot, err := cli.run("snapshot")
+	s.g.Expect(err).NotTo(HaveOccurred())
+	s.g.Expect(s.resourceVersions()).To(Equal(before), "snapshot wrote nothing")
+	s.g.Expect(snapshot).NotTo(ContainSubstring(`"kind": "Secret"`))
+	s.g.Expect(snapshot).NotTo(ContainSubstring(`"env"`), "pod specs are stripped to what scheduling reads")
+	snapshotFile := filepath.Join(t.TempDir(), "cluster.json")
+	s.g.Expect(os.WriteFile(snapshotFile, []byte(snapshot), 0o600)).To(Succeed())
+	var offline, offlineErr bytes.Buffer
+	replay := kubectlplugin.NewCommand(genericiooptions.IOStreams{In: &bytes.Buffer{}, Out: &offline, ErrOut: &offlineErr})
+	replay.SetArgs([]string{"simulate", "--from", snapshotFile, "-f", workload, "-n", s.namespace})
+	s.g.Expect(replay.Execute()).To(Succeed(), offlineErr.String())
+	t.Logf("kubectl claimscale simulate --from cluster.json -f workload.yaml:\n%s", offline.String())
+	s.g.Expect(offline.String()).To(Equal(out), "the replay decides as the live simulation did")
+
 	predicted := simulatedNodes(out, s.name)
 	s.g.Expect(predicted).NotTo(BeEmpty())
 	s.g.Expect(out).NotTo(ContainSubstring("would stay pending"))
