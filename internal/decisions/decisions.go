@@ -120,7 +120,7 @@ type Store struct {
 	// but does not act.
 	DryRun bool
 
-	mu    sync.RWMutex
+	mu     sync.RWMutex
 	pods   map[string]PodRecord
 	nodes  map[string]NodeRecord
 	offers map[string]PoolOffer

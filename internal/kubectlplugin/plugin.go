@@ -39,6 +39,6 @@ func NewCommand(streams genericiooptions.IOStreams) *cobra.Command {
 	flags.StringVar(&o.endpoint, "endpoint", "", "URL of the claimscale controller's metrics server (https://HOST:PORT), which serves the decision records; reach it e.g. through `kubectl port-forward -n claimscale-system svc/claimscale-metrics 8443`")
 	flags.StringVar(&o.endpointCA, "endpoint-ca", "", "CA file (PEM) that signed the endpoint's certificate")
 	flags.BoolVar(&o.insecureEndpoint, "insecure-skip-endpoint-verify", false, "do not verify the endpoint's certificate (the controller's default one is self-signed)")
-	root.AddCommand(newWhyCommand(o), newGetCommand(o), newSimulateCommand(o))
+	root.AddCommand(newWhyCommand(o), newGetCommand(o), newSimulateCommand(o), newSnapshotCommand(o))
 	return root
 }

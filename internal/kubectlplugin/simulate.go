@@ -35,6 +35,7 @@ import (
 
 func newSimulateCommand(o *options) *cobra.Command {
 	var files []string
+	var from string
 	cmd := &cobra.Command{
 		Use:   "simulate -f WORKLOAD.yaml",
 		Short: "Say what claimscale would buy for more pods, deciding as the controller does, without writing anything",
@@ -56,17 +57,25 @@ cost) and which pods would stay pending, and why. It writes nothing.`,
 				}
 				workload = append(workload, pods...)
 			}
-			kube, err := o.kubeClient()
-			if err != nil {
-				return err
-			}
-			endpoint, err := o.endpointClient()
-			if err != nil {
-				return err
-			}
+			var kube client.Reader
 			var offers []decisions.PoolOffer
-			if err := endpoint.get(cmd.Context(), "pools", &offers); err != nil {
-				return fmt.Errorf("reading what each pool can make: %w", err)
+			if from != "" {
+				snapshot, err := readSnapshot(from)
+				if err != nil {
+					return err
+				}
+				kube, offers = snapshotReader{snapshot}, snapshot.Offers
+			} else {
+				if kube, err = o.kubeClient(); err != nil {
+					return err
+				}
+				endpoint, err := o.endpointClient()
+				if err != nil {
+					return err
+				}
+				if err := endpoint.get(cmd.Context(), "pools", &offers); err != nil {
+					return fmt.Errorf("reading what each pool can make: %w", err)
+				}
 			}
 			result, err := simulate(cmd.Context(), kube, offers, workload)
 			if err != nil {
@@ -75,6 +84,7 @@ cost) and which pods would stay pending, and why. It writes nothing.`,
 			return writeSimulation(o.streams.Out, result)
 		},
 	}
+	cmd.Flags().StringVar(&from, "from", "", "replay a file written by `kubectl claimscale snapshot` instead of reading the cluster (no cluster or controller needed)")
 	cmd.Flags().StringArrayVarP(&files, "filename", "f", nil, "YAML or JSON file of Deployments, StatefulSets, Jobs and Pods to add (repeatable)")
 	return cmd
 }

@@ -117,6 +117,9 @@ func Setup(ctx context.Context, mgr manager.Manager, opts Options) (*Operator, e
 	if opts.Registry == nil {
 		return nil, fmt.Errorf("no provider registry")
 	}
+	if opts.DryRun && opts.Mode == ModeExternalGRPC {
+		return nil, fmt.Errorf("--dry-run is for the native mode: in externalgrpc mode cluster-autoscaler decides")
+	}
 	if err := index.Setup(ctx, mgr.GetFieldIndexer()); err != nil {
 		return nil, err
 	}
@@ -179,6 +182,17 @@ func Setup(ctx context.Context, mgr manager.Manager, opts Options) (*Operator, e
 			&repair.Controller{Kube: mgr.GetClient(), Recorder: recorder(repair.Name), Clock: opts.Clock},
 		)
 	}
+	if opts.DryRun {
+		// A dry run acts on nothing: no machine is launched for a claim,
+		// repaired or collected.
+		setups = slices.DeleteFunc(setups, func(s interface{ SetupWithManager(ctrl.Manager) error }) bool {
+			switch s.(type) {
+			case *nodeclaim.Controller, *repair.Controller:
+				return true
+			}
+			return false
+		})
+	}
 	for _, s := range setups {
 		if err := s.SetupWithManager(mgr); err != nil {
 			return nil, fmt.Errorf("setting up %T: %w", s, err)
@@ -201,8 +215,10 @@ func Setup(ctx context.Context, mgr manager.Manager, opts Options) (*Operator, e
 		Interval: opts.GCInterval, GracePeriod: opts.GCGracePeriod,
 		Tokens: bootstrapper.Tokens,
 	}
-	if err := mgr.Add(gc); err != nil {
-		return nil, err
+	if !opts.DryRun {
+		if err := mgr.Add(gc); err != nil {
+			return nil, err
+		}
 	}
 	if opts.Mode == ModeExternalGRPC {
 		server, err := externalgrpc.New(opts.ExternalGRPC, externalgrpc.Dependencies{

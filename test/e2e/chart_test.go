@@ -51,7 +51,7 @@ func TestChartInstallsAndItsRBACIsEnough(t *testing.T) {
 		t.Cleanup(func() { _ = env.Client.Delete(context.Background(), object) })
 	}
 	g.Expect(kinds).To(HaveKeyWithValue("Deployment", 1))
-	g.Expect(kinds).To(HaveKeyWithValue("ClusterRole", 3), "the controller's, the simulated provider's and the metrics reader's")
+	g.Expect(kinds).To(HaveKeyWithValue("ClusterRole", 4), "the controller's, the simulated provider's, the metrics reader's and the decisions reader's")
 
 	serviceAccount := rest.CopyConfig(env.Config)
 	serviceAccount.Impersonate = rest.ImpersonationConfig{
@@ -173,7 +173,7 @@ func TestKustomizeInstallIsAccepted(t *testing.T) {
 	// writes: its own, kube-system (bootstrap tokens), kube-public
 	// (cluster-info) and kube-node-lease (heartbeats, for repair).
 	g.Expect(kinds).To(Equal(map[string]int{
-		"CustomResourceDefinition": 3, "Namespace": 1, "ServiceAccount": 1, "ClusterRole": 1, "ClusterRoleBinding": 1,
+		"CustomResourceDefinition": 3, "Namespace": 1, "ServiceAccount": 1, "ClusterRole": 2, "ClusterRoleBinding": 1,
 		"Role": 4, "RoleBinding": 4, "Deployment": 1, "Service": 1,
 	}))
 }

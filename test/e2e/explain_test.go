@@ -356,18 +356,40 @@ func TestSimulateAgreesWithTheControllerAndWritesNothing(t *testing.T) {
 	s.g.Expect(err).NotTo(HaveOccurred())
 	s.g.Expect(os.WriteFile(workload, data, 0o600)).To(Succeed())
 
-	before := s.resourceVersions()
-	var out string
 	s.g.Eventually(func(g Gomega) {
-		out, err = cli.run("simulate", "-f", workload, "-n", s.namespace)
+		out, err := cli.run("simulate", "-f", workload, "-n", s.namespace)
 		g.Expect(err).NotTo(HaveOccurred())
 		g.Expect(out).NotTo(ContainSubstring("pools left out"), "the controller has resolved the pool")
+		var pool v1alpha1.NodePool
+		g.Expect(env.Client.Get(s.ctx, client.ObjectKey{Name: s.name}, &pool)).To(Succeed())
+		g.Expect(meta.IsStatusConditionTrue(pool.Status.Conditions, v1alpha1.ConditionReady)).To(BeTrue())
 	}).Should(Succeed())
+	// The controller has settled the pool's status: from here only a
+	// write of simulate's would change a resourceVersion.
+	before := s.resourceVersions()
+	out, err := cli.run("simulate", "-f", workload, "-n", s.namespace)
+	s.g.Expect(err).NotTo(HaveOccurred())
 	t.Logf("kubectl claimscale simulate -f workload.yaml:\n%s", out)
 	s.g.Expect(s.resourceVersions()).To(Equal(before), "simulate wrote nothing")
+	// The same decision offline, from a snapshot, with neither the cluster
+	// nor the controller.
+	snapshot, err := cli.run("snapshot")
+	s.g.Expect(err).NotTo(HaveOccurred())
+	s.g.Expect(s.resourceVersions()).To(Equal(before), "snapshot wrote nothing")
+	s.g.Expect(snapshot).NotTo(ContainSubstring(`"kind": "Secret"`))
+	s.g.Expect(snapshot).NotTo(ContainSubstring(`"env"`), "pod specs are stripped to what scheduling reads")
+	snapshotFile := filepath.Join(t.TempDir(), "cluster.json")
+	s.g.Expect(os.WriteFile(snapshotFile, []byte(snapshot), 0o600)).To(Succeed())
+	var offline, offlineErr bytes.Buffer
+	replay := kubectlplugin.NewCommand(genericiooptions.IOStreams{In: &bytes.Buffer{}, Out: &offline, ErrOut: &offlineErr})
+	replay.SetArgs([]string{"simulate", "--from", snapshotFile, "-f", workload, "-n", s.namespace})
+	s.g.Expect(replay.Execute()).To(Succeed(), offlineErr.String())
+	t.Logf("kubectl claimscale simulate --from cluster.json -f workload.yaml:\n%s", offline.String())
+	s.g.Expect(offline.String()).To(Equal(out), "the replay decides as the live simulation did")
+
 	predicted := simulatedNodes(out, s.name)
 	s.g.Expect(predicted).NotTo(BeEmpty())
-	s.g.Expect(out).NotTo(ContainSubstring("would stay pending"))
+	s.g.Expect(out).NotTo(ContainSubstring(" "+s.namespace+"/"), "every pod of the workload finds a node")
 
 	s.g.Expect(env.Client.Create(s.ctx, web)).To(Succeed())
 	s.g.Eventually(func() int { return s.runningPods("web") }).Should(Equal(5))
