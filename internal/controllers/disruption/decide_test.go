@@ -116,6 +116,26 @@ func TestRoundDecides(t *testing.T) {
 			},
 		},
 		{
+			// A large scale-up on a busy scheduler leaves pods pending for
+			// longer than the patience; their room must stay.
+			name: "a long-pending pod that has a place still holds consolidation back",
+			fixture: func() *fixture {
+				return newFixture(c4).node("a", c4).node("b", c4).pod("p", "a", "1").pod("q", "b", "1").pod("waiting", "", "1", func(pod *corev1.Pod) {
+					pod.CreationTimestamp = metav1.NewTime(pod.CreationTimestamp.Add(-time.Hour))
+				})
+			},
+		},
+		{
+			name: "a long-pending pod that nothing would take no longer holds consolidation back",
+			fixture: func() *fixture {
+				return newFixture(c4).node("a", c4).node("b", c4).pod("p", "a", "1").pod("q", "b", "1").pod("waiting", "", "1", func(pod *corev1.Pod) {
+					pod.CreationTimestamp = metav1.NewTime(pod.CreationTimestamp.Add(-time.Hour))
+					pod.Spec.NodeSelector = map[string]string{"team": "b"}
+				})
+			},
+			want: "Underutilized delete a",
+		},
+		{
 			name: "the pods of a node already going need room too",
 			fixture: func() *fixture {
 				f := newFixture(c4).node("a", c4).node("b", c4).node("c", c4).pod("p", "a", "2").pod("q", "b", "2").pod("r", "c", "2")

@@ -292,8 +292,19 @@ func (s *state) unsettled(ctx context.Context) (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("placing %d unbound pods: %w", len(s.unbound), err)
 	}
-	if len(result.Placements) > 0 || len(result.NewNodes) > 0 {
-		return fmt.Sprintf("%d pods wait for the scheduler or for a new node", len(s.unbound)-len(result.Unschedulable)), nil
+	if len(result.Placements) > 0 {
+		return fmt.Sprintf("%d pods wait for the scheduler or for a node being made", len(result.Placements)), nil
+	}
+	waiting := 0
+	for _, node := range result.NewNodes {
+		for _, pod := range node.Pods {
+			if s.now.Sub(pod.CreationTimestamp.Time) < unboundPodPatience {
+				waiting++
+			}
+		}
+	}
+	if waiting > 0 {
+		return fmt.Sprintf("%d pods wait for a new node", waiting), nil
 	}
 	return "", nil
 }

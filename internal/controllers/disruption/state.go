@@ -32,9 +32,12 @@ const (
 // expiration ignores budgets.
 const reasonExpired v1alpha1.DisruptionReason = "Expired"
 
-// Unbound pods older than this no longer hold disruption back: the
-// scheduler has had its chance, and a pod it keeps refusing must not stop
-// scale-down for good.
+// Unbound pods older than this that only a new node would take no longer
+// hold disruption back: provisioning has had its chance, and a pod nothing
+// will take must not stop scale-down for good. A pod that fits a node there
+// is always does: it waits for the scheduler, which in a large scale-up
+// may take longer than this, and consolidating meanwhile takes away the
+// room it is about to use.
 const unboundPodPatience = 10 * time.Minute
 
 // poolInfo is a pool with what a round knows of it.
@@ -163,7 +166,7 @@ func newState(now time.Time, o objects) *state {
 			}
 			continue
 		}
-		if waitsForScheduler(pod) && now.Sub(pod.CreationTimestamp.Time) < unboundPodPatience {
+		if waitsForScheduler(pod) {
 			s.unbound = append(s.unbound, pod)
 		}
 	}
