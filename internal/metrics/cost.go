@@ -4,6 +4,7 @@ import (
 	"strconv"
 
 	"github.com/prometheus/client_golang/prometheus"
+	corev1 "k8s.io/api/core/v1"
 	crmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	"github.com/claimscale/claimscale/api/v1alpha1"
@@ -45,8 +46,39 @@ var (
 	})
 )
 
+// NodePoolLimitUsage is, per pool and limited resource (nodes, cpu,
+// memory), the share of spec.limits its claims use: 1 means the pool can
+// buy nothing more of it. Pools without that limit have no series.
+var NodePoolLimitUsage = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+	Namespace: namespace, Subsystem: "nodepool", Name: "limit_usage_ratio",
+	Help: "Share of each pool's limit its claims use, by resource (nodes, cpu, memory).",
+}, []string{"nodepool", "resource"})
+
 func init() {
-	crmetrics.Registry.MustRegister(NodeClaimsByPhase, NodePoolHourlyCost, ProvisioningLastSuccess)
+	crmetrics.Registry.MustRegister(NodeClaimsByPhase, NodePoolHourlyCost, ProvisioningLastSuccess, NodePoolLimitUsage)
+}
+
+// ObservePoolLimits sets a pool's limit usage from what its claims hold.
+func ObservePoolLimits(pool string, limits *v1alpha1.Limits, nodes int, resources corev1.ResourceList) {
+	NodePoolLimitUsage.DeletePartialMatch(prometheus.Labels{"nodepool": pool})
+	if limits == nil {
+		return
+	}
+	ratio := func(used, limit float64) float64 {
+		if limit <= 0 {
+			return 1 // a zero limit admits nothing: always at the limit
+		}
+		return used / limit
+	}
+	if limits.Nodes != nil {
+		NodePoolLimitUsage.WithLabelValues(pool, "nodes").Set(ratio(float64(nodes), float64(*limits.Nodes)))
+	}
+	if limits.CPU != nil {
+		NodePoolLimitUsage.WithLabelValues(pool, "cpu").Set(ratio(resources.Cpu().AsApproximateFloat64(), limits.CPU.AsApproximateFloat64()))
+	}
+	if limits.Memory != nil {
+		NodePoolLimitUsage.WithLabelValues(pool, "memory").Set(ratio(resources.Memory().AsApproximateFloat64(), limits.Memory.AsApproximateFloat64()))
+	}
 }
 
 // Phase names where a claim is in its life, from its conditions.
@@ -111,7 +143,7 @@ func ObservePoolClaims(pool string, claims []v1alpha1.NodeClaim) {
 
 // ForgetPool drops a deleted pool's per-pool gauges.
 func ForgetPool(pool string) {
-	for _, v := range []*prometheus.GaugeVec{NodeClaimsByPhase, NodePoolHourlyCost, NodePoolNodes} {
+	for _, v := range []*prometheus.GaugeVec{NodeClaimsByPhase, NodePoolHourlyCost, NodePoolNodes, NodePoolLimitUsage} {
 		v.DeletePartialMatch(prometheus.Labels{"nodepool": pool})
 	}
 }

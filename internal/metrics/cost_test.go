@@ -5,6 +5,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/claimscale/claimscale/api/v1alpha1"
@@ -54,5 +56,21 @@ func TestObservePoolClaimsSetsCostAndPhases(t *testing.T) {
 	ForgetPool("cost-test")
 	if n := testutil.CollectAndCount(NodeClaimsByPhase, "claimscale_nodeclaims"); n != 0 {
 		t.Errorf("phase series after pool deletion = %d, want 0", n)
+	}
+}
+
+func TestObservePoolLimitsReportsShareOfEachLimit(t *testing.T) {
+	three := int32(3)
+	cpu := resource.MustParse("8")
+	ObservePoolLimits("limit-test", &v1alpha1.Limits{Nodes: &three, CPU: &cpu}, 3, corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("4")})
+	if got := testutil.ToFloat64(NodePoolLimitUsage.WithLabelValues("limit-test", "nodes")); got != 1 {
+		t.Errorf("nodes usage = %v, want 1", got)
+	}
+	if got := testutil.ToFloat64(NodePoolLimitUsage.WithLabelValues("limit-test", "cpu")); got != 0.5 {
+		t.Errorf("cpu usage = %v, want 0.5", got)
+	}
+	ObservePoolLimits("limit-test", nil, 3, nil)
+	if n := testutil.CollectAndCount(NodePoolLimitUsage, "claimscale_nodepool_limit_usage_ratio"); n != 0 {
+		t.Errorf("series after limits removed = %d, want 0", n)
 	}
 }

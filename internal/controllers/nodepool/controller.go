@@ -122,6 +122,7 @@ func (c *Controller) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	pool.Status.Resources = resources
 	metrics.NodePoolNodes.WithLabelValues(pool.Name).Set(float64(nodes))
 	metrics.ObservePoolClaims(pool.Name, claims.Items)
+	metrics.ObservePoolLimits(pool.Name, pool.Spec.Limits, nodes, resources)
 
 	callCtx, cancel := context.WithTimeout(ctx, providerCallTimeout)
 	defer cancel()
