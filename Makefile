@@ -52,12 +52,17 @@ manifests: bin/controller-gen ## Generate CRDs and RBAC, and copy them into the 
 proto: ## Generate the gRPC protocols' Go code with buf (built from a pinned module, no protoc).
 	hack/proto.sh
 
+.PHONY: dashboards
+dashboards: ## Generate the Grafana dashboards (Grafana Foundation SDK) into the chart.
+	mkdir -p charts/claimscale/dashboards
+	go run ./hack/dashboards charts/claimscale/dashboards
+
 GENERATED := api config charts internal/externalgrpc/protos internal/externalscaler/protos pkg/provider/plugin/pluginpb
 
 .PHONY: verify
-verify: generate manifests proto ## Fail when generated files are stale or gofmt/go vet complain.
+verify: generate manifests proto dashboards ## Fail when generated files are stale or gofmt/go vet complain.
 	@if [ -n "$$(git status --porcelain -- $(GENERATED))" ]; then \
-		echo "generated files are out of date; run 'make generate manifests proto' and commit:"; \
+		echo "generated files are out of date; run 'make generate manifests proto dashboards' and commit:"; \
 		git status --porcelain -- $(GENERATED); git --no-pager diff -- $(GENERATED) | head -50; exit 1; fi
 	@bad=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$bad" ]; then echo "gofmt needed: $$bad"; exit 1; fi
 	go vet ./...
@@ -72,6 +77,7 @@ build: ## Build bin/claimscale, the kubectl plugin bin/kubectl-claimscale and th
 lint-chart: tools ## helm lint the chart with its default and externalgrpc values.
 	$(BIN)/helm lint --strict charts/claimscale --set clusterName=ci
 	$(BIN)/helm lint --strict charts/claimscale -f charts/claimscale/values-externalgrpc.yaml
+	$(BIN)/helm lint --strict charts/claimscale --set clusterName=ci --set metrics.serviceMonitor.enabled=true --set metrics.prometheusRule.enabled=true --set metrics.dashboards.enabled=true
 
 .PHONY: test
 test: verify tools lint-chart ## Run every test: generated code, chart lint, unit, envtest and end-to-end.

@@ -7,6 +7,7 @@ require (
 	github.com/cloudscale-ch/cloudscale-go-sdk/v6 v6.0.0
 	github.com/go-logr/logr v1.4.3
 	github.com/google/uuid v1.6.0
+	github.com/grafana/grafana-foundation-sdk/go v0.0.18
 	github.com/grpc-ecosystem/go-grpc-middleware/providers/prometheus v1.1.0
 	github.com/grpc-ecosystem/go-grpc-middleware/v2 v2.3.3
 	github.com/luthermonson/go-proxmox v0.4.0

@@ -18,6 +18,7 @@ PROTOC_GEN_GO_GRPC_VERSION=v1.5.1
 HELM_VERSION=v3.20.0
 BUF_VERSION=v1.75.0
 CLUSTER_API_VERSION=v1.14.2
+PROMETHEUS_VERSION=v0.316.0 # the Go module version of Prometheus 3.x, see hack/prometheus/go.mod
 
 cache="${XDG_CACHE_HOME:-$HOME/.cache}/claimscale/tools"
 mkdir -p "$cache"
@@ -48,6 +49,11 @@ build_kube() { # $1: command name under k8s.io/kubernetes/cmd
 build_etcd() {
   (cd "$root/hack/etcd" && CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o "$OUT/etcd" go.etcd.io/etcd/server/v3)
 }
+# prometheus and promtool for the alert rule tests and the monitoring e2e
+# test. Built without the web UI's assets: the HTTP API is all they need.
+build_prometheus() { # $1: prometheus or promtool
+  (cd "$root/hack/prometheus" && CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o "$OUT/$1" "github.com/prometheus/prometheus/cmd/$1")
+}
 # kwok runs nothing without stages; they ship in its module, so join the
 # ones we use into one config file next to the binary.
 build_kwok_stages() {
@@ -72,7 +78,7 @@ install_module() { # $1: package@version
 }
 
 want=("$@")
-[ ${#want[@]} -eq 0 ] && want=(kube-apiserver etcd kubectl kube-scheduler kube-controller-manager kwok kwok-stages.yaml controller-gen buf protoc-gen-go protoc-gen-go-grpc helm cluster-api-manager)
+[ ${#want[@]} -eq 0 ] && want=(kube-apiserver etcd kubectl kube-scheduler kube-controller-manager kwok kwok-stages.yaml controller-gen buf protoc-gen-go protoc-gen-go-grpc helm cluster-api-manager promtool)
 
 for tool in "${want[@]}"; do
   case "$tool" in
@@ -87,6 +93,7 @@ for tool in "${want[@]}"; do
     buf) provide buf "$BUF_VERSION" install_module "github.com/bufbuild/buf/cmd/buf@$BUF_VERSION" ;;
     cluster-api-manager) provide cluster-api-manager "$CLUSTER_API_VERSION" build_capi ;;
     helm) provide helm "$HELM_VERSION" install_module "helm.sh/helm/v3/cmd/helm@$HELM_VERSION" ;;
+    prometheus|promtool) provide "$tool" "$PROMETHEUS_VERSION" build_prometheus "$tool" ;;
     *) echo "unknown tool $tool" >&2; exit 2 ;;
   esac
 done

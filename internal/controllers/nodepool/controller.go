@@ -11,6 +11,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -105,6 +106,9 @@ func (c *Controller) poolsOfProvider(ctx context.Context, o client.Object) []rec
 func (c *Controller) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
 	pool := &v1alpha1.NodePool{}
 	if err := c.Kube.Get(ctx, req.NamespacedName, pool); err != nil {
+		if apierrors.IsNotFound(err) {
+			metrics.ForgetPool(req.Name)
+		}
 		return reconcile.Result{}, client.IgnoreNotFound(err)
 	}
 	stored := pool.DeepCopy()
@@ -117,6 +121,8 @@ func (c *Controller) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	pool.Status.Nodes = int32(nodes)
 	pool.Status.Resources = resources
 	metrics.NodePoolNodes.WithLabelValues(pool.Name).Set(float64(nodes))
+	metrics.ObservePoolClaims(pool.Name, claims.Items)
+	metrics.ObservePoolLimits(pool.Name, pool.Spec.Limits, nodes, resources)
 
 	callCtx, cancel := context.WithTimeout(ctx, providerCallTimeout)
 	defer cancel()

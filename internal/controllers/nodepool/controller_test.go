@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	. "github.com/onsi/gomega"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -19,6 +20,7 @@ import (
 
 	"github.com/claimscale/claimscale/api/v1alpha1"
 	"github.com/claimscale/claimscale/internal/controllers/index"
+	"github.com/claimscale/claimscale/internal/metrics"
 	"github.com/claimscale/claimscale/internal/providers"
 	"github.com/claimscale/claimscale/internal/scheduling"
 	"github.com/claimscale/claimscale/internal/testenv"
@@ -265,4 +267,39 @@ func TestPoolStatusIsWrittenOnlyWhenItChanges(t *testing.T) {
 	first, _ := s.reconcile()
 	second, _ := s.reconcile()
 	s.g.Expect(second.ResourceVersion).To(Equal(first.ResourceVersion))
+}
+
+// The pool's reconcile sets its cost, claims-by-phase and limit-usage
+// gauges from its claims, and a deleted pool's series go away.
+func TestPoolReconcileSetsCostPhaseAndLimitMetrics(t *testing.T) {
+	s := newScenario(t, "metered")
+	two := int32(2)
+	patch := client.MergeFrom(s.pool.DeepCopy())
+	s.pool.Spec.Limits = &v1alpha1.Limits{Nodes: &two}
+	s.g.Expect(env.Client.Patch(s.ctx, s.pool, patch)).To(Succeed())
+	for _, name := range []string{"metered-a", "metered-b"} {
+		claim := &v1alpha1.NodeClaim{
+			ObjectMeta: metav1.ObjectMeta{Name: name},
+			Spec: v1alpha1.NodeClaimSpec{
+				NodePoolRef: v1alpha1.NodePoolReference{Name: s.pool.Name},
+				Shape:       v1alpha1.ClaimShape{Name: "c2", CPU: resource.MustParse("2"), Memory: resource.MustParse("4Gi"), Price: "0.25"},
+			},
+		}
+		s.g.Expect(env.Client.Create(s.ctx, claim)).To(Succeed())
+		s.waitForCache(claim)
+	}
+
+	s.reconcile()
+	s.g.Expect(testutil.ToFloat64(metrics.NodePoolHourlyCost.WithLabelValues("metered", "c2"))).To(Equal(0.5))
+	s.g.Expect(testutil.ToFloat64(metrics.NodeClaimsByPhase.WithLabelValues("metered", metrics.PhaseLaunching))).To(Equal(2.0))
+	s.g.Expect(testutil.ToFloat64(metrics.NodePoolLimitUsage.WithLabelValues("metered", "nodes"))).To(Equal(1.0))
+
+	s.g.Expect(env.Client.Delete(s.ctx, s.pool)).To(Succeed())
+	s.g.Eventually(func() error {
+		return cached.Get(s.ctx, client.ObjectKeyFromObject(s.pool), &v1alpha1.NodePool{})
+	}).ShouldNot(Succeed())
+	_, err := s.c.Reconcile(s.ctx, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(s.pool)})
+	s.g.Expect(err).NotTo(HaveOccurred())
+	s.g.Expect(metrics.NodePoolHourlyCost.DeleteLabelValues("metered", "c2")).To(BeFalse(), "no cost series of the deleted pool")
+	s.g.Expect(metrics.NodePoolLimitUsage.DeleteLabelValues("metered", "nodes")).To(BeFalse(), "no limit series of the deleted pool")
 }

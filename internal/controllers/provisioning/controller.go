@@ -15,6 +15,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/claimscale/claimscale/api/v1alpha1"
+	"github.com/claimscale/claimscale/internal/metrics"
 	"github.com/claimscale/claimscale/internal/retry"
 	"github.com/claimscale/claimscale/internal/scheduling"
 )
@@ -93,6 +94,7 @@ func (c *Controller) Start(ctx context.Context) error {
 			continue
 		}
 		failures.Succeeded("round")
+		metrics.ProvisioningLastSuccess.SetToCurrentTime()
 	}
 	return nil
 }
