@@ -90,7 +90,11 @@ func TestFiveHundredPodsPackWithinOnePercentOfTheLowerBound(t *testing.T) {
 
 	var errorLines []string
 	for _, line := range strings.Split(logs.String(), "\n") {
-		if strings.Contains(line, "\tERROR\t") {
+		// client-go's event broadcaster logs at error level an event the
+		// API server refuses because its namespace is being deleted: other
+		// tests' pending pods, whose namespaces are still going away when
+		// this one starts. Neither claimscale's doing nor its error.
+		if strings.Contains(line, "\tERROR\t") && !strings.Contains(line, "because it is being terminated") {
 			errorLines = append(errorLines, line)
 		}
 	}
