@@ -141,39 +141,24 @@ func (p *Providers) list(ctx context.Context, gvk schema.GroupVersionKind) ([]un
 }
 
 func (p *Providers) clusters(ctx context.Context) error {
-	clusters, err := p.list(ctx, ClusterKind)
-	if err != nil {
-		return err
-	}
-	for i := range clusters {
-		c := &clusters[i]
-		if provisioned, _, _ := unstructured.NestedBool(c.Object, "status", "initialization", "provisioned"); provisioned {
-			continue
-		}
-		if _, found, _ := unstructured.NestedMap(c.Object, "spec", "controlPlaneEndpoint"); !found {
-			patch := client.MergeFrom(c.DeepCopy())
-			_ = unstructured.SetNestedMap(c.Object, map[string]any{"host": "127.0.0.1", "port": int64(6443)}, "spec", "controlPlaneEndpoint")
-			if err := p.Management.Patch(ctx, c, patch); err != nil {
-				return err
-			}
-		}
-		patch := client.MergeFrom(c.DeepCopy())
-		_ = unstructured.SetNestedField(c.Object, true, "status", "initialization", "provisioned")
-		if err := p.Management.Status().Patch(ctx, c, patch); err != nil {
-			return err
-		}
-	}
-	return nil
+	return p.markInitialized(ctx, ClusterKind, "provisioned")
 }
 
 func (p *Providers) controlPlanes(ctx context.Context) error {
-	planes, err := p.list(ctx, ControlPlaneKind)
+	return p.markInitialized(ctx, ControlPlaneKind, "controlPlaneInitialized")
+}
+
+// markInitialized gives each object of kind a control-plane endpoint (CAPI
+// requires one before it goes on) and sets status.initialization.<field>,
+// the contract's sign that the provider finished.
+func (p *Providers) markInitialized(ctx context.Context, kind schema.GroupVersionKind, field string) error {
+	objects, err := p.list(ctx, kind)
 	if err != nil {
 		return err
 	}
-	for i := range planes {
-		c := &planes[i]
-		if initialized, _, _ := unstructured.NestedBool(c.Object, "status", "initialization", "controlPlaneInitialized"); initialized {
+	for i := range objects {
+		c := &objects[i]
+		if done, _, _ := unstructured.NestedBool(c.Object, "status", "initialization", field); done {
 			continue
 		}
 		if _, found, _ := unstructured.NestedMap(c.Object, "spec", "controlPlaneEndpoint"); !found {
@@ -184,7 +169,7 @@ func (p *Providers) controlPlanes(ctx context.Context) error {
 			}
 		}
 		patch := client.MergeFrom(c.DeepCopy())
-		_ = unstructured.SetNestedField(c.Object, true, "status", "initialization", "controlPlaneInitialized")
+		_ = unstructured.SetNestedField(c.Object, true, "status", "initialization", field)
 		if err := p.Management.Status().Patch(ctx, c, patch); err != nil {
 			return err
 		}
