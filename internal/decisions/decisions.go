@@ -111,7 +111,7 @@ const (
 const DefaultMaxRecords = 10000
 
 // Store keeps the latest record per pod and per node, at most Max of each:
-// when full, the oldest record goes. Safe for concurrent use; a nil Store
+// when full, the least recently recorded goes. Safe for concurrent use; a nil Store
 // records nothing.
 type Store struct {
 	// Max records of each kind (default DefaultMaxRecords).
@@ -121,8 +121,8 @@ type Store struct {
 	DryRun bool
 
 	mu     sync.RWMutex
-	pods   map[string]PodRecord
-	nodes  map[string]NodeRecord
+	pods   recent[PodRecord]
+	nodes  recent[NodeRecord]
 	offers map[string]PoolOffer
 }
 
@@ -143,14 +143,7 @@ func (s *Store) RecordPod(record PodRecord) {
 	}
 	record.DryRun = s.DryRun
 	s.mu.Lock()
-	if s.pods == nil {
-		s.pods = map[string]PodRecord{}
-	}
-	key := record.Namespace + "/" + record.Name
-	if _, ok := s.pods[key]; !ok && len(s.pods) >= s.max() {
-		evictOldest(s.pods, func(r PodRecord) time.Time { return r.Time })
-	}
-	s.pods[key] = record
+	s.pods.put(record.Namespace+"/"+record.Name, record, s.max())
 	s.mu.Unlock()
 	countPod(record, s.DryRun)
 }
@@ -162,13 +155,7 @@ func (s *Store) RecordNode(record NodeRecord) {
 	}
 	record.DryRun = s.DryRun
 	s.mu.Lock()
-	if s.nodes == nil {
-		s.nodes = map[string]NodeRecord{}
-	}
-	if _, ok := s.nodes[record.Node]; !ok && len(s.nodes) >= s.max() {
-		evictOldest(s.nodes, func(r NodeRecord) time.Time { return r.Time })
-	}
-	s.nodes[record.Node] = record
+	s.nodes.put(record.Node, record, s.max())
 	s.mu.Unlock()
 	NodeDecisions.WithLabelValues(record.Outcome, record.Reason, dryRunLabel(s.DryRun)).Inc()
 }
@@ -177,32 +164,32 @@ func (s *Store) RecordNode(record NodeRecord) {
 func (s *Store) Pod(namespace, name string) (PodRecord, bool) {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
-	r, ok := s.pods[namespace+"/"+name]
-	return r, ok
+	return s.pods.get(namespace + "/" + name)
 }
 
 // Node returns the latest record of a node, by node or claim name.
 func (s *Store) Node(name string) (NodeRecord, bool) {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
-	if r, ok := s.nodes[name]; ok {
+	if r, ok := s.nodes.get(name); ok {
 		return r, true
 	}
-	for _, r := range s.nodes {
+	var byClaim NodeRecord
+	found := false
+	s.nodes.each(func(r NodeRecord) bool {
 		if r.NodeClaim == name {
-			return r, true
+			byClaim, found = r, true
 		}
-	}
-	return NodeRecord{}, false
+		return !found
+	})
+	return byClaim, found
 }
 
 // Pods returns every pod record, by namespace and name.
 func (s *Store) Pods() []PodRecord {
 	s.mu.RLock()
-	out := make([]PodRecord, 0, len(s.pods))
-	for _, r := range s.pods {
-		out = append(out, r)
-	}
+	out := make([]PodRecord, 0, s.pods.len())
+	s.pods.each(func(r PodRecord) bool { out = append(out, r); return true })
 	s.mu.RUnlock()
 	sort.Slice(out, func(i, j int) bool {
 		return out[i].Namespace+"/"+out[i].Name < out[j].Namespace+"/"+out[j].Name
@@ -213,22 +200,9 @@ func (s *Store) Pods() []PodRecord {
 // Nodes returns every node record, by name.
 func (s *Store) Nodes() []NodeRecord {
 	s.mu.RLock()
-	out := make([]NodeRecord, 0, len(s.nodes))
-	for _, r := range s.nodes {
-		out = append(out, r)
-	}
+	out := make([]NodeRecord, 0, s.nodes.len())
+	s.nodes.each(func(r NodeRecord) bool { out = append(out, r); return true })
 	s.mu.RUnlock()
 	sort.Slice(out, func(i, j int) bool { return out[i].Node < out[j].Node })
 	return out
-}
-
-func evictOldest[R any](records map[string]R, at func(R) time.Time) {
-	var oldest string
-	var when time.Time
-	for key, r := range records {
-		if t := at(r); oldest == "" || t.Before(when) {
-			oldest, when = key, t
-		}
-	}
-	delete(records, oldest)
 }
