@@ -19,7 +19,6 @@ import (
 	"fmt"
 	"io"
 	"math"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -309,7 +308,7 @@ type controller struct {
 }
 
 func startController(ctx context.Context, root, kubeconfig string, opts options) (*controller, error) {
-	port, err := freePort()
+	port, err := testenv.FreePort()
 	if err != nil {
 		return nil, err
 	}
@@ -505,13 +504,4 @@ func waitFor(ctx context.Context, what string, done func() (bool, error)) error 
 
 func logf(format string, args ...any) {
 	fmt.Printf("%s  %s\n", time.Now().UTC().Format("15:04:05"), fmt.Sprintf(format, args...))
-}
-
-func freePort() (int, error) {
-	listener, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, fmt.Errorf("choosing a free port: %w", err)
-	}
-	defer listener.Close()
-	return listener.Addr().(*net.TCPAddr).Port, nil
 }

@@ -217,7 +217,7 @@ func (e *Environment) startExtras(opts Options, binDir string) error {
 		}
 	}
 	if opts.Kwok {
-		port, err := freePort()
+		port, err := FreePort()
 		if err != nil {
 			return err
 		}
@@ -240,7 +240,7 @@ func (e *Environment) startExtras(opts Options, binDir string) error {
 // scheduler) as the administrator, without leader election, serving its
 // own endpoints on a free loopback port.
 func (e *Environment) startComponent(logs io.Writer, path string, args ...string) error {
-	port, err := freePort()
+	port, err := FreePort()
 	if err != nil {
 		return err
 	}
@@ -321,7 +321,9 @@ func (e *Environment) Stop() error {
 	return errors.Join(errs...)
 }
 
-func freePort() (int, error) {
+// FreePort is a loopback port free now, for a process that must be told
+// its port rather than choose one.
+func FreePort() (int, error) {
 	listener, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return 0, fmt.Errorf("choosing a free port: %w", err)
