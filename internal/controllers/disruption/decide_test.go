@@ -10,6 +10,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/claimscale/claimscale/api/v1alpha1"
+	"github.com/claimscale/claimscale/internal/decisions"
 )
 
 func doNotDisrupt(pod *corev1.Pod) {
@@ -355,5 +356,17 @@ func TestRefusalsCarryTheConsolidatableReason(t *testing.T) {
 	}
 	if c := got["c"]; c.condition != v1alpha1.ConsolidatableReasonDoNotDisrupt || c.quiet {
 		t.Errorf("node with a do-not-disrupt pod: %+v, want a DoNotDisrupt refusal with an event", c)
+	}
+	// The decision records read the same reasons, and count each node once.
+	if reason := refusalReason(got["b"]); reason != decisions.NodeReasonBudget {
+		t.Errorf("empty node held by the budget is recorded as %q, want %q", reason, decisions.NodeReasonBudget)
+	}
+	if reason := refusalReason(got["c"]); reason != decisions.NodeReasonDoNotDisrupt {
+		t.Errorf("node with a do-not-disrupt pod is recorded as %q, want %q", reason, decisions.NodeReasonDoNotDisrupt)
+	}
+	for _, h := range r.held {
+		if h.candidate.claim.Name == "b" {
+			t.Errorf("empty node held by the budget is recorded twice: as refused and as held")
+		}
 	}
 }

@@ -22,9 +22,15 @@ func (r *round) holdForBudget(c *candidate, reason v1alpha1.DisruptionReason) {
 			return
 		}
 	}
+	r.held = append(r.held, held{candidate: c, message: r.budgetNote(c, reason)})
+}
+
+// budgetNote says that the candidate's pool budget for reason has none
+// left, with the budget's number.
+func (r *round) budgetNote(c *candidate, reason v1alpha1.DisruptionReason) string {
 	pool := c.pool.pool.Name
-	r.held = append(r.held, held{candidate: c, message: fmt.Sprintf(
-		"%s, but pool %s's disruption budget for %s allows %d disruptions now and none is left", what(reason), pool, reason, r.ledger.allowedNow(pool, reason))})
+	return fmt.Sprintf("%s, but pool %s's disruption budget for %s allows %d disruptions now and none is left",
+		what(reason), pool, reason, r.ledger.allowedNow(pool, reason))
 }
 
 func what(reason v1alpha1.DisruptionReason) string {
@@ -67,19 +73,24 @@ func (c *Controller) recordDecisions(s *state, r *round, cmd *command) {
 	}
 }
 
-// refusalReason classifies a refusal's note, written by blocker and
-// consolidation in this package, into the bounded reasons of the records
-// and metrics.
+// conditionDecisions maps the Consolidatable reason a refusal carries to
+// the bounded reasons of the records and metrics.
+var conditionDecisions = map[string]string{
+	v1alpha1.ConsolidatableReasonDoNotDisrupt:         decisions.NodeReasonDoNotDisrupt,
+	v1alpha1.ConsolidatableReasonPodDisruptionBudget:  decisions.NodeReasonPDB,
+	v1alpha1.ConsolidatableReasonPodWithoutController: decisions.NodeReasonNoController,
+	v1alpha1.ConsolidatableReasonDisruptionBudget:     decisions.NodeReasonBudget,
+}
+
+// refusalReason gives a refusal's reason in the records and metrics: the
+// Consolidatable reason the safety rules set, else what consolidation's
+// note says.
 func refusalReason(refused refusal) string {
-	note := refused.note
+	if reason, ok := conditionDecisions[refused.condition]; ok {
+		return reason
+	}
 	switch {
-	case strings.Contains(note, v1alpha1.AnnotationDoNotDisrupt):
-		return decisions.NodeReasonDoNotDisrupt
-	case strings.Contains(note, "PodDisruptionBudget"):
-		return decisions.NodeReasonPDB
-	case strings.Contains(note, "has no controller"):
-		return decisions.NodeReasonNoController
-	case strings.Contains(note, "is not cheaper"):
+	case strings.Contains(refused.note, "is not cheaper"):
 		return decisions.NodeReasonNotCheaper
 	case refused.reason == eventUnconsolidatable:
 		return decisions.NodeReasonWouldNotFit
