@@ -38,6 +38,9 @@ func (p *Provider) Create(ctx context.Context, claim *v1alpha1.NodeClaim, _ prov
 		if machine.GetDeletionTimestamp() != nil {
 			return nil, provider.NewRetryable(fmt.Errorf("Machine %s/%s of claim %s is still being deleted", p.namespace, claim.Name, claim.Name), provisioningRetry)
 		}
+		if err := p.completeMachine(ctx, machine, shape); err != nil {
+			return nil, err
+		}
 	case apierrors.IsNotFound(err):
 		if machine, err = p.createMachine(ctx, claim, shape); err != nil {
 			return nil, err
@@ -144,6 +147,68 @@ func (p *Provider) createMachine(ctx context.Context, claim *v1alpha1.NodeClaim,
 		}
 	}
 	return machine, nil
+}
+
+// completeMachine makes what an existing Machine of ours references but
+// does not exist: a Create cut off between the Machine and its clones (a
+// restart, a lost answer) is finished by the next Create, which finds the
+// Machine; CAPI would otherwise wait for the missing objects for ever.
+func (p *Provider) completeMachine(ctx context.Context, machine *unstructured.Unstructured, shape *v1alpha1.ClusterAPIShape) error {
+	infraMissing, err := p.referenceMissing(ctx, machine, "spec", "infrastructureRef")
+	if err != nil {
+		return err
+	}
+	bootstrapMissing, err := p.referenceMissing(ctx, machine, "spec", "bootstrap", "configRef")
+	if err != nil {
+		return err
+	}
+	if !infraMissing && !bootstrapMissing {
+		return nil
+	}
+	r, err := p.recipeOf(ctx, shape)
+	if err != nil {
+		return err
+	}
+	refs := []v1alpha1.ClusterAPITemplateReference{}
+	if infraMissing {
+		refs = append(refs, r.infrastructure)
+	}
+	if bootstrapMissing && r.bootstrap != nil {
+		refs = append(refs, *r.bootstrap)
+	}
+	for _, ref := range refs {
+		template, err := p.template(ctx, ref)
+		if err != nil {
+			return err
+		}
+		if _, err := p.clone(ctx, ref, template, machine); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// referenceMissing says whether the object the Machine references at
+// fields is named but does not exist.
+func (p *Provider) referenceMissing(ctx context.Context, machine *unstructured.Unstructured, fields ...string) (bool, error) {
+	ref, _, _ := unstructured.NestedStringMap(machine.Object, fields...)
+	if ref["name"] == "" {
+		return false, nil
+	}
+	gvk, err := p.gvkOf(ref["apiGroup"], ref["kind"])
+	if err != nil {
+		return false, err
+	}
+	referenced := &unstructured.Unstructured{}
+	referenced.SetGroupVersionKind(gvk)
+	err = p.kube.Get(ctx, client.ObjectKey{Namespace: p.namespace, Name: ref["name"]}, referenced)
+	if apierrors.IsNotFound(err) {
+		return true, nil
+	}
+	if err != nil {
+		return false, classify(fmt.Errorf("reading %s %s/%s: %w", ref["kind"], p.namespace, ref["name"], err))
+	}
+	return false, nil
 }
 
 // claimZone is the zone the claim requires, if exactly one; it becomes the

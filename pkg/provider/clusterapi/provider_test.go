@@ -87,6 +87,33 @@ func TestCreateMakesAMachineFromTheShapesTemplates(t *testing.T) {
 	g.Expect(capacity).To(gomega.Equal(map[string]string{"cpu": "2", "memory": "4Gi"}), "the template's spec is cloned")
 }
 
+// A Create cut off after the Machine and before its clones (a restart
+// mid-scale-up) is finished by the next Create of the claim, which finds
+// the Machine and makes what it references.
+func TestCreateFinishesAMachineWhoseClonesAreMissing(t *testing.T) {
+	g := gomega.NewWithT(t)
+	f := newFixture(t)
+	p := f.provider(t, "c1")
+	claim := claimOf("cut-off-1", "small", "2", "4Gi")
+	// No test providers run: the Machine gets no providerID, so Create
+	// answers retryable after making everything.
+	_, err := p.Create(t.Context(), claim, provider.CreateOptions{})
+	g.Expect(provider.IsRetryable(err)).To(gomega.BeTrue(), "no providerID yet: %v", err)
+	clones := map[string]string{"TestMachine": clusterapitest.InfraGroup, "TestConfig": clusterapitest.BootstrapGroup}
+	for kind, group := range clones {
+		g.Expect(env.Client.Delete(t.Context(), getObject(t, g, group+"/v1alpha1", kind, f.namespace, "cut-off-1"))).To(gomega.Succeed())
+	}
+
+	_, err = p.Create(t.Context(), claim, provider.CreateOptions{})
+	g.Expect(provider.IsRetryable(err)).To(gomega.BeTrue(), "still no providerID: %v", err)
+	machine := getObject(t, g, "cluster.x-k8s.io/v1beta2", "Machine", f.namespace, "cut-off-1")
+	for kind, group := range clones {
+		clone := getObject(t, g, group+"/v1alpha1", kind, f.namespace, "cut-off-1")
+		g.Expect(clone.GetOwnerReferences()).To(gomega.HaveLen(1))
+		g.Expect(clone.GetOwnerReferences()[0].UID).To(gomega.Equal(machine.GetUID()), "%s made again for the same Machine", kind)
+	}
+}
+
 // A shape taken from a MachineDeployment uses its templates, version and
 // machine labels (but those its selector matches), and records which
 // templates it was made from.
