@@ -94,13 +94,21 @@ const (
 
 // Node reasons: a closed set, the metric's label.
 const (
-	NodeReasonDoNotDisrupt   = "DoNotDisrupt"
-	NodeReasonPDB            = "PodDisruptionBudget"
-	NodeReasonNoController   = "NoController"
-	NodeReasonBudget         = "DisruptionBudget"
-	NodeReasonWouldNotFit    = "WouldNotFit"
-	NodeReasonNotCheaper     = "ReplacementNotCheaper"
-	NodeReasonConsolidate    = "Consolidatable"
+	NodeReasonDoNotDisrupt = "DoNotDisrupt"
+	NodeReasonPDB          = "PodDisruptionBudget"
+	NodeReasonNoController = "NoController"
+	NodeReasonBudget       = "DisruptionBudget"
+	NodeReasonWouldNotFit  = "WouldNotFit"
+	NodeReasonNotCheaper   = "ReplacementNotCheaper"
+	NodeReasonConsolidate  = "Consolidatable"
+	// NodeReasonConsolidateAfter: the node emptied out, or its pods last
+	// changed, less than its pool's consolidateAfter ago.
+	NodeReasonConsolidateAfter = "ConsolidateAfter"
+	// NodeReasonMinNodes: taking the node would leave its pool below
+	// minNodes.
+	NodeReasonMinNodes = "MinNodes"
+	// NodeReasonHeadroom: the pool's headroom would no longer fit.
+	NodeReasonHeadroom       = "Headroom"
 	NodeReasonOther          = "Other"
 	podReasonNewNode         = "NewNode"
 	podReasonNoPool          = "NoPool"

@@ -11,6 +11,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/claimscale/claimscale/api/v1alpha1"
+	"github.com/claimscale/claimscale/internal/decisions"
 )
 
 const (
@@ -34,6 +35,9 @@ type refusal struct {
 	// quiet refusals set the condition but make no event: a budget that
 	// holds back hundreds of empty nodes is one fact, not hundreds.
 	quiet bool
+	// record, when set, is the decision reason (decisions.NodeReason…)
+	// the refusal is recorded and counted under.
+	record string
 }
 
 const (
@@ -94,14 +98,19 @@ func newRound(s *state, candidates []*candidate, ledger *ledger, stableSince map
 			}
 			if emptyLongEnough {
 				r.classify(c, v1alpha1.DisruptionReasonEmpty, &r.empty, blockReason, why, "empty")
+			} else {
+				r.waitForConsolidateAfter(c, "empty", emptySinceOf(c, empty, emptySince))
 			}
 			continue
 		}
 		if c.pool.pool.Spec.Disruption.ConsolidationPolicy != v1alpha1.ConsolidationWhenEmptyOrUnderutilized {
 			continue
 		}
-		if since, ok := stableSince[c.node.Name]; ok && s.now.Sub(since) >= c.pool.consolidateAfter() {
+		since, ok := stableSince[c.node.Name]
+		if ok && s.now.Sub(since) >= c.pool.consolidateAfter() {
 			r.classify(c, v1alpha1.DisruptionReasonUnderutilized, &r.under, blockReason, why, "a consolidation candidate")
+		} else if ok {
+			r.waitForConsolidateAfter(c, "its pods last changed", since)
 		}
 	}
 	sort.SliceStable(r.expired, func(i, j int) bool {
@@ -137,8 +146,8 @@ func (r *round) decide(ctx context.Context) (*command, error) {
 	return nil, nil
 }
 
-func (r *round) refuse(c *candidate, reason, note string) {
-	r.refusals = append(r.refusals, refusal{candidate: c, reason: reason, note: note})
+func (r *round) refuse(c *candidate, reason, record, note string) {
+	r.refusals = append(r.refusals, refusal{candidate: c, reason: reason, note: note, record: record})
 }
 
 // settled caches state.unsettled for the round: true when pods may move.
@@ -173,7 +182,7 @@ func (r *round) expiration(ctx context.Context) (*command, error) {
 			return cmd, err
 		}
 		r.memory.remember(c.claim.UID, reasonExpired, r.s.fingerprint, r.s.now)
-		r.refuse(c, eventBlocked, "expired, but "+refused)
+		r.refuse(c, eventBlocked, refused.record, "expired, but "+refused.note)
 	}
 	return nil, nil
 }
@@ -199,7 +208,7 @@ func (r *round) drift(ctx context.Context) (*command, error) {
 			return cmd, nil
 		}
 		r.memory.remember(c.claim.UID, v1alpha1.DisruptionReasonDrifted, r.s.fingerprint, r.s.now)
-		r.refuse(c, eventBlocked, "drifted, but "+refused)
+		r.refuse(c, eventBlocked, refused.record, "drifted, but "+refused.note)
 	}
 	return nil, nil
 }
@@ -217,6 +226,8 @@ func (r *round) emptiness(ctx context.Context) (*command, error) {
 		}
 		if aboveMinNodes[pool] <= 0 {
 			// Warm capacity stays; the pool may lower minNodes later.
+			r.hold(c, decisions.NodeReasonMinNodes, fmt.Sprintf("empty, but pool %s keeps its minNodes of %d (%d nodes not going)",
+				pool, c.pool.target.MinNodes, c.pool.live-c.pool.marked))
 			continue
 		}
 		if r.ledger.remaining(pool, v1alpha1.DisruptionReasonEmpty) <= 0 {
@@ -238,6 +249,7 @@ func (r *round) emptiness(ctx context.Context) (*command, error) {
 		if why != "" {
 			// The pool's headroom lives on this node.
 			log.FromContext(ctx).V(1).Info("empty node kept for headroom", "nodeClaim", c.claim.Name, "reason", why)
+			r.hold(c, decisions.NodeReasonHeadroom, "empty, but "+why)
 			continue
 		}
 		aboveMinNodes[pool]--
@@ -349,7 +361,7 @@ func (r *round) singleNode(ctx context.Context) (*command, error) {
 			return cmd, nil
 		}
 		r.memory.remember(c.claim.UID, v1alpha1.DisruptionReasonUnderutilized, r.s.fingerprint, r.s.now)
-		r.refuse(c, eventUnconsolidatable, "Consolidatable=False: "+why)
+		r.refuse(c, eventUnconsolidatable, why.record, "Consolidatable=False: "+why.note)
 	}
 	return nil, nil
 }

@@ -3,26 +3,64 @@ package disruption
 import (
 	"fmt"
 	"strings"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/claimscale/claimscale/api/v1alpha1"
 	"github.com/claimscale/claimscale/internal/decisions"
 )
 
 // held is a candidate a method would consider but that waits: its pool's
-// disruption budget allows no more now.
+// disruption budget allows no more now, its consolidateAfter has not
+// passed, or the pool keeps it for minNodes or headroom.
 type held struct {
 	candidate *candidate
-	message   string
+	// reason is the decision reason (decisions.NodeReason…).
+	reason  string
+	message string
 }
 
 // holdForBudget notes a candidate the budget keeps, once per round.
 func (r *round) holdForBudget(c *candidate, reason v1alpha1.DisruptionReason) {
+	r.hold(c, decisions.NodeReasonBudget, r.budgetNote(c, reason))
+}
+
+// hold notes a candidate that waits, once per round.
+func (r *round) hold(c *candidate, reason, message string) {
 	for _, h := range r.held {
 		if h.candidate == c {
 			return
 		}
 	}
-	r.held = append(r.held, held{candidate: c, message: r.budgetNote(c, reason)})
+	r.held = append(r.held, held{candidate: c, reason: reason, message: message})
+}
+
+// waitForConsolidateAfter notes a node that is not a candidate yet: it
+// emptied out, or its pods changed, less than its pool's consolidateAfter
+// ago. A zero since is a time the round does not know.
+func (r *round) waitForConsolidateAfter(c *candidate, what string, since time.Time) {
+	after := c.pool.consolidateAfter()
+	if since.IsZero() {
+		r.hold(c, decisions.NodeReasonConsolidateAfter, fmt.Sprintf("%s, for less than its pool's consolidateAfter of %s so far", what, after))
+		return
+	}
+	r.hold(c, decisions.NodeReasonConsolidateAfter, fmt.Sprintf("%s at %s, consolidateAfter of %s not yet passed (%s left)",
+		what, since.UTC().Format(time.RFC3339), after, (after-r.s.now.Sub(since)).Round(time.Second)))
+}
+
+// emptySinceOf is when a round saw the node empty out, else when its
+// claim's Empty condition became true, else zero.
+func emptySinceOf(c *candidate, empty *metav1.Condition, emptySince func(node string) (time.Time, bool)) time.Time {
+	if emptySince != nil {
+		if since, ok := emptySince(c.node.Name); ok {
+			return since
+		}
+	}
+	if empty != nil && empty.Status == metav1.ConditionTrue {
+		return empty.LastTransitionTime.Time
+	}
+	return time.Time{}
 }
 
 // budgetNote says that the candidate's pool budget for reason has none
@@ -64,7 +102,7 @@ func (c *Controller) recordDecisions(s *state, r *round, cmd *command) {
 		record(refused.candidate, decisions.NodeKept, refusalReason(refused), refused.note)
 	}
 	for _, h := range r.held {
-		record(h.candidate, decisions.NodeKept, decisions.NodeReasonBudget, h.message)
+		record(h.candidate, decisions.NodeKept, h.reason, h.message)
 	}
 	if cmd != nil {
 		for _, cand := range cmd.candidates {
@@ -83,16 +121,16 @@ var conditionDecisions = map[string]string{
 }
 
 // refusalReason gives a refusal's reason in the records and metrics: the
-// Consolidatable reason the safety rules set, else what consolidation's
-// note says.
+// Consolidatable reason the safety rules set, else the reason the method
+// that refused gave.
 func refusalReason(refused refusal) string {
 	if reason, ok := conditionDecisions[refused.condition]; ok {
 		return reason
 	}
-	switch {
-	case strings.Contains(refused.note, "is not cheaper"):
-		return decisions.NodeReasonNotCheaper
-	case refused.reason == eventUnconsolidatable:
+	if refused.record != "" {
+		return refused.record
+	}
+	if refused.reason == eventUnconsolidatable {
 		return decisions.NodeReasonWouldNotFit
 	}
 	return decisions.NodeReasonOther

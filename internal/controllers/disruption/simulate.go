@@ -9,6 +9,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/claimscale/claimscale/api/v1alpha1"
+	"github.com/claimscale/claimscale/internal/decisions"
 	"github.com/claimscale/claimscale/internal/scheduling"
 	"github.com/claimscale/claimscale/internal/warmcapacity"
 )
@@ -124,42 +125,46 @@ func (s *state) solveWithout(ctx context.Context, candidates []*candidate) (sche
 	return result, nil
 }
 
+// verdict is why a method does not take a candidate, with the decision
+// reason (decisions.NodeReason…) it is recorded and counted under.
+type verdict struct{ record, note string }
+
 // consolidation decides whether the candidates can go together: deleted,
 // when their pods fit on the other nodes; else replaced by one new node
 // that costs less than all of them. If not, it says why.
-func (s *state) consolidation(ctx context.Context, candidates []*candidate) (*command, string, error) {
+func (s *state) consolidation(ctx context.Context, candidates []*candidate) (*command, verdict, error) {
 	removal, err := s.simulateRemoval(ctx, candidates)
 	if err != nil {
-		return nil, "", err
+		return nil, verdict{}, err
 	}
 	cmd := &command{reason: v1alpha1.DisruptionReasonUnderutilized, candidates: candidates}
 	if !removal.Fits() {
 		result, err := s.solveWithout(ctx, candidates)
 		if err != nil {
-			return nil, "", err
+			return nil, verdict{}, err
 		}
 		switch {
 		case len(result.Unschedulable) > 0:
-			return nil, "its pods would not fit elsewhere: " + describeUnschedulable(result.Unschedulable), nil
+			return nil, verdict{decisions.NodeReasonWouldNotFit, "its pods would not fit elsewhere: " + describeUnschedulable(result.Unschedulable)}, nil
 		case len(result.NewNodes) > 1:
-			return nil, fmt.Sprintf("its pods would need %d new nodes", len(result.NewNodes)), nil
+			return nil, verdict{decisions.NodeReasonWouldNotFit, fmt.Sprintf("its pods would need %d new nodes", len(result.NewNodes))}, nil
 		case len(result.NewNodes) == 1:
 			replacement := result.NewNodes[0]
 			if price, total := replacement.Shape.Price, totalPrice(candidates); price >= total {
-				return nil, fmt.Sprintf("its pods fit only on a new node, and the cheapest (%s of pool %s at %g/h) is not cheaper than %g/h",
-					replacement.Shape.Name, replacement.Pool, price, total), nil
+				return nil, verdict{decisions.NodeReasonNotCheaper, fmt.Sprintf("its pods fit only on a new node, and the cheapest (%s of pool %s at %g/h) is not cheaper than %g/h",
+					replacement.Shape.Name, replacement.Pool, price, total)}, nil
 			}
 			cmd.replacements = result.NewNodes
 		}
 	}
 	if why := s.minNodesViolation(cmd); why != "" {
-		return nil, why, nil
+		return nil, verdict{decisions.NodeReasonMinNodes, why}, nil
 	}
 	if why, err := s.headroomViolation(ctx, candidates); err != nil || why != "" {
-		return nil, why, err
+		return nil, verdict{decisions.NodeReasonHeadroom, why}, err
 	}
 	cmd.message = consolidationMessage(cmd)
-	return cmd, "", nil
+	return cmd, verdict{}, nil
 }
 
 func consolidationMessage(cmd *command) string {
@@ -178,19 +183,19 @@ func consolidationMessage(cmd *command) string {
 // replacement decides how a drifted or expired node goes without leaving
 // its pods nowhere: deleted, when they fit on the other nodes (and the
 // pool keeps its minNodes); else after new nodes that hold them are Ready.
-func (s *state) replacement(ctx context.Context, reason v1alpha1.DisruptionReason, c *candidate, why string) (*command, string, error) {
+func (s *state) replacement(ctx context.Context, reason v1alpha1.DisruptionReason, c *candidate, why string) (*command, verdict, error) {
 	cmd := &command{reason: reason, candidates: []*candidate{c}}
 	removal, err := s.simulateRemoval(ctx, cmd.candidates)
 	if err != nil {
-		return nil, "", err
+		return nil, verdict{}, err
 	}
 	if !removal.Fits() {
 		result, err := s.solveWithout(ctx, cmd.candidates)
 		if err != nil {
-			return nil, "", err
+			return nil, verdict{}, err
 		}
 		if len(result.Unschedulable) > 0 {
-			return nil, "its pods would not fit on any node: " + describeUnschedulable(result.Unschedulable), nil
+			return nil, verdict{decisions.NodeReasonWouldNotFit, "its pods would not fit on any node: " + describeUnschedulable(result.Unschedulable)}, nil
 		}
 		cmd.replacements = result.NewNodes
 	}
@@ -199,7 +204,7 @@ func (s *state) replacement(ctx context.Context, reason v1alpha1.DisruptionReaso
 		// would make for minNodes now.
 		warm, ok := cheapestOf(c.pool)
 		if !ok {
-			return nil, fmt.Sprintf("pool %s would go below its minNodes and cannot make a node now", c.pool.pool.Name), nil
+			return nil, verdict{decisions.NodeReasonMinNodes, fmt.Sprintf("pool %s would go below its minNodes and cannot make a node now", c.pool.pool.Name)}, nil
 		}
 		cmd.replacements = append(cmd.replacements, warm)
 	}
@@ -207,7 +212,7 @@ func (s *state) replacement(ctx context.Context, reason v1alpha1.DisruptionReaso
 	if len(cmd.replacements) > 0 {
 		cmd.message += fmt.Sprintf("; replacing it with %d new nodes first", len(cmd.replacements))
 	}
-	return cmd, "", nil
+	return cmd, verdict{}, nil
 }
 
 // cheapestOf is a new node of the pool's cheapest shape, as provisioning
