@@ -23,6 +23,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/serializer"
 	"k8s.io/apimachinery/pkg/types"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+	"k8s.io/utils/clock"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/claimscale/claimscale/api/v1alpha1"
@@ -36,15 +37,26 @@ import (
 func newSimulateCommand(o *options) *cobra.Command {
 	var files []string
 	var from string
+	var scaleDown bool
 	cmd := &cobra.Command{
-		Use:   "simulate -f WORKLOAD.yaml",
+		Use:   "simulate (-f WORKLOAD.yaml | --scale-down)",
 		Short: "Say what claimscale would buy for more pods, deciding as the controller does, without writing anything",
 		Long: `simulate reads the cluster (nodes, pods, pools, claims, DaemonSets) and what each pool can make
 from the controller, adds the pods of the Deployments, StatefulSets, Jobs and Pods in the files, and
 decides with the controller's own code where they would go: which new nodes (pool, shape, count, hourly
-cost) and which pods would stay pending, and why. It writes nothing.`,
+cost) and which pods would stay pending, and why. It writes nothing.
+
+With --scale-down it decides as a disruption round would now instead: which nodes consolidation
+would delete or replace (with the new node's pool, shape and the hourly saving), and why each other
+node stays.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if scaleDown && len(files) > 0 {
+				return fmt.Errorf("--scale-down takes no workload: it says what consolidation would do with the cluster as it is")
+			}
+			if !scaleDown && len(files) == 0 {
+				return fmt.Errorf("give a workload with -f, or --scale-down")
+			}
 			namespace, _, err := o.config.ToRawKubeConfigLoader().Namespace()
 			if err != nil {
 				return fmt.Errorf("reading the namespace: %w", err)
@@ -59,12 +71,14 @@ cost) and which pods would stay pending, and why. It writes nothing.`,
 			}
 			var kube client.Reader
 			var offers []decisions.PoolOffer
+			var clk clock.WithTicker = clock.RealClock{}
 			if from != "" {
 				snapshot, err := readSnapshot(from)
 				if err != nil {
 					return err
 				}
 				kube, offers = snapshotReader{snapshot}, snapshot.Offers
+				clk = fixedClock{WithTicker: clock.RealClock{}, now: snapshot.Taken.Time}
 			} else {
 				if kube, err = o.kubeClient(); err != nil {
 					return err
@@ -77,6 +91,14 @@ cost) and which pods would stay pending, and why. It writes nothing.`,
 					return fmt.Errorf("reading what each pool can make: %w", err)
 				}
 			}
+			if scaleDown {
+				plan, leftOut, err := planScaleDown(cmd.Context(), kube, offers, clk)
+				if err != nil {
+					return err
+				}
+				writePlan(o.streams.Out, plan, leftOut)
+				return nil
+			}
 			result, err := simulate(cmd.Context(), kube, offers, workload)
 			if err != nil {
 				return err
@@ -85,6 +107,7 @@ cost) and which pods would stay pending, and why. It writes nothing.`,
 		},
 	}
 	cmd.Flags().StringVar(&from, "from", "", "replay a file written by `kubectl claimscale snapshot` instead of reading the cluster (no cluster or controller needed)")
+	cmd.Flags().BoolVar(&scaleDown, "scale-down", false, "say what consolidation would remove or replace now, and why every other node stays")
 	cmd.Flags().StringArrayVarP(&files, "filename", "f", nil, "YAML or JSON file of Deployments, StatefulSets, Jobs and Pods to add (repeatable)")
 	return cmd
 }

@@ -9,6 +9,7 @@ import (
 	"github.com/spf13/cobra"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -33,6 +34,8 @@ type Snapshot struct {
 	Nodes         []corev1.Node           `json:"nodes"`
 	Pods          []corev1.Pod            `json:"pods"`
 	DaemonSets    []appsv1.DaemonSet      `json:"daemonSets"`
+	// PodDisruptionBudgets hold nodes back in simulate --scale-down.
+	PodDisruptionBudgets []policyv1.PodDisruptionBudget `json:"podDisruptionBudgets,omitempty"`
 }
 
 func newSnapshotCommand(o *options) *cobra.Command {
@@ -70,7 +73,8 @@ func takeSnapshot(ctx context.Context, kube client.Reader, s *Snapshot) error {
 	var nodes corev1.NodeList
 	var pods corev1.PodList
 	var daemonSets appsv1.DaemonSetList
-	for _, list := range []client.ObjectList{&pools, &providers, &claims, &nodes, &pods, &daemonSets} {
+	var budgets policyv1.PodDisruptionBudgetList
+	for _, list := range []client.ObjectList{&pools, &providers, &claims, &nodes, &pods, &daemonSets, &budgets} {
 		if err := kube.List(ctx, list); err != nil {
 			return fmt.Errorf("listing %T: %w", list, err)
 		}
@@ -81,6 +85,11 @@ func takeSnapshot(ctx context.Context, kube client.Reader, s *Snapshot) error {
 	}
 	for i := range pods.Items {
 		s.Pods = append(s.Pods, stripPod(&pods.Items[i]))
+	}
+	for i := range budgets.Items {
+		budget := budgets.Items[i]
+		budget.ManagedFields, budget.Annotations = nil, nil
+		s.PodDisruptionBudgets = append(s.PodDisruptionBudgets, budget)
 	}
 	for i := range daemonSets.Items {
 		ds := daemonSets.Items[i]
@@ -185,6 +194,8 @@ func (r snapshotReader) List(_ context.Context, list client.ObjectList, _ ...cli
 		l.Items = append([]corev1.Pod(nil), r.s.Pods...)
 	case *appsv1.DaemonSetList:
 		l.Items = append([]appsv1.DaemonSet(nil), r.s.DaemonSets...)
+	case *policyv1.PodDisruptionBudgetList:
+		l.Items = append([]policyv1.PodDisruptionBudget(nil), r.s.PodDisruptionBudgets...)
 	default:
 		return fmt.Errorf("%T is not in a snapshot", list)
 	}
