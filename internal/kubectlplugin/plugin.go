@@ -21,6 +21,11 @@ type options struct {
 	// self-signed).
 	endpointCA       string
 	insecureEndpoint bool
+	// Without an endpoint, the controller is found by these and reached
+	// through a port-forward; controllerPort 0 is the pod's metrics port.
+	controllerNamespace string
+	controllerSelector  string
+	controllerPort      int32
 }
 
 // NewCommand is the plugin's root command.
@@ -36,7 +41,10 @@ func NewCommand(streams genericiooptions.IOStreams) *cobra.Command {
 	root.SetErr(streams.ErrOut)
 	flags := root.PersistentFlags()
 	o.config.AddFlags(flags)
-	flags.StringVar(&o.endpoint, "endpoint", "", "URL of the claimscale controller's metrics server (https://HOST:PORT), which serves the decision records; reach it e.g. through `kubectl port-forward -n claimscale-system svc/claimscale-metrics 8443`")
+	flags.StringVar(&o.endpoint, "endpoint", "", "URL of the claimscale controller's metrics server (https://HOST:PORT), which serves the decision records; by default the plugin finds a ready controller pod and reaches it through a port-forward")
+	flags.StringVar(&o.controllerNamespace, "controller-namespace", defaultControllerNamespace, "namespace the claimscale controller runs in")
+	flags.StringVar(&o.controllerSelector, "controller-selector", defaultControllerSelector, "labels of the claimscale controller's pods")
+	flags.Int32Var(&o.controllerPort, "controller-port", 0, "the controller pod's metrics port (default: its port named metrics, else 8443)")
 	flags.StringVar(&o.endpointCA, "endpoint-ca", "", "CA file (PEM) that signed the endpoint's certificate")
 	flags.BoolVar(&o.insecureEndpoint, "insecure-skip-endpoint-verify", false, "do not verify the endpoint's certificate (the controller's default one is self-signed)")
 	root.AddCommand(newWhyCommand(o), newGetCommand(o), newSimulateCommand(o), newSnapshotCommand(o))

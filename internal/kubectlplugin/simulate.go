@@ -83,10 +83,11 @@ node stays.`,
 				if kube, err = o.kubeClient(); err != nil {
 					return err
 				}
-				endpoint, err := o.endpointClient()
+				endpoint, err := o.endpointClient(cmd.Context())
 				if err != nil {
 					return err
 				}
+				defer endpoint.Close()
 				if err := endpoint.get(cmd.Context(), "pools", &offers); err != nil {
 					return fmt.Errorf("reading what each pool can make: %w", err)
 				}

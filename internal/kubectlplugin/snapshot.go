@@ -48,10 +48,11 @@ func newSnapshotCommand(o *options) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			endpoint, err := o.endpointClient()
+			endpoint, err := o.endpointClient(cmd.Context())
 			if err != nil {
 				return err
 			}
+			defer endpoint.Close()
 			snapshot := Snapshot{Version: snapshotVersion, Taken: metav1.Now()}
 			if err := endpoint.get(cmd.Context(), "pools", &snapshot.Offers); err != nil {
 				return fmt.Errorf("reading what each pool can make: %w", err)

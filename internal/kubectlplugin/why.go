@@ -19,7 +19,8 @@ func newWhyCommand(o *options) *cobra.Command {
 	return &cobra.Command{
 		Use:   "why (pod/NAME | node/NAME | nodeclaim/NAME)",
 		Short: "Say why claimscale placed or did not place a pod, or keeps or removes a node",
-		Example: `  kubectl claimscale why pod/web-7d9f -n shop --endpoint https://127.0.0.1:8443 --insecure-skip-endpoint-verify
+		Example: `  kubectl claimscale why pod/web-7d9f -n shop
+  kubectl claimscale why node/general-x2k9q
   kubectl claimscale why node/general-x2k9q --endpoint https://127.0.0.1:8443 --insecure-skip-endpoint-verify`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -27,10 +28,11 @@ func newWhyCommand(o *options) *cobra.Command {
 			if !ok || name == "" {
 				return fmt.Errorf("%q is not KIND/NAME (pod/NAME, node/NAME or nodeclaim/NAME)", args[0])
 			}
-			client, err := o.endpointClient()
+			client, err := o.endpointClient(cmd.Context())
 			if err != nil {
 				return err
 			}
+			defer client.Close()
 			now := time.Now()
 			switch strings.ToLower(kind) {
 			case "pod", "pods", "po":

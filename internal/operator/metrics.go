@@ -1,7 +1,8 @@
 package operator
 
 import (
-	"sigs.k8s.io/controller-runtime/pkg/metrics/filters"
+	"crypto/tls"
+
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 )
 
@@ -9,12 +10,15 @@ import (
 // Kubebuilder scaffolds it: HTTPS with a self-signed certificate, and each
 // scrape's bearer token checked with a TokenReview and a
 // SubjectAccessReview for GET /metrics, so only a caller granted that
-// (the chart's metrics-reader ClusterRole) reads it. Not secure is plain
-// HTTP to anyone who reaches the address: bind it to localhost then.
+// (the chart's metrics-reader ClusterRole) reads it; a client certificate
+// signed by the cluster's client CA is accepted too, for kubeconfigs
+// without a token (kubectl claimscale). Not secure is plain HTTP to
+// anyone who reaches the address: bind it to localhost then.
 func MetricsOptions(address string, secure bool) metricsserver.Options {
 	options := metricsserver.Options{BindAddress: address, SecureServing: secure}
 	if secure {
-		options.FilterProvider = filters.WithAuthenticationAndAuthorization
+		options.FilterProvider = authenticateAndAuthorize
+		options.TLSOpts = []func(*tls.Config){requestClientCertificates}
 	}
 	return options
 }

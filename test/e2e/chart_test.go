@@ -171,9 +171,11 @@ func TestKustomizeInstallIsAccepted(t *testing.T) {
 	}
 	// A Role and its binding in each namespace the controller reads or
 	// writes: its own, kube-system (bootstrap tokens), kube-public
-	// (cluster-info) and kube-node-lease (heartbeats, for repair).
+	// (cluster-info) and kube-node-lease (heartbeats, for repair); a
+	// binding to kube-system's extension-apiserver-authentication-reader
+	// (the client CA) and the decisions reader's Role (port-forward).
 	g.Expect(kinds).To(Equal(map[string]int{
 		"CustomResourceDefinition": 3, "Namespace": 1, "ServiceAccount": 1, "ClusterRole": 2, "ClusterRoleBinding": 1,
-		"Role": 4, "RoleBinding": 4, "Deployment": 1, "Service": 1,
+		"Role": 5, "RoleBinding": 5, "Deployment": 1, "Service": 1,
 	}))
 }
