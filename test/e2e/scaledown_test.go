@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"os"
 	"path/filepath"
+	"regexp"
 	"testing"
 	"time"
 
@@ -19,8 +20,9 @@ import (
 // an underused 4-cpu node that a 2-cpu node could replace is named with
 // the replacement and the saving while nothing writes (every object keeps
 // its resourceVersion), it agrees with what the controller records, first
-// while a budget of 0 holds the node and then, run dry, when nothing
-// does; and the controller, run for real, then replaces that very node.
+// while consolidateAfter has not passed, then while a budget of 0 holds
+// the node and then, run dry, when nothing does; and the controller, run
+// for real, then replaces that very node.
 func TestSimulateScaleDownNamesWhatConsolidationTakesAndWritesNothing(t *testing.T) {
 	address := freeLocalAddress(t)
 	stop := startOperator(t, operatorOptions{metricsAddress: address})
@@ -34,7 +36,7 @@ func TestSimulateScaleDownNamesWhatConsolidationTakesAndWritesNothing(t *testing
 			{Name: "c2", CPU: qty("2"), Memory: qty("8Gi"), Price: "0.2"},
 		}
 		pool.Spec.Disruption.ConsolidationPolicy = v1alpha1.ConsolidationWhenEmptyOrUnderutilized
-		pool.Spec.Disruption.ConsolidateAfter.Duration = time.Second
+		pool.Spec.Disruption.ConsolidateAfter.Duration = time.Hour
 		pool.Spec.Disruption.Budgets = []v1alpha1.Budget{{Nodes: "0"}}
 	})
 	big := s.createDeployment("big", 1, "3", nil)
@@ -48,6 +50,27 @@ func TestSimulateScaleDownNamesWhatConsolidationTakesAndWritesNothing(t *testing
 	s.g.Eventually(func() int { return len(s.pods("big")) }).Should(BeZero())
 
 	nodeLine := "node " + kept.Status.NodeName + " (claim " + kept.Name + ", pool " + s.name + ", 0.4/h): "
+	// Its pods changed less than consolidateAfter ago: the controller
+	// counts from when it saw big's pod go, simulate from when small's
+	// pod was bound, both a moment ago.
+	s.g.Eventually(func(g Gomega) {
+		record := cli.why(g, "node/"+kept.Status.NodeName)
+		g.Expect(record).To(ContainSubstring("Kept, ConsolidateAfter"))
+		g.Expect(record).To(MatchRegexp(`its pods last changed at \S+, consolidateAfter of 1h0m0s not yet passed \(5\dm\d+s left\)`))
+		out, err := cli.run("simulate", "--scale-down")
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(out).To(MatchRegexp(regexp.QuoteMeta(nodeLine+"stays, ConsolidateAfter\n") + `  its pods last changed at \S+, consolidateAfter of 1h0m0s not yet passed \(5\dm\d+s left\)`))
+		t.Logf("kubectl claimscale why node/%s:\n%s", kept.Status.NodeName, record)
+		t.Logf("kubectl claimscale simulate --scale-down, consolidateAfter 1h:\n%s", out)
+	}).Should(Succeed())
+	s.g.Eventually(func() error {
+		var pool v1alpha1.NodePool
+		if err := env.Client.Get(s.ctx, client.ObjectKey{Name: s.name}, &pool); err != nil {
+			return err
+		}
+		pool.Spec.Disruption.ConsolidateAfter.Duration = time.Second
+		return env.Client.Update(s.ctx, &pool)
+	}).Should(Succeed())
 	// The budget of 0 holds the node: the controller's record and the
 	// simulation say so alike.
 	s.g.Eventually(func(g Gomega) {
