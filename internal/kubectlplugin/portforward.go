@@ -26,39 +26,46 @@ const (
 	defaultMetricsPort         = 8443
 )
 
-// findController picks the controller pod to ask: a ready one, the
-// holder of a leader lease where one is readable (only the leader decides,
-// so only it has records), else the first by name.
+// findController picks the controller pod to ask, of those in namespace
+// with the selector's labels.
 func findController(ctx context.Context, kube kubernetes.Interface, namespace, selector string) (*corev1.Pod, error) {
 	pods, err := kube.CoreV1().Pods(namespace).List(ctx, metav1.ListOptions{LabelSelector: selector})
 	if err != nil {
 		return nil, fmt.Errorf("looking for the controller's pods in namespace %s: %w", namespace, err)
 	}
+	var leases []coordinationv1.Lease
+	if list, err := kube.CoordinationV1().Leases(namespace).List(ctx, metav1.ListOptions{}); err == nil {
+		// A caller who may not read leases gets the first ready pod.
+		leases = list.Items
+	}
+	pod := chooseController(pods.Items, leases)
+	if pod == nil {
+		return nil, fmt.Errorf("no ready controller pod with labels %s in namespace %s (of %d found); say where it runs with --controller-namespace and --controller-selector, or give --endpoint",
+			selector, namespace, len(pods.Items))
+	}
+	return pod, nil
+}
+
+// chooseController picks a ready pod: the holder of a leader lease (only
+// the leader decides, so only it has records; leader election names the
+// holder "<pod>_<uuid>"), else the first by name; nil if none is ready.
+func chooseController(pods []corev1.Pod, leases []coordinationv1.Lease) *corev1.Pod {
 	var ready []*corev1.Pod
-	for i := range pods.Items {
-		if pod := &pods.Items[i]; podReady(pod) {
+	for i := range pods {
+		if pod := &pods[i]; podReady(pod) {
 			ready = append(ready, pod)
 		}
 	}
 	if len(ready) == 0 {
-		return nil, fmt.Errorf("no ready controller pod with labels %s in namespace %s (of %d found); say where it runs with --controller-namespace and --controller-selector, or give --endpoint",
-			selector, namespace, len(pods.Items))
+		return nil
 	}
 	sort.Slice(ready, func(i, j int) bool { return ready[i].Name < ready[j].Name })
-	if len(ready) == 1 {
-		return ready[0], nil
-	}
-	// Leader election leases name their holder "<pod>_<uuid>". A caller
-	// who may not read leases gets the first ready pod.
-	leases, err := kube.CoordinationV1().Leases(namespace).List(ctx, metav1.ListOptions{})
-	if err == nil {
-		for _, pod := range ready {
-			if holdsLease(leases.Items, pod.Name) {
-				return pod, nil
-			}
+	for _, pod := range ready {
+		if holdsLease(leases, pod.Name) {
+			return pod
 		}
 	}
-	return ready[0], nil
+	return ready[0]
 }
 
 func holdsLease(leases []coordinationv1.Lease, pod string) bool {
