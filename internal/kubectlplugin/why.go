@@ -52,7 +52,7 @@ func newWhyCommand(o *options) *cobra.Command {
 				var record decisions.NodeRecord
 				if err := client.get(cmd.Context(), "nodes/"+name, &record); err != nil {
 					if errors.Is(err, errNotFound) {
-						return fmt.Errorf("claimscale has recorded no disruption decision about %s %s: it has not yet been a candidate (its pool's consolidation policy or consolidateAfter), or is not claimscale's", kind, name)
+						return fmt.Errorf("claimscale has recorded no disruption decision about %s %s: it is no candidate (not initialized yet, or it runs pods and its pool consolidates only empty nodes), the controller has not run a round since it started, or it is not claimscale's; simulate --scale-down says what a round would do with it now", kind, name)
 					}
 					return err
 				}
