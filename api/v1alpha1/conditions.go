@@ -48,6 +48,12 @@ const (
 	// ConsolidatableReasonDisruptionBudget: the pool's disruption budget
 	// allows no more nodes to go now; it goes when the budget allows.
 	ConsolidatableReasonDisruptionBudget = "DisruptionBudget"
+	// ConsolidatableReasonMinNodes: its pods fit elsewhere, but its pool
+	// would go below minNodes.
+	ConsolidatableReasonMinNodes = "MinNodes"
+	// ConsolidatableReasonHeadroom: its pods fit elsewhere, but its pool's
+	// headroom would no longer fit.
+	ConsolidatableReasonHeadroom = "Headroom"
 )
 
 // Condition types of NodePool and NodeProvider.

@@ -638,7 +638,7 @@ func (c *Controller) report(ctx context.Context, s *state, r *round, budgets *le
 		}
 		reason, message := refused.condition, refused.note
 		if refused.reason == eventUnconsolidatable {
-			reason, message = v1alpha1.ConsolidatableReasonPodsDoNotFit, strings.TrimPrefix(refused.note, "Consolidatable=False: ")
+			reason, message = unconsolidatableCondition(refused), strings.TrimPrefix(refused.note, "Consolidatable=False: ")
 		}
 		if reason == "" {
 			continue

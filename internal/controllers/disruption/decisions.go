@@ -135,3 +135,16 @@ func refusalReason(refused refusal) string {
 	}
 	return decisions.NodeReasonOther
 }
+
+// unconsolidatableCondition is the Consolidatable reason of a node whose
+// consolidation was refused: the pool's minNodes or headroom when those
+// held it, else its pods fit nowhere cheaper.
+func unconsolidatableCondition(refused refusal) string {
+	switch refused.record {
+	case decisions.NodeReasonMinNodes:
+		return v1alpha1.ConsolidatableReasonMinNodes
+	case decisions.NodeReasonHeadroom:
+		return v1alpha1.ConsolidatableReasonHeadroom
+	}
+	return v1alpha1.ConsolidatableReasonPodsDoNotFit
+}

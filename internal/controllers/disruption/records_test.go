@@ -150,3 +150,22 @@ func TestConsolidateAfterRecordPrefersTheRoundsOwnClock(t *testing.T) {
 	}
 	t.Fatalf("node a, empty for 8s of 10s, is not held: %+v", r.held)
 }
+
+// The claim's Consolidatable condition names minNodes, not pods that do
+// not fit, when the pool's minNodes is what keeps an underused node.
+func TestMinNodesIsTheConsolidatableReasonOfTheNodesItKeeps(t *testing.T) {
+	f := newFixture(c4).node("a", c4).node("b", c4).pod("p", "a", "1").pod("q", "b", "1")
+	f.pool.Spec.MinNodes = 2
+	r := f.round(f.state())
+	if _, err := r.decide(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if len(r.refusals) == 0 {
+		t.Fatal("no refusal")
+	}
+	for _, refused := range r.refusals {
+		if got := unconsolidatableCondition(refused); got != v1alpha1.ConsolidatableReasonMinNodes {
+			t.Errorf("node %s: Consolidatable reason %q, want %q (%s)", refused.candidate.claim.Name, got, v1alpha1.ConsolidatableReasonMinNodes, refused.note)
+		}
+	}
+}
