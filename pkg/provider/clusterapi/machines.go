@@ -462,6 +462,7 @@ func (p *Provider) Delete(ctx context.Context, providerID string) error {
 	if machine.GetLabels()[v1alpha1.TagCluster] != p.clusterName {
 		return provider.NewTerminal(fmt.Errorf("refusing to delete Machine %s/%s: it has no %s=%s label", p.namespace, machine.GetName(), v1alpha1.TagCluster, p.clusterName))
 	}
+	p.forgetMachine(machine.GetName())
 	if machine.GetDeletionTimestamp() != nil {
 		return nil
 	}
