@@ -234,7 +234,7 @@ func (p *Provider) awaitProvisioned(ctx context.Context, machine *unstructured.U
 			return p.instanceOf(machine), nil
 		}
 		if !time.Now().Before(deadline) {
-			return nil, provider.NewRetryable(fmt.Errorf("Machine %s/%s has no providerID yet: %s", p.namespace, machine.GetName(), waitingFor(machine)), provisioningRetry)
+			return nil, provider.NewInProgress(fmt.Errorf("Machine %s/%s has no providerID yet: %s", p.namespace, machine.GetName(), waitingFor(machine)), provisioningRetry)
 		}
 		select {
 		case <-ctx.Done():
