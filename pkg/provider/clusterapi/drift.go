@@ -7,6 +7,7 @@ import (
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
 	"github.com/claimscale/claimscale/api/v1alpha1"
 	"github.com/claimscale/claimscale/pkg/provider"
@@ -38,15 +39,19 @@ type driftMemory struct {
 
 type machineTemplates struct {
 	providerID, machine, key string
+	// version is the Machine's spec.version, the Kubernetes version its
+	// node was made to run.
+	version string
 }
 
 type deploymentTemplates struct {
-	key    string
-	readAt time.Time
+	key, version string
+	readAt       time.Time
 }
 
-// Drifted says whether the claim's Machine was made from templates other
-// than those its shape's MachineDeployment names now. Templates named in
+// Drifted says whether the claim's Machine was made from templates, or for
+// a Kubernetes version, other than those its shape's MachineDeployment
+// names now: either starts a CAPI rollout. Templates and versions named in
 // the NodeProvider need no check here: changing them changes the
 // NodeProvider, which drifts its claims by itself.
 func (p *Provider) Drifted(ctx context.Context, claim *v1alpha1.NodeClaim) (reason, message string, err error) {
@@ -62,9 +67,15 @@ func (p *Provider) Drifted(ctx context.Context, claim *v1alpha1.NodeClaim) (reas
 	if err != nil {
 		return "", "", err
 	}
-	if current != made.key {
+	if current.key != made.key {
 		return DriftMachineDeployment, fmt.Sprintf("MachineDeployment %s/%s now makes Machines from %s; Machine %s was made from %s",
-			p.namespace, shape.MachineDeployment, current, made.machine, made.key), nil
+			p.namespace, shape.MachineDeployment, current.key, made.machine, made.key), nil
+	}
+	// A Machine made before the MachineDeployment named a version runs
+	// whatever its image has; only a change of a named version drifts.
+	if current.version != "" && made.version != "" && current.version != made.version {
+		return DriftMachineDeployment, fmt.Sprintf("MachineDeployment %s/%s now makes Machines of Kubernetes %s; Machine %s runs %s",
+			p.namespace, shape.MachineDeployment, current.version, made.machine, made.version), nil
 	}
 	return "", "", nil
 }
@@ -90,7 +101,8 @@ func (p *Provider) machineTemplates(ctx context.Context, claim *v1alpha1.NodeCla
 	if machine.GetLabels()[v1alpha1.TagNodeClaim] != claim.Name {
 		return machineTemplates{}, nil
 	}
-	made := machineTemplates{providerID: claim.Status.ProviderID, machine: machine.GetName(), key: machine.GetAnnotations()[AnnotationTemplates]}
+	version, _, _ := unstructured.NestedString(machine.Object, "spec", "version")
+	made := machineTemplates{providerID: claim.Status.ProviderID, machine: machine.GetName(), key: machine.GetAnnotations()[AnnotationTemplates], version: version}
 	if made.providerID != "" {
 		p.drift.mu.Lock()
 		p.drift.machines[claim.Name] = made
@@ -99,25 +111,25 @@ func (p *Provider) machineTemplates(ctx context.Context, claim *v1alpha1.NodeCla
 	return made, nil
 }
 
-// deploymentTemplates answers the templates the shape's MachineDeployment
-// names, read at most once per driftRecheck.
-func (p *Provider) deploymentTemplates(ctx context.Context, shape *v1alpha1.ClusterAPIShape) (string, error) {
+// deploymentTemplates answers the templates and version the shape's
+// MachineDeployment names, read at most once per driftRecheck.
+func (p *Provider) deploymentTemplates(ctx context.Context, shape *v1alpha1.ClusterAPIShape) (deploymentTemplates, error) {
 	now := p.clock.Now()
 	p.drift.mu.Lock()
 	known, ok := p.drift.deployments[shape.MachineDeployment]
 	p.drift.mu.Unlock()
 	if ok && now.Sub(known.readAt) < driftRecheck {
-		return known.key, nil
+		return known, nil
 	}
 	r, err := p.recipeOf(ctx, shape)
 	if err != nil {
-		return "", err
+		return deploymentTemplates{}, err
 	}
-	key := r.templatesKey()
+	current := deploymentTemplates{key: r.templatesKey(), version: r.version, readAt: now}
 	p.drift.mu.Lock()
-	p.drift.deployments[shape.MachineDeployment] = deploymentTemplates{key: key, readAt: now}
+	p.drift.deployments[shape.MachineDeployment] = current
 	p.drift.mu.Unlock()
-	return key, nil
+	return current, nil
 }
 
 // forgetMachine drops what Drifted remembers of a claim's Machine.

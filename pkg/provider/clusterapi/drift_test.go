@@ -81,3 +81,30 @@ func TestDriftWhenTheMachineDeploymentMovesToNewTemplates(t *testing.T) {
 	g.Expect(err).NotTo(gomega.HaveOccurred())
 	g.Expect(reason).To(gomega.BeEmpty())
 }
+
+// A MachineDeployment moved to a new Kubernetes version with the same
+// templates (the usual upgrade) drifts the Machines made for the old one.
+func TestDriftWhenTheMachineDeploymentMovesToANewVersion(t *testing.T) {
+	g := gomega.NewWithT(t)
+	runProviders(t)
+	f := newFixture(t)
+	clock := clocktesting.NewFakePassiveClock(time.Now())
+	p := f.providerWith(t, "c1", clusterapi.Config{Kube: env.Client, Clock: clock})
+	claim := claimOf("drift-version-1", "large", "4", "8Gi")
+	instance, err := p.Create(t.Context(), claim, provider.CreateOptions{})
+	g.Expect(err).NotTo(gomega.HaveOccurred())
+	claim.Status.ProviderID = instance.ProviderID
+	reason, _, err := p.Drifted(t.Context(), claim)
+	g.Expect(err).NotTo(gomega.HaveOccurred())
+	g.Expect(reason).To(gomega.BeEmpty())
+
+	md := getObject(t, g, "cluster.x-k8s.io/v1beta2", "MachineDeployment", f.namespace, "workers")
+	g.Expect(unstructured.SetNestedField(md.Object, "v1.38.0", "spec", "template", "spec", "version")).To(gomega.Succeed())
+	g.Expect(env.Client.Update(t.Context(), md)).To(gomega.Succeed())
+	clock.SetTime(clock.Now().Add(31 * time.Second))
+
+	reason, message, err := p.Drifted(t.Context(), claim)
+	g.Expect(err).NotTo(gomega.HaveOccurred())
+	g.Expect(reason).To(gomega.Equal(clusterapi.DriftMachineDeployment))
+	g.Expect(message).To(gomega.And(gomega.ContainSubstring("Kubernetes v1.38.0"), gomega.ContainSubstring("runs v1.37.0")))
+}
