@@ -17,7 +17,16 @@ import (
 // MachineDeployment now makes Machines from other templates.
 const DriftMachineDeployment = "MachineDeploymentDrifted"
 
-var _ provider.DriftChecker = (*Provider)(nil)
+var (
+	_ provider.DriftChecker = (*Provider)(nil)
+	_ provider.OwnJoiner    = (*Provider)(nil)
+)
+
+// OwnJoin: a Machine joins with what its bootstrap provider renders from
+// the bootstrap config template; claimscale's user data has nowhere to go.
+func (p *Provider) OwnJoin() string {
+	return "the Cluster API bootstrap provider of the shape's bootstrap config template"
+}
 
 // driftRecheck is how long Drifted trusts what it read of a
 // MachineDeployment. Disruption asks about every claim every round; a
