@@ -100,7 +100,7 @@ func overview() *dashboard.DashboardBuilder {
 		"What claimscale's nodes cost and whether it keeps up with pending pods.").
 		WithRow(dashboard.NewRowBuilder("Now")).
 		WithPanel(single("Hourly cost", "Summed shape prices of all claims not being deleted, per hour, in the currency of the prices.", "none",
-			query{`sum(claimscale_nodepool_hourly_cost)`, "cost/h"})).
+			query{`sum(claimscale_nodepool_hourly_cost) or vector(0)`, "cost/h"})).
 		WithPanel(single("Nodes", "Claims not being deleted, all pools.", "none",
 			query{`sum(claimscale_nodepool_nodes)`, "nodes"})).
 		WithPanel(single("Unschedulable pods", "Pending pods no pool could hold in the last provisioning round.", "none",
