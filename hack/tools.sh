@@ -78,7 +78,7 @@ install_module() { # $1: package@version
 }
 
 want=("$@")
-[ ${#want[@]} -eq 0 ] && want=(kube-apiserver etcd kubectl kube-scheduler kube-controller-manager kwok kwok-stages.yaml controller-gen buf protoc-gen-go protoc-gen-go-grpc helm cluster-api-manager promtool)
+[ ${#want[@]} -eq 0 ] && want=(kube-apiserver etcd kubectl kube-scheduler kube-controller-manager kwok kwok-stages.yaml controller-gen buf protoc-gen-go protoc-gen-go-grpc helm cluster-api-manager promtool prometheus)
 
 for tool in "${want[@]}"; do
   case "$tool" in

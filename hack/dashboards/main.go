@@ -100,7 +100,7 @@ func overview() *dashboard.DashboardBuilder {
 		"What claimscale's nodes cost and whether it keeps up with pending pods.").
 		WithRow(dashboard.NewRowBuilder("Now")).
 		WithPanel(single("Hourly cost", "Summed shape prices of all claims not being deleted, per hour, in the currency of the prices.", "none",
-			query{`sum(claimscale_nodepool_hourly_cost)`, "cost/h"})).
+			query{`sum(claimscale_nodepool_hourly_cost) or vector(0)`, "cost/h"})).
 		WithPanel(single("Nodes", "Claims not being deleted, all pools.", "none",
 			query{`sum(claimscale_nodepool_nodes)`, "nodes"})).
 		WithPanel(single("Unschedulable pods", "Pending pods no pool could hold in the last provisioning round.", "none",
@@ -123,6 +123,12 @@ func overview() *dashboard.DashboardBuilder {
 			query{`histogram_quantile(0.5, sum by (le) (rate(claimscale_nodeclaims_launch_to_ready_seconds_bucket[10m])))`, "p50"},
 			query{`histogram_quantile(0.9, sum by (le) (rate(claimscale_nodeclaims_launch_to_ready_seconds_bucket[10m])))`, "p90"},
 			query{`histogram_quantile(0.99, sum by (le) (rate(claimscale_nodeclaims_launch_to_ready_seconds_bucket[10m])))`, "p99"})).
+		WithPanel(graph("Pod scheduling latency", "Seconds from creation to binding of the pods claimscale made a claim for, percentiles over 10 minutes.", "s", false,
+			query{`histogram_quantile(0.5, sum by (le) (rate(claimscale_provisioning_pod_bound_duration_seconds_bucket[10m])))`, "p50"},
+			query{`histogram_quantile(0.9, sum by (le) (rate(claimscale_provisioning_pod_bound_duration_seconds_bucket[10m])))`, "p90"},
+			query{`histogram_quantile(0.99, sum by (le) (rate(claimscale_provisioning_pod_bound_duration_seconds_bucket[10m])))`, "p99"})).
+		WithPanel(graph("Pod scheduling latency by pool", "p90 seconds from creation to binding over 10 minutes, by the pool of the pod's claim.", "s", false,
+			query{`histogram_quantile(0.9, sum by (le, nodepool) (rate(claimscale_provisioning_pod_bound_duration_seconds_bucket[10m])))`, "{{nodepool}}"})).
 		WithPanel(graph("Claims created and terminated", "Per minute, by reason.", "none", false,
 			query{`sum by (reason) (increase(claimscale_nodeclaims_created_total[5m])) / 5`, "created {{reason}}"},
 			query{`sum by (reason) (increase(claimscale_nodeclaims_terminated_total[5m])) / 5`, "terminated {{reason}}"})).
@@ -145,6 +151,8 @@ func disruption() *dashboard.DashboardBuilder {
 			query{`sum by (nodepool, reason) (claimscale_disruption_eligible_nodes)`, "{{nodepool}} {{reason}}"})).
 		WithPanel(graph("Budget headroom", "Nodes each pool's budgets let be disrupting at once now, by reason.", "none", false,
 			query{`min by (nodepool, reason) (claimscale_disruption_allowed_disruptions)`, "{{nodepool}} {{reason}}"})).
+		WithPanel(graph("Blocked nodes", "Nodes that qualify but are kept, by pool and the reason on their Consolidatable condition: DoNotDisrupt, PodDisruptionBudget, PodWithoutController, DisruptionBudget.", "none", true,
+			query{`sum by (nodepool, reason) (claimscale_disruption_blocked_nodes)`, "{{nodepool}} {{reason}}"})).
 		WithRow(dashboard.NewRowBuilder("Decisions")).
 		WithPanel(graph("Disruption decisions", "Nodes per hour by reason and action.", "none", true,
 			query{`sum by (reason, action) (increase(claimscale_disruption_decisions_total[1h]))`, "{{reason}} {{action}}"})).

@@ -317,6 +317,7 @@ func TestNodeGroupNodesReportEachClaimsState(t *testing.T) {
 	waiting := w.claim(pool, nil)
 	noCapacity := w.claim(pool, failedStatus("InsufficientCapacity"))
 	failed := w.claim(pool, failedStatus("LaunchFailed"))
+	inProgress := w.claim(pool, failedStatus(nodeclaim.ReasonLaunching))
 	timedOut := w.claim(pool, func(claim *v1alpha1.NodeClaim) {
 		launchedStatus(claim)
 		setCondition(claim, v1alpha1.ConditionRegistered, metav1.ConditionFalse, nodeclaim.FailedRegistrationTimeout)
@@ -347,6 +348,7 @@ func TestNodeGroupNodesReportEachClaimsState(t *testing.T) {
 		PlaceholderPrefix + waiting.Name:        {protos.InstanceStatus_instanceCreating, "", 0},
 		PlaceholderPrefix + noCapacity.Name:     {protos.InstanceStatus_instanceCreating, "insufficient-capacity", 1},
 		PlaceholderPrefix + failed.Name:         {protos.InstanceStatus_instanceCreating, "launch-failed", 99},
+		PlaceholderPrefix + inProgress.Name:     {protos.InstanceStatus_instanceCreating, "", 0},
 		timedOut.Status.ProviderID:              {protos.InstanceStatus_instanceCreating, "registration-timeout", 99},
 		PlaceholderPrefix + keptNoCapacity.Name: {protos.InstanceStatus_instanceCreating, "insufficient-capacity", 1},
 		leaving.Status.ProviderID:               {protos.InstanceStatus_instanceDeleting, "", 0},

@@ -30,7 +30,9 @@ const (
 // that keeps failing is retried and reported meanwhile. Any of these is a
 // failed creation to cluster-autoscaler, which backs the group off and
 // deletes the instance; no capacity is class 1 (out of resources), the
-// rest class 99.
+// rest class 99. A machine the provider is still making (Launching) is no
+// error: cluster-autoscaler would back the group off and delete a slow
+// clone.
 func instanceError(claim *v1alpha1.NodeClaim) *protos.InstanceErrorInfo {
 	if failed := meta.FindStatusCondition(claim.Status.Conditions, v1alpha1.ConditionFailed); failed != nil && failed.Status == metav1.ConditionTrue {
 		switch failed.Reason {

@@ -9,6 +9,8 @@ import (
 	grpcprom "github.com/grpc-ecosystem/go-grpc-middleware/providers/prometheus"
 	"github.com/prometheus/client_golang/prometheus"
 	crmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
+
+	"github.com/claimscale/claimscale/api/v1alpha1"
 )
 
 const namespace = "claimscale"
@@ -162,4 +164,34 @@ var (
 
 func init() {
 	crmetrics.Registry.MustRegister(RepairUnhealthyNodes, RepairPaused, NodesRepaired)
+}
+
+// DisruptionBlockedNodes counts, per pool and reason, the nodes that
+// qualify for disruption but that a safety rule or the pool's budget
+// keeps; the reasons are those of the claims' Consolidatable=False
+// condition (see ObserveDisruptionBlocked).
+var DisruptionBlockedNodes = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+	Namespace: namespace, Subsystem: "disruption", Name: "blocked_nodes",
+	Help: "Nodes that qualify for disruption but are kept, by pool and reason (DoNotDisrupt, PodDisruptionBudget, PodWithoutController, DisruptionBudget), as of the last disruption round.",
+}, []string{"nodepool", "reason"})
+
+// blockedReasons are the values of DisruptionBlockedNodes' reason label.
+var blockedReasons = []string{
+	v1alpha1.ConsolidatableReasonDoNotDisrupt,
+	v1alpha1.ConsolidatableReasonPodDisruptionBudget,
+	v1alpha1.ConsolidatableReasonPodWithoutController,
+	v1alpha1.ConsolidatableReasonDisruptionBudget,
+}
+
+func init() {
+	crmetrics.Registry.MustRegister(DisruptionBlockedNodes)
+}
+
+// ObserveDisruptionBlocked sets a pool's blocked nodes by reason. Every
+// reason is written, zero included, so a query sees 0 rather than no data;
+// a reason outside the bounded set is left out.
+func ObserveDisruptionBlocked(pool string, blocked map[string]int) {
+	for _, reason := range blockedReasons {
+		DisruptionBlockedNodes.WithLabelValues(pool, reason).Set(float64(blocked[reason]))
+	}
 }

@@ -154,6 +154,10 @@ func Setup(ctx context.Context, mgr manager.Manager, opts Options) (*Operator, e
 	if err != nil {
 		return nil, err
 	}
+	podLatency, err := watchPodLatency(ctx, mgr, opts)
+	if err != nil {
+		return nil, err
+	}
 	setups := []interface{ SetupWithManager(ctrl.Manager) error }{
 		&nodeclaim.Controller{
 			Kube: mgr.GetClient(), Providers: resolver, Capacity: capacityBackoff,
@@ -171,6 +175,7 @@ func Setup(ctx context.Context, mgr manager.Manager, opts Options) (*Operator, e
 					Kube: mgr.GetClient(), Providers: resolver, Capacity: capacityBackoff,
 					Recorder: recorder(provisioning.Name), Clock: opts.Clock, Templates: templates,
 					WarmCapacity: warm, Decisions: op.Decisions, DryRun: opts.DryRun,
+					PodLatency: podLatency,
 				},
 				Batcher: batcher,
 			},

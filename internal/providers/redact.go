@@ -261,6 +261,15 @@ func (p *safeProvider) retire() {
 // implementation's own type.
 func (p *safeProvider) Unwrap() provider.Provider { return p.next }
 
+// OwnJoin says what makes the machines of the provider inside join, when
+// it is not claimscale's user data (provider.OwnJoiner).
+func (p *safeProvider) OwnJoin() string {
+	if joiner, ok := p.next.(provider.OwnJoiner); ok {
+		return joiner.OwnJoin()
+	}
+	return ""
+}
+
 // Drifted asks the provider inside whether the claim's machine drifted,
 // when it can tell (provider.DriftChecker); else it has not.
 func (p *safeProvider) Drifted(ctx context.Context, claim *v1alpha1.NodeClaim) (reason, message string, err error) {

@@ -89,3 +89,26 @@ func TestSafeProviderLeavesErrorsWithoutSecretsAsTheyAre(t *testing.T) {
 		t.Fatalf("an error without secrets was rewrapped: %v", err)
 	}
 }
+
+// joiningProvider's machines join by means of their own.
+type joiningProvider struct{ echoingProvider }
+
+func (joiningProvider) OwnJoin() string { return "its bootstrap provider" }
+
+// The wrapper every provider is handed out in still tells what makes its
+// machines join, so a pool's unused bootstrap is reported.
+func TestSafeProviderPassesOnWhatMakesItsMachinesJoin(t *testing.T) {
+	joins := func(p provider.Provider) string {
+		joiner, ok := p.(provider.OwnJoiner)
+		if !ok {
+			return ""
+		}
+		return joiner.OwnJoin()
+	}
+	if got := joins(newSafeProvider("capi", joiningProvider{}, nil)); got != "its bootstrap provider" {
+		t.Fatalf("OwnJoin through the wrapper = %q, want the provider's", got)
+	}
+	if got := joins(newSafeProvider("plain", echoingProvider{}, nil)); got != "" {
+		t.Fatalf("OwnJoin of a provider that delivers user data = %q, want none", got)
+	}
+}

@@ -13,6 +13,9 @@ import (
 //   - InsufficientCapacity: the provider is out of capacity or quota for
 //     that shape; provisioning backs the pool and shape off.
 //   - Terminal: retrying will not help (bad credentials, invalid settings).
+//   - InProgress: nothing failed; the machine is still being made and
+//     cannot be reported yet (a Proxmox clone task running, a Cluster API
+//     Machine without a providerID). Create is asked again after a wait.
 //   - anything else is retryable, with backoff; Retryable carries a hint.
 
 // NotFoundError says a machine does not exist.
@@ -44,6 +47,28 @@ type RetryableError struct {
 
 func (e *RetryableError) Error() string { return e.Err.Error() }
 func (e *RetryableError) Unwrap() error { return e.Err }
+
+// InProgressError says the machine is being made: nothing failed, and
+// Create answers it once asked again after After.
+type InProgressError struct {
+	Err   error
+	After time.Duration
+}
+
+func (e *InProgressError) Error() string { return e.Err.Error() }
+func (e *InProgressError) Unwrap() error { return e.Err }
+
+// NewInProgress wraps err, which says what is still being done, as an
+// InProgressError that asks to be called again after after.
+func NewInProgress(err error, after time.Duration) error {
+	return &InProgressError{Err: err, After: after}
+}
+
+// IsInProgress reports whether err says the machine is still being made.
+func IsInProgress(err error) bool {
+	var target *InProgressError
+	return errors.As(err, &target)
+}
 
 // NewNotFound wraps err as a NotFoundError.
 func NewNotFound(format string, args ...any) error {
@@ -85,11 +110,16 @@ func IsRetryable(err error) bool {
 	return err != nil && !IsNotFound(err) && !IsInsufficientCapacity(err) && !IsTerminal(err)
 }
 
-// RetryAfter returns the wait a RetryableError asked for, or zero.
+// RetryAfter returns the wait a RetryableError or an InProgressError asked
+// for, or zero.
 func RetryAfter(err error) time.Duration {
-	var target *RetryableError
-	if errors.As(err, &target) {
-		return target.After
+	var retryable *RetryableError
+	if errors.As(err, &retryable) {
+		return retryable.After
+	}
+	var inProgress *InProgressError
+	if errors.As(err, &inProgress) {
+		return inProgress.After
 	}
 	return 0
 }

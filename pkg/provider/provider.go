@@ -117,6 +117,15 @@ type SecretReader interface {
 	ReadSecretKey(ctx context.Context, ref v1alpha1.SecretKeyReference) ([]byte, error)
 }
 
+// OwnJoiner is implemented by a provider whose machines join the cluster
+// by means of their own, so that a pool's template.bootstrap would never
+// reach them: a Cluster API bootstrap provider renders the join. OwnJoin
+// says what does it; empty means the provider delivers claimscale's user
+// data after all.
+type OwnJoiner interface {
+	OwnJoin() string
+}
+
 // DriftChecker is implemented by a provider whose machines can drift from
 // what the NodeProvider only names: a Cluster API MachineDeployment moved
 // to new templates changes no NodeProvider field. Disruption asks it about

@@ -46,10 +46,13 @@ func incDecision(reason v1alpha1.DisruptionReason, action string, nodes int) {
 	metrics.DisruptionDecisions.WithLabelValues(string(reason), action).Add(float64(nodes))
 }
 
-// setMetrics publishes, per pool, the nodes eligible for each reason and
-// what the budgets allow now.
+// setMetrics publishes, per pool, the nodes eligible for each reason, the
+// nodes kept by each safety rule and budget, and what the budgets allow
+// now.
 func (c *Controller) setMetrics(s *state, r *round, budgets *ledger, total map[string]int) {
+	blocked := r.blockedNodes()
 	for name := range s.pools {
+		metrics.ObserveDisruptionBlocked(name, blocked[name])
 		for _, reason := range []v1alpha1.DisruptionReason{
 			v1alpha1.DisruptionReasonEmpty, v1alpha1.DisruptionReasonUnderutilized, v1alpha1.DisruptionReasonDrifted, reasonExpired,
 		} {
@@ -64,6 +67,7 @@ func (c *Controller) setMetrics(s *state, r *round, budgets *ledger, total map[s
 		if _, ok := s.pools[name]; !ok {
 			metrics.DisruptionEligibleNodes.DeletePartialMatch(prometheus.Labels{"nodepool": name})
 			metrics.DisruptionAllowedDisruptions.DeletePartialMatch(prometheus.Labels{"nodepool": name})
+			metrics.DisruptionBlockedNodes.DeletePartialMatch(prometheus.Labels{"nodepool": name})
 			delete(c.metricPools, name)
 		}
 	}

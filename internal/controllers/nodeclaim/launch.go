@@ -21,7 +21,14 @@ const (
 	// credentials, invalid settings) waits for a person, so less often.
 	maxRetryInterval         = time.Minute
 	maxTerminalRetryInterval = 5 * time.Minute
+	// A machine still being made is looked at again after this long when
+	// its provider names no wait.
+	inProgressRetry = 10 * time.Second
 )
+
+// ReasonLaunching is the Launched=False reason of a claim whose machine the
+// provider is still making.
+const ReasonLaunching = "Launching"
 
 // launch makes (or adopts) the claim's machine.
 type launch struct{ *Controller }
@@ -61,6 +68,20 @@ func (l *launch) Reconcile(ctx context.Context, claim *v1alpha1.NodeClaim) (reco
 		l.eventf(ctx, claim, nil, corev1.EventTypeWarning, "InsufficientCapacity", "Launch", "%s", message)
 		metrics.NodeClaimsTerminated.WithLabelValues(poolName(claim), "insufficient_capacity").Inc()
 		return l.giveUp(ctx, claim, FailedInsufficientCapacity, message)
+
+	case provider.IsInProgress(err):
+		// Nothing failed: the claim says what the provider waits for, with
+		// one event when the wait starts rather than a warning per look.
+		// The registration timeout still bounds the wait.
+		wait := provider.RetryAfter(err)
+		if wait <= 0 {
+			wait = inProgressRetry
+		}
+		if launched := meta.FindStatusCondition(claim.Status.Conditions, v1alpha1.ConditionLaunched); launched == nil || launched.Reason != ReasonLaunching {
+			l.eventf(ctx, claim, nil, corev1.EventTypeNormal, ReasonLaunching, "Launch", "%v", err)
+		}
+		l.setCondition(claim, v1alpha1.ConditionLaunched, metav1.ConditionFalse, ReasonLaunching, err.Error())
+		return reconcile.Result{RequeueAfter: wait}, nil
 
 	case provider.IsTerminal(err):
 		l.setCondition(claim, v1alpha1.ConditionLaunched, metav1.ConditionFalse, "LaunchFailed", err.Error())
@@ -112,6 +133,8 @@ func resultOf(err error) string {
 		return "insufficient_capacity"
 	case provider.IsTerminal(err):
 		return "terminal"
+	case provider.IsInProgress(err):
+		return "in_progress"
 	}
 	return "retryable"
 }

@@ -86,6 +86,27 @@ func TestRetryableLaunchErrorsBackOffExponentially(t *testing.T) {
 	s.g.Expect(s.mustReconcile("retry-a").RequeueAfter).To(BeNumerically(">=", time.Minute), "the provider's own retry-after wins")
 }
 
+// A machine the provider is still making is no failure: the claim says
+// what it waits for, one Normal event marks the start of the wait rather
+// than a warning per look, and the provider's wait is kept without backoff.
+func TestLaunchInProgressIsAWaitNotAFailure(t *testing.T) {
+	s := newScenario(t, "inprogress")
+	s.newClaim("inprogress-a")
+	var events []string
+	for range 3 {
+		s.provider.failNext("create", provider.NewInProgress(errors.New("Machine default/inprogress-a has no providerID yet: waiting for infrastructure"), 10*time.Second))
+		s.g.Expect(s.mustReconcile("inprogress-a").RequeueAfter).To(Equal(10*time.Second), "the provider's wait, not a doubling backoff")
+		events = append(events, s.recorded()...)
+	}
+	s.g.Expect(condition(s.claim("inprogress-a"), v1alpha1.ConditionLaunched)).To(And(
+		HaveField("Status", metav1.ConditionFalse), HaveField("Reason", ReasonLaunching),
+		HaveField("Message", ContainSubstring("waiting for infrastructure"))))
+	s.g.Expect(events).To(HaveExactElements(And(HavePrefix("Normal Launching"), ContainSubstring("no providerID yet"))), "one event for the whole wait")
+
+	s.mustReconcile("inprogress-a")
+	s.g.Expect(condition(s.claim("inprogress-a"), v1alpha1.ConditionLaunched)).To(HaveField("Status", metav1.ConditionTrue))
+}
+
 func TestLaunchMakesAJoinTokenThatRegistrationRevokes(t *testing.T) {
 	s := newScenario(t, "token", func(pool *v1alpha1.NodePool) {
 		pool.Spec.Template.Bootstrap = &v1alpha1.Bootstrap{Method: v1alpha1.JoinKubeadm}

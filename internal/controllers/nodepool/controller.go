@@ -208,6 +208,9 @@ func (c *Controller) providerReadiness(ctx context.Context, pool *v1alpha1.NodeP
 // templateValidity says whether the pool's template can make nodes of the
 // shapes its provider offers.
 func (c *Controller) templateValidity(ctx context.Context, pool *v1alpha1.NodePool, offered []provider.Shape) (metav1.ConditionStatus, string, string) {
+	if message := c.unusedBootstrap(ctx, pool); message != "" {
+		return metav1.ConditionFalse, ReasonTemplateInvalid, message
+	}
 	shapes, err := scheduling.PoolShapes(pool, offered)
 	if err == nil && c.Templates != nil {
 		err = c.Templates.Check(ctx, pool, shapes)
@@ -216,6 +219,24 @@ func (c *Controller) templateValidity(ctx context.Context, pool *v1alpha1.NodePo
 		return metav1.ConditionFalse, ReasonTemplateInvalid, err.Error()
 	}
 	return metav1.ConditionTrue, ReasonReady, fmt.Sprintf("provider %s offers %d shapes", pool.Spec.ProviderRef.Name, len(offered))
+}
+
+// unusedBootstrap says why the pool's template.bootstrap would be ignored,
+// if it would: a join the user wrote and that never runs is worse than a
+// pool that says so.
+func (c *Controller) unusedBootstrap(ctx context.Context, pool *v1alpha1.NodePool) string {
+	if pool.Spec.Template.Bootstrap == nil {
+		return ""
+	}
+	machines, err := c.Providers.ForProviderName(ctx, pool.Spec.ProviderRef.Name)
+	if err != nil {
+		return ""
+	}
+	joiner, ok := machines.(provider.OwnJoiner)
+	if !ok || joiner.OwnJoin() == "" {
+		return ""
+	}
+	return fmt.Sprintf("template.bootstrap is set, but the machines of NodeProvider %s join through %s; remove template.bootstrap and configure the join there", pool.Spec.ProviderRef.Name, joiner.OwnJoin())
 }
 
 // InUse counts the claims that are not being deleted and totals their

@@ -14,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/events"
+	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
@@ -47,6 +48,15 @@ type shapesProvider struct {
 	mu     sync.Mutex
 	shapes []provider.Shape
 	err    error
+	// ownJoin, when set, is what makes its machines join instead of
+	// claimscale's user data (provider.OwnJoiner).
+	ownJoin string
+}
+
+func (p *shapesProvider) OwnJoin() string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.ownJoin
 }
 
 func (p *shapesProvider) set(shapes []provider.Shape, err error) {
@@ -260,6 +270,34 @@ func TestPoolReadyReasonsSayWhatKeepsThePoolFromMakingNodes(t *testing.T) {
 		}
 	}
 	s.g.Expect(warnings).To(Equal(6), "one warning per new reason")
+}
+
+// A pool whose template.bootstrap its provider's machines would never run
+// (Cluster API's bootstrap provider renders the join) says so rather than
+// making nodes that silently ignore it.
+func TestPoolWithABootstrapItsProviderIgnoresIsNotReady(t *testing.T) {
+	s := newScenario(t, "ownjoin")
+	s.g.Expect(retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		pool := &v1alpha1.NodePool{}
+		if err := env.Client.Get(s.ctx, client.ObjectKeyFromObject(s.pool), pool); err != nil {
+			return err
+		}
+		pool.Spec.Template.Bootstrap = &v1alpha1.Bootstrap{Method: v1alpha1.JoinKubeadm}
+		return env.Client.Update(s.ctx, pool)
+	})).To(Succeed())
+
+	pool, _ := s.reconcile()
+	s.g.Expect(conditionOf(pool, v1alpha1.ConditionReady).Status).To(Equal(metav1.ConditionTrue), "a provider that delivers user data runs it")
+
+	s.provider.mu.Lock()
+	s.provider.ownJoin = "the Cluster API bootstrap provider"
+	s.provider.mu.Unlock()
+	pool, _ = s.reconcile()
+	ready := conditionOf(pool, v1alpha1.ConditionReady)
+	s.g.Expect(ready.Status).To(Equal(metav1.ConditionFalse))
+	s.g.Expect(ready.Reason).To(Equal(ReasonTemplateInvalid))
+	s.g.Expect(ready.Message).To(And(ContainSubstring("template.bootstrap is set"), ContainSubstring("the Cluster API bootstrap provider")))
+	s.g.Expect(conditionOf(pool, v1alpha1.ConditionProviderReady).Status).To(Equal(metav1.ConditionTrue))
 }
 
 func TestPoolStatusIsWrittenOnlyWhenItChanges(t *testing.T) {

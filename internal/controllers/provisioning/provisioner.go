@@ -82,6 +82,9 @@ type Provisioner struct {
 	// DryRun decides and records as usual but writes no claim: events say
 	// what would have been done.
 	DryRun bool
+	// PodLatency is told which pods got a claim, to time their binding;
+	// nil times none.
+	PodLatency *metrics.PodLatency
 
 	failures retry.Backoff
 
@@ -468,6 +471,7 @@ func (p *Provisioner) createClaims(ctx context.Context, pools map[string]*v1alph
 				Namespace: pod.Namespace, Name: pod.Name, Time: p.now(), Outcome: decisions.PodNewNode,
 				Pool: pool.Name, Shape: newNode.Shape.Name, Zone: newNode.Zone, NodeClaim: claim.Name,
 			})
+			p.PodLatency.Provisioned(pod, pool.Name)
 		}
 	}
 }

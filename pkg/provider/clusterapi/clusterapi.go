@@ -10,6 +10,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/utils/clock"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/claimscale/claimscale/api/v1alpha1"
@@ -67,6 +68,9 @@ type Config struct {
 	ProvisionWait time.Duration
 	// PollInterval of that wait (250ms when zero).
 	PollInterval time.Duration
+	// Clock times how long what Drifted read is trusted (the real clock
+	// when nil).
+	Clock clock.PassiveClock
 }
 
 // Provider makes CAPI Machines for claims.
@@ -77,6 +81,8 @@ type Provider struct {
 	cluster     string
 	settings    v1alpha1.ClusterAPISettings
 	wait, poll  time.Duration
+	clock       clock.PassiveClock
+	drift       driftMemory
 }
 
 var _ provider.Provider = (*Provider)(nil)
@@ -113,6 +119,11 @@ func New(ctx context.Context, cfg Config, nodeProvider *v1alpha1.NodeProvider, o
 		namespace: settings.Cluster.Namespace, cluster: settings.Cluster.Name,
 		settings: *settings.DeepCopy(),
 		wait:     cfg.ProvisionWait, poll: cfg.PollInterval,
+		clock: cfg.Clock,
+		drift: driftMemory{machines: map[string]machineTemplates{}, deployments: map[string]deploymentTemplates{}},
+	}
+	if p.clock == nil {
+		p.clock = clock.RealClock{}
 	}
 	if p.wait <= 0 {
 		p.wait = DefaultProvisionWait

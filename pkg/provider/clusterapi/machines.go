@@ -234,7 +234,7 @@ func (p *Provider) awaitProvisioned(ctx context.Context, machine *unstructured.U
 			return p.instanceOf(machine), nil
 		}
 		if !time.Now().Before(deadline) {
-			return nil, provider.NewRetryable(fmt.Errorf("Machine %s/%s has no providerID yet: %s", p.namespace, machine.GetName(), waitingFor(machine)), provisioningRetry)
+			return nil, provider.NewInProgress(fmt.Errorf("Machine %s/%s has no providerID yet: %s", p.namespace, machine.GetName(), waitingFor(machine)), provisioningRetry)
 		}
 		select {
 		case <-ctx.Done():
@@ -462,6 +462,7 @@ func (p *Provider) Delete(ctx context.Context, providerID string) error {
 	if machine.GetLabels()[v1alpha1.TagCluster] != p.clusterName {
 		return provider.NewTerminal(fmt.Errorf("refusing to delete Machine %s/%s: it has no %s=%s label", p.namespace, machine.GetName(), v1alpha1.TagCluster, p.clusterName))
 	}
+	p.forgetMachine(machine.GetName())
 	if machine.GetDeletionTimestamp() != nil {
 		return nil
 	}

@@ -141,7 +141,12 @@ func nodeProviderOf(settings *v1alpha1.ClusterAPISettings) *v1alpha1.NodeProvide
 
 func (f fixture) provider(t *testing.T, clusterName string) *clusterapi.Provider {
 	t.Helper()
-	p, err := clusterapi.New(t.Context(), clusterapi.Config{Kube: env.Client}, nodeProviderOf(f.settings()), provider.Options{ClusterName: clusterName})
+	return f.providerWith(t, clusterName, clusterapi.Config{Kube: env.Client})
+}
+
+func (f fixture) providerWith(t *testing.T, clusterName string, cfg clusterapi.Config) *clusterapi.Provider {
+	t.Helper()
+	p, err := clusterapi.New(t.Context(), cfg, nodeProviderOf(f.settings()), provider.Options{ClusterName: clusterName})
 	if err != nil {
 		t.Fatalf("building the provider: %v", err)
 	}

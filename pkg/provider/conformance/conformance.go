@@ -167,8 +167,20 @@ func newClaim(ctx context.Context, h Harness, label string) (*v1alpha1.NodeClaim
 	return claim, shape, nil
 }
 
+// create makes the claim's machine, asking again while the provider says
+// it is still being made, as the claim lifecycle does.
 func create(ctx context.Context, p provider.Provider, claim *v1alpha1.NodeClaim) (*provider.Instance, error) {
 	instance, err := p.Create(ctx, claim, provider.CreateOptions{})
+	for provider.IsInProgress(err) {
+		wait := time.NewTimer(max(provider.RetryAfter(err), 100*time.Millisecond))
+		select {
+		case <-ctx.Done():
+			wait.Stop()
+			return nil, fmt.Errorf("Create of claim %s was still in progress when the check's time ran out: %w", claim.Name, err)
+		case <-wait.C:
+		}
+		instance, err = p.Create(ctx, claim, provider.CreateOptions{})
+	}
 	if err != nil {
 		return nil, fmt.Errorf("Create of claim %s: %w", claim.Name, err)
 	}

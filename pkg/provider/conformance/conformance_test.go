@@ -28,6 +28,9 @@ type flaws struct {
 	untagged       bool // machines are made without ownership tags
 	deletesForeign bool // Delete removes machines of any cluster
 	flattensErrors bool // every error goes out without its kind
+	// Not a flaw: a new machine answers InProgress on the Create that
+	// makes it, as a Proxmox clone or a Cluster API Machine does.
+	slowCreates bool
 }
 
 // infrastructure is an in-memory machine service shared by the clusters
@@ -43,6 +46,8 @@ type memory struct {
 	infra   *infrastructure
 	cluster string
 	flaws   flaws
+	// making holds the machines a slow provider has not yet reported.
+	making map[string]bool
 }
 
 const capacityLimit = 64 // cpus: a larger machine is out of capacity
@@ -66,6 +71,10 @@ func (m *memory) Create(_ context.Context, claim *v1alpha1.NodeClaim, _ provider
 	if !m.flaws.nonIdempotent {
 		for _, machine := range m.infra.machines {
 			if machine.Tags[v1alpha1.TagCluster] == m.cluster && machine.ClaimName() == claim.Name {
+				if m.making[machine.ProviderID] {
+					delete(m.making, machine.ProviderID)
+					return nil, m.err(provider.NewInProgress(fmt.Errorf("machine %s is being made", machine.ProviderID), 10*time.Millisecond))
+				}
 				return copyOf(machine), nil
 			}
 		}
@@ -83,6 +92,10 @@ func (m *memory) Create(_ context.Context, claim *v1alpha1.NodeClaim, _ provider
 		machine.Tags = map[string]string{}
 	}
 	m.infra.machines[machine.ProviderID] = machine
+	if m.flaws.slowCreates {
+		m.making[machine.ProviderID] = true
+		return nil, m.err(provider.NewInProgress(fmt.Errorf("machine %s is being made", machine.ProviderID), 10*time.Millisecond))
+	}
 	return copyOf(machine), nil
 }
 
@@ -195,7 +208,7 @@ func claimOf(name, cpu string) *v1alpha1.NodeClaim {
 // well-behaved provider of another cluster on the same infrastructure.
 func harness(t *testing.T, f flaws) conformance.Harness {
 	infra := &infrastructure{machines: map[string]*provider.Instance{}}
-	p := servePlugin(t, &memory{infra: infra, cluster: "ours", flaws: f}, "ours")
+	p := servePlugin(t, &memory{infra: infra, cluster: "ours", flaws: f, making: map[string]bool{}}, "ours")
 	return conformance.Harness{
 		Provider: p, ClusterName: "ours",
 		Foreign:           &memory{infra: infra, cluster: "theirs"},
@@ -219,6 +232,12 @@ func harness(t *testing.T, f flaws) conformance.Harness {
 // differ from by one flaw each.
 func TestAWellBehavedPluginPasses(t *testing.T) {
 	conformance.Run(t, func(t *testing.T) conformance.Harness { return harness(t, flaws{}) })
+}
+
+// A plugin whose machines take a while answers IN_PROGRESS across the
+// wire, and the kit asks again as claimscale would.
+func TestAPluginWhoseMachinesTakeTimePasses(t *testing.T) {
+	conformance.Run(t, func(t *testing.T) conformance.Harness { return harness(t, flaws{slowCreates: true}) })
 }
 
 // TestTheKitCatchesBrokenPlugins: each flaw fails the check of the clause

@@ -8,14 +8,22 @@ import (
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/protoadapt"
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/claimscale/claimscale/pkg/provider"
 )
 
+// The google.rpc.ErrorInfo that marks an UNAVAILABLE answer as a machine
+// still being made (provider.InProgressError).
+const (
+	errorInfoDomain     = "claimscale.io"
+	errorInfoInProgress = "IN_PROGRESS"
+)
+
 // statusOf is the gRPC status a Server answers for a provider's error, as
 // the proto documents: the kind in the code, a retryable error's wait in a
-// google.rpc.RetryInfo detail.
+// google.rpc.RetryInfo detail, a machine still being made in an ErrorInfo.
 func statusOf(err error) error {
 	if err == nil {
 		return nil
@@ -35,8 +43,18 @@ func statusOf(err error) error {
 		code = codes.Unavailable
 	}
 	st := status.New(code, err.Error())
-	if after := provider.RetryAfter(err); code == codes.Unavailable && after > 0 {
-		if detailed, detailErr := st.WithDetails(&errdetails.RetryInfo{RetryDelay: durationpb.New(after)}); detailErr == nil {
+	if code != codes.Unavailable {
+		return st.Err()
+	}
+	var details []protoadapt.MessageV1
+	if after := provider.RetryAfter(err); after > 0 {
+		details = append(details, &errdetails.RetryInfo{RetryDelay: durationpb.New(after)})
+	}
+	if provider.IsInProgress(err) {
+		details = append(details, &errdetails.ErrorInfo{Domain: errorInfoDomain, Reason: errorInfoInProgress})
+	}
+	if len(details) > 0 {
+		if detailed, detailErr := st.WithDetails(details...); detailErr == nil {
 			st = detailed
 		}
 	}
@@ -48,7 +66,8 @@ func isProviderError(err error) bool {
 	var capacity *provider.InsufficientCapacityError
 	var terminal *provider.TerminalError
 	var retryable *provider.RetryableError
-	return errors.As(err, &notFound) || errors.As(err, &capacity) || errors.As(err, &terminal) || errors.As(err, &retryable)
+	var inProgress *provider.InProgressError
+	return errors.As(err, &notFound) || errors.As(err, &capacity) || errors.As(err, &terminal) || errors.As(err, &retryable) || errors.As(err, &inProgress)
 }
 
 // errorOf turns a plugin's answer into the provider error of its kind.
@@ -68,10 +87,19 @@ func errorOf(what string, err error, unreachable bool) error {
 		wrapped = &UnreachableError{Err: fmt.Errorf("%s: the plugin cannot be reached (%s): %s", what, st.Code(), st.Message()), timeout: st.Code() == codes.DeadlineExceeded}
 	}
 	var after time.Duration
+	inProgress := false
 	for _, detail := range st.Details() {
-		if info, ok := detail.(*errdetails.RetryInfo); ok && info.GetRetryDelay() != nil {
-			after = info.GetRetryDelay().AsDuration()
+		switch info := detail.(type) {
+		case *errdetails.RetryInfo:
+			if info.GetRetryDelay() != nil {
+				after = info.GetRetryDelay().AsDuration()
+			}
+		case *errdetails.ErrorInfo:
+			inProgress = inProgress || (info.GetDomain() == errorInfoDomain && info.GetReason() == errorInfoInProgress)
 		}
+	}
+	if inProgress && !unreachable {
+		return provider.NewInProgress(wrapped, after)
 	}
 	return provider.NewRetryable(wrapped, after)
 }

@@ -24,7 +24,11 @@ func TestErrorsKeepTheirKindAcrossTheWire(t *testing.T) {
 		{"not found", provider.NewNotFound("machine %s", "m1"), provider.IsNotFound, 0},
 		{"insufficient capacity", provider.NewInsufficientCapacity(errors.New("zone full")), provider.IsInsufficientCapacity, 0},
 		{"terminal", provider.NewTerminal(errors.New("bad token")), provider.IsTerminal, 0},
-		{"retryable with a wait", provider.NewRetryable(errors.New("throttled"), 7*time.Second), provider.IsRetryable, 7 * time.Second},
+		{"retryable with a wait", provider.NewRetryable(errors.New("throttled"), 7*time.Second), func(err error) bool {
+			return provider.IsRetryable(err) && !provider.IsInProgress(err)
+		}, 7 * time.Second},
+		{"in progress with a wait", provider.NewInProgress(errors.New("clone task running"), 5*time.Second), provider.IsInProgress, 5 * time.Second},
+		{"in progress without a wait", provider.NewInProgress(errors.New("clone task running"), 0), provider.IsInProgress, 0},
 		{"an error of no kind is retryable", errors.New("socket closed"), provider.IsRetryable, 0},
 	}
 	for _, tt := range tests {

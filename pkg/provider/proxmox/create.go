@@ -279,7 +279,7 @@ func (p *Provider) findClaimVM(ctx context.Context, log logr.Logger, vms []vmRes
 	if found != nil || blocker == nil {
 		return found, nil
 	}
-	return nil, provider.NewRetryable(fmt.Errorf("VM %d on %s is being made (lock %s) and does not show whose it is yet; waiting for it (at most %s) so that NodeClaim %s does not get a second VM", blocker.VMID, blocker.Node, orDefault(blocker.Lock, "clone"), p.staleLockAfter, claim), lockedRetryAfter)
+	return nil, provider.NewInProgress(fmt.Errorf("VM %d on %s is being made (lock %s) and does not show whose it is yet; waiting for it (at most %s) so that NodeClaim %s does not get a second VM", blocker.VMID, blocker.Node, orDefault(blocker.Lock, "clone"), p.staleLockAfter, claim), lockedRetryAfter)
 }
 
 // staleLock notes when a locked VM was first seen and says whether that is
@@ -481,7 +481,7 @@ func (p *Provider) adopt(ctx context.Context, log logr.Logger, found *claimVM, m
 		if stale {
 			return nil, provider.NewRetryable(fmt.Errorf("VM %d on %s for NodeClaim %s has held the Proxmox lock %q for longer than %s: a %s that never finished (its node crashed mid-task?); run `qm unlock %d` on %s so that it can be finished or removed", vm.VMID, vm.Node, m.claim, lock, p.staleLockAfter, lock, vm.VMID, vm.Node), lockedRetryAfter)
 		}
-		return nil, provider.NewRetryable(fmt.Errorf("VM %d on %s for NodeClaim %s is locked (%s): Proxmox is still working on it", vm.VMID, vm.Node, m.claim, lock), lockedRetryAfter)
+		return nil, provider.NewInProgress(fmt.Errorf("VM %d on %s for NodeClaim %s is locked (%s): Proxmox is still working on it", vm.VMID, vm.Node, m.claim, lock), lockedRetryAfter)
 	}
 	log.V(1).Info("adopting the claim's existing VM")
 	if !hasAllTags(cfg.Tags, m) {

@@ -81,7 +81,7 @@ func TestCreateAfterALostCloneAnswerWaitsForItsOwnClone(t *testing.T) {
 	}
 	// The clone runs on, locked and nameless; the retry waits for it.
 	_, err := p.Create(ctx, claim("workers-lost", "2", "4Gi"), provider.CreateOptions{})
-	if !provider.IsRetryable(err) || !strings.Contains(err.Error(), "is being made") {
+	if !provider.IsInProgress(err) || !strings.Contains(err.Error(), "is being made") {
 		t.Fatalf("Create while its own clone runs = %v, want a retryable wait", err)
 	}
 	api.FinishTasks()
@@ -161,12 +161,12 @@ func TestTheClaimsOwnStaleLockedVMIsReported(t *testing.T) {
 		"name": "workers-stuck", "description": "claimscale.io/cluster=" + clusterName + "\nclaimscale.io/nodepool=workers\nclaimscale.io/nodeclaim=workers-stuck\n",
 	}})
 	_, err := p.Create(ctx, claim("workers-stuck", "2", "4Gi"), provider.CreateOptions{})
-	if !provider.IsRetryable(err) || !strings.Contains(err.Error(), "still working on it") {
+	if !provider.IsInProgress(err) || !strings.Contains(err.Error(), "still working on it") {
 		t.Fatalf("Create while the claim's clone is locked = %v, want a wait", err)
 	}
 	clk.Step(5 * time.Minute)
 	_, err = p.Create(ctx, claim("workers-stuck", "2", "4Gi"), provider.CreateOptions{})
-	if !provider.IsRetryable(err) || !strings.Contains(err.Error(), "qm unlock 1002") {
+	if !provider.IsRetryable(err) || provider.IsInProgress(err) || !strings.Contains(err.Error(), "qm unlock 1002") {
 		t.Fatalf("Create past the deadline = %v, want a report saying to run qm unlock 1002", err)
 	}
 	if got := vmsInRange(api); len(got) != 1 {

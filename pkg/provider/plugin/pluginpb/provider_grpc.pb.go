@@ -23,6 +23,11 @@
 //   UNAVAILABLE          retryable; with a google.rpc.RetryInfo detail
 //   (and any other code) (google/rpc/error_details.proto) whose retry_delay
 //                        is the least wait the plugin asks for.
+//                        With a google.rpc.ErrorInfo detail of domain
+//                        "claimscale.io" and reason "IN_PROGRESS", nothing
+//                        failed: the machine is still being made, and
+//                        Create is asked again after the retry_delay (the
+//                        claim shows Launched=False, reason Launching).
 //
 // Ownership. Every machine carries the tags of CreateRequest.tags, set in
 // the same call that makes it; List answers only machines whose cluster tag
