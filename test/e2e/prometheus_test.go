@@ -22,6 +22,7 @@ import (
 
 	. "github.com/onsi/gomega"
 	"github.com/prometheus/client_golang/prometheus"
+	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -164,7 +165,18 @@ func TestDashboardsAndAlertsQueryWhatTheControllerServes(t *testing.T) {
 			s.g.Expect(prom.rangeValues(s.g, "count("+selector.promql()+")", started, end)).NotTo(BeEmpty(),
 				"%s: selector %s found no series", key, selector.promql())
 		}
-		s.g.Expect(prom.instant(s.g, rule.Expr)).To(BeEmpty(), "%s would fire on an idle pool", key)
+		firing := prom.instant(s.g, rule.Expr)
+		if rule.Alert == "ClaimscalePodsPendingWithoutClaim" {
+			// The gauge is cluster-wide: pods other tests of the package
+			// left pending count too, and only those may hold it up.
+			if elsewhere := pendingPodsOutside(s); elsewhere > 0 {
+				for _, sample := range firing {
+					s.g.Expect(sample.value).To(BeNumerically("<=", elsewhere), "%s counts more pending pods than other tests left (%d)", key, elsewhere)
+				}
+				continue
+			}
+		}
+		s.g.Expect(firing).To(BeEmpty(), "%s would fire on an idle pool", key)
 	}
 	// The one alert condition a scale-up makes true for a while; its
 	// `for` keeps it from firing.
@@ -184,6 +196,20 @@ func TestDashboardsAndAlertsQueryWhatTheControllerServes(t *testing.T) {
 			g.Expect(h).To(Equal("ok"), "rule %s", name)
 		}
 	}).Should(Succeed())
+}
+
+// pendingPodsOutside counts the unbound pods of other tests, which the
+// controller's cluster-wide gauges count too.
+func pendingPodsOutside(s *scenario) int {
+	var pods corev1.PodList
+	s.g.Expect(env.Client.List(s.ctx, &pods)).To(Succeed())
+	pending := 0
+	for _, pod := range pods.Items {
+		if pod.Namespace != s.namespace && pod.Spec.NodeName == "" && pod.DeletionTimestamp == nil {
+			pending++
+		}
+	}
+	return pending
 }
 
 // metricsReaderToken binds a new ServiceAccount to the chart's
