@@ -15,6 +15,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -31,6 +32,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/claimscale/claimscale/api/v1alpha1"
+	"github.com/claimscale/claimscale/internal/clusterstate"
 	"github.com/claimscale/claimscale/internal/controllers/index"
 	"github.com/claimscale/claimscale/internal/controllers/provisioning"
 	"github.com/claimscale/claimscale/internal/decisions"
@@ -78,12 +80,30 @@ type Controller struct {
 	// DryRun decides and records as usual but marks, cordons and deletes
 	// nothing.
 	DryRun bool
+	// Changes, when set, says when the cluster changed: a round that
+	// found nothing to do is followed by the next only after a change, at
+	// the earliest time a decision could come out differently, or after
+	// Resync. Nil runs a round every Interval.
+	Changes *clusterstate.Changes
+	// Resync is the longest wait for a change (default 5m).
+	Resync time.Duration
 
 	memory    *memory
 	stability *stability
 	events    *eventMemo
 	// pools whose metrics were set, to remove those of deleted pools.
 	metricPools map[string]bool
+	// writes counts the writes attempted, to tell a round that changed
+	// something from one that found nothing to do.
+	writes atomic.Int64
+}
+
+// outcome is what a round leaves for the next: whether it changed
+// anything (then the next follows after Interval), and else the earliest
+// time a decision could come out differently on an unchanged cluster.
+type outcome struct {
+	busy bool
+	wake time.Time
 }
 
 // SetupWithManager adds the controller to the manager.
@@ -93,6 +113,9 @@ func (c *Controller) SetupWithManager(mgr ctrl.Manager) error {
 	}
 	if c.Interval == 0 {
 		c.Interval = defaultInterval
+	}
+	if c.Resync == 0 {
+		c.Resync = defaultResync
 	}
 	c.memory = newMemory(memoryBackoff)
 	c.stability = newStability()
@@ -109,7 +132,16 @@ func (c *Controller) Start(ctx context.Context) error {
 	logger := log.FromContext(ctx).WithName(Name)
 	ctx = log.IntoContext(ctx, logger)
 	for {
-		if err := c.Reconcile(ctx); err != nil && ctx.Err() == nil {
+		if c.Changes != nil {
+			// Changes from here on wake the next wait; those before are
+			// in this round.
+			select {
+			case <-c.Changes.C():
+			default:
+			}
+		}
+		result, err := c.round(ctx)
+		if err != nil && ctx.Err() == nil {
 			if apierrors.IsConflict(err) {
 				// The next round decides again on the newer objects.
 				logger.V(1).Info("disruption round conflicted, deciding again next round", "error", err.Error())
@@ -120,26 +152,54 @@ func (c *Controller) Start(ctx context.Context) error {
 		// A fixed pause after each round, not a multiple of its length: a
 		// round costs what changed, and scale-down must not slow down in
 		// the large clusters where it matters most.
-		timer := c.Clock.NewTimer(c.Interval)
-		select {
-		case <-ctx.Done():
-			timer.Stop()
+		if !c.pause(ctx, c.Interval, nil) {
 			return nil
-		case <-timer.C():
+		}
+		if c.Changes == nil || result.busy || err != nil {
+			continue
+		}
+		// Nothing to do: deciding again on the same cluster would find
+		// the same. Wait for a change or a deadline; at a thousand idle
+		// nodes a round a second is most of the controller's CPU.
+		wait := c.Resync
+		if !result.wake.IsZero() {
+			wait = min(wait, max(result.wake.Sub(c.Clock.Now()), 0))
+		}
+		if !c.pause(ctx, wait, c.Changes.C()) {
+			return nil
 		}
 	}
 }
 
+// pause waits for d, or until wake receives; false when the context ended.
+func (c *Controller) pause(ctx context.Context, d time.Duration, wake <-chan struct{}) bool {
+	timer := c.Clock.NewTimer(d)
+	defer timer.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-timer.C():
+	case <-wake:
+	}
+	return true
+}
+
 // Reconcile runs one round.
 func (c *Controller) Reconcile(ctx context.Context) error {
+	_, err := c.round(ctx)
+	return err
+}
+
+func (c *Controller) round(ctx context.Context) (outcome, error) {
+	writes, remembered := c.writes.Load(), c.memory.remembered
 	s, err := c.gather(ctx)
 	if err != nil {
-		return err
+		return outcome{busy: true}, err
 	}
 	stableSince := c.observeStability(s)
 	c.updateClaims(ctx, s)
 	if acted, err := c.orchestrate(ctx, s); err != nil || acted {
-		return err
+		return outcome{busy: true}, err
 	}
 	candidates := s.candidates()
 	pools, total, disrupting := s.poolTotals()
@@ -151,19 +211,25 @@ func (c *Controller) Reconcile(ctx context.Context) error {
 	c.recordDecisions(s, r, cmd)
 	c.memory.prune(s.now)
 	c.events.prune(s.now)
+	result := outcome{
+		// A dry run's decision is recorded and acted on by nobody: the
+		// next round would only decide it again.
+		busy: (cmd != nil && !c.DryRun) || c.writes.Load() != writes || c.memory.remembered != remembered,
+		wake: wakeAt(s, candidates, stableSince, c.emptySince, c.memory),
+	}
 	if err != nil || cmd == nil {
-		return err
+		return result, err
 	}
 	if c.DryRun {
 		// The record says it; the log would say it every round.
 		log.FromContext(ctx).V(1).Info("dry-run: would disrupt", "reason", cmd.reason, "action", cmd.action(), "nodeClaims", cmd.names(), "message", cmd.message)
-		return nil
+		return result, nil
 	}
 	if why := c.stillValid(ctx, cmd); why != "" {
 		log.FromContext(ctx).Info("decision no longer holds, deciding again", "reason", cmd.reason, "nodeClaims", cmd.names(), "why", why)
-		return nil
+		return result, nil
 	}
-	return c.execute(ctx, s, cmd)
+	return result, c.execute(ctx, s, cmd)
 }
 
 // gather reads everything a round looks at from the caches.
@@ -613,6 +679,7 @@ func (c *Controller) mark(ctx context.Context, claim *v1alpha1.NodeClaim, reason
 // round counts disrupting claims from the cache, and would count one too
 // few and go over the budget.
 func (c *Controller) delete(ctx context.Context, claim *v1alpha1.NodeClaim) error {
+	c.writes.Add(1)
 	if err := c.Kube.Delete(ctx, claim); client.IgnoreNotFound(err) != nil {
 		return fmt.Errorf("deleting claim %s: %w", claim.Name, err)
 	}
@@ -689,6 +756,7 @@ func (c *Controller) eventf(claim *v1alpha1.NodeClaim, node *corev1.Node, eventT
 
 // annotate sets (or, with nil, removes) annotations on a claim.
 func (c *Controller) annotate(ctx context.Context, claim *v1alpha1.NodeClaim, annotations map[string]*string) error {
+	c.writes.Add(1)
 	patch := client.MergeFrom(claim.DeepCopy())
 	for key, value := range annotations {
 		if value == nil {
@@ -714,6 +782,7 @@ func (c *Controller) patchStatus(ctx context.Context, stored, claim *v1alpha1.No
 	if equality.Semantic.DeepEqual(stored.Status, claim.Status) {
 		return nil
 	}
+	c.writes.Add(1)
 	patch := client.MergeFromWithOptions(stored, client.MergeFromWithOptimisticLock{})
 	if err := c.Kube.Status().Patch(ctx, claim, patch); err != nil {
 		*claim = *stored
