@@ -48,6 +48,9 @@ const (
 	// ConsolidatableReasonDisruptionBudget: the pool's disruption budget
 	// allows no more nodes to go now; it goes when the budget allows.
 	ConsolidatableReasonDisruptionBudget = "DisruptionBudget"
+	// ConsolidatableReasonPendingPods: removing the node would leave pods
+	// that are waiting to be placed, and have room now, without it.
+	ConsolidatableReasonPendingPods = "PendingPods"
 )
 
 // Condition types of NodePool and NodeProvider.

@@ -162,7 +162,23 @@ func run(opts options) error {
 	up := w.snapshot()
 	r.claims, r.lowerBound, r.partlyFilled, r.perNode = up.claims, up.lowerBound, up.partlyFilled, up.perNode
 
-	logf("measuring the controller's CPU for %s with nothing to do", opts.idleWindow)
+	// Consolidation may still act on what scale-up left (a last, partly
+	// filled node, nodes whose pods moved): idle is once no claim has come
+	// or gone for longer than consolidateAfter.
+	quietFor := opts.consolidateAfter + 15*time.Second
+	logf("waiting until no claim has come or gone for %s", quietFor)
+	last, lastChange := w.snapshot(), time.Now()
+	if err := waitFor(ctx, "a quiet cluster", func() (bool, error) {
+		s := w.snapshot()
+		if s.claims != last.claims || s.claimsSeen != last.claimsSeen || s.nodes != last.nodes {
+			last, lastChange = s, time.Now()
+		}
+		return time.Since(lastChange) >= quietFor, nil
+	}); err != nil {
+		return err
+	}
+	logf("measuring the controller's CPU for %s with nothing to do (%d nodes)", opts.idleWindow, last.nodes)
+	r.idleNodes = last.nodes
 	cpuBefore, err := ctl.cpuSeconds()
 	if err != nil {
 		return err
@@ -436,6 +452,7 @@ type result struct {
 	claims, lowerBound, partlyFilled int
 	perNode                          int
 	idleCores, totalCPU              float64
+	idleNodes                        int
 	firstRemoved, allRemoved         time.Duration
 	claimsMade, nodesMade            int
 	launched                         float64
@@ -459,7 +476,7 @@ func (r *result) print(out io.Writer) {
 	row("nodes left partly filled", "%d (fewer than %d pods)", r.partlyFilled, r.perNode)
 	row("controller peak RSS", "%d MiB", r.peakRSS>>20)
 	row("controller CPU, whole run", "%.1f s", r.totalCPU)
-	row("controller CPU, idle", "%.3f cores over %s", r.idleCores, r.opts.idleWindow)
+	row("controller CPU, idle", "%.3f cores over %s at %d nodes", r.idleCores, r.opts.idleWindow, r.idleNodes)
 	row("error-level log lines", "%d", r.errorLines)
 	row("log lines about conflicts", "%d", r.conflictLines)
 	row("nodeclaims_launched_total / claims made / nodes made", "%.0f / %d / %d", r.launched, r.claimsMade, r.nodesMade)

@@ -100,6 +100,7 @@ const (
 	NodeReasonBudget         = "DisruptionBudget"
 	NodeReasonWouldNotFit    = "WouldNotFit"
 	NodeReasonNotCheaper     = "ReplacementNotCheaper"
+	NodeReasonPendingPods    = "PendingPods"
 	NodeReasonConsolidate    = "Consolidatable"
 	NodeReasonOther          = "Other"
 	podReasonNewNode         = "NewNode"

@@ -704,7 +704,7 @@ func (c *Controller) report(ctx context.Context, s *state, r *round, budgets *le
 			c.eventf(claim, refused.candidate.node, corev1.EventTypeNormal, refused.reason, "Disrupt", refused.note)
 		}
 		reason, message := refused.condition, refused.note
-		if refused.reason == eventUnconsolidatable {
+		if refused.reason == eventUnconsolidatable && reason == "" {
 			reason, message = v1alpha1.ConsolidatableReasonPodsDoNotFit, strings.TrimPrefix(refused.note, "Consolidatable=False: ")
 		}
 		if reason == "" {

@@ -80,6 +80,7 @@ var conditionDecisions = map[string]string{
 	v1alpha1.ConsolidatableReasonPodDisruptionBudget:  decisions.NodeReasonPDB,
 	v1alpha1.ConsolidatableReasonPodWithoutController: decisions.NodeReasonNoController,
 	v1alpha1.ConsolidatableReasonDisruptionBudget:     decisions.NodeReasonBudget,
+	v1alpha1.ConsolidatableReasonPendingPods:          decisions.NodeReasonPendingPods,
 }
 
 // refusalReason gives a refusal's reason in the records and metrics: the

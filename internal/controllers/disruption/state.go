@@ -32,14 +32,6 @@ const (
 // expiration ignores budgets.
 const reasonExpired v1alpha1.DisruptionReason = "Expired"
 
-// Unbound pods older than this that only a new node would take no longer
-// hold disruption back: provisioning has had its chance, and a pod nothing
-// will take must not stop scale-down for good. A pod that fits a node there
-// is always does: it waits for the scheduler, which in a large scale-up
-// may take longer than this, and consolidating meanwhile takes away the
-// room it is about to use.
-const unboundPodPatience = 10 * time.Minute
-
 // poolInfo is a pool with what a round knows of it.
 type poolInfo struct {
 	pool *v1alpha1.NodePool
@@ -93,6 +85,9 @@ type state struct {
 	fingerprint uint64
 
 	sim *scheduling.Simulator
+	// pending is the unbound pods with a place now (nil until first
+	// needed).
+	pending *[]*corev1.Pod
 	// headroom is every pool's headroom as placeholder pods, and
 	// headroomMissing how many of each pool's fit on no node now (both
 	// nil until first needed).

@@ -17,7 +17,7 @@ const defaultResync = 5 * time.Minute
 // wakeAt is the earliest time after the round's at which a decision could
 // come out differently on an unchanged cluster: a node's consolidateAfter
 // or a claim's expireAfter running out, a remembered decision's backoff
-// ending, an unbound pod's patience ending, a stale mark to release, a
+// ending, a stale mark to release, a
 // budget or capacity schedule turning. The zero time when there is none.
 func wakeAt(s *state, candidates []*candidate, stableSince map[string]time.Time, emptySince func(node string) (time.Time, bool), memory *memory) time.Time {
 	var next time.Time
@@ -48,9 +48,6 @@ func wakeAt(s *state, candidates []*candidate, stableSince map[string]time.Time,
 	}
 	for _, entry := range memory.entries {
 		at(entry.at.Add(memory.backoff))
-	}
-	for _, pod := range s.unbound {
-		at(pod.CreationTimestamp.Add(unboundPodPatience))
 	}
 	for _, claim := range s.claims {
 		if marked := meta.FindStatusCondition(claim.Status.Conditions, v1alpha1.ConditionDisrupting); marked != nil && marked.Status == metav1.ConditionTrue {

@@ -50,12 +50,14 @@ func TestWakeAtIsTheEarliestDeadlineOfAnUnchangedCluster(t *testing.T) {
 			want:       memoryBackoff - time.Minute,
 		},
 		{
-			name: "a pending pod is due when its patience ends",
+			name: "a claim marked Disrupting is due when its mark goes stale",
 			fixture: func() *fixture {
-				return newFixture(c4).node("a", c4).pod("p", "a", "1").pod("waiting", "", "1")
+				f := newFixture(c4).node("a", c4).pod("p", "a", "1")
+				withCondition(f.claim("a"), v1alpha1.ConditionDisrupting, "Underutilized", f.now.Add(-4*time.Second))
+				return f
 			},
 			stable: time.Hour,
-			want:   unboundPodPatience - time.Minute,
+			want:   staleMark - 4*time.Second,
 		},
 		{
 			name: "a scheduled budget is due on the next minute",
