@@ -62,7 +62,7 @@ func (c *Changes) Watch(ctx context.Context, informers cache.Informers) error {
 		relevant func(old, updated any) bool
 	}{
 		{&corev1.Pod{}, podChanged},
-		{&corev1.Node{}, nodeChanged},
+		{&corev1.Node{}, NodeChanged},
 		{&v1alpha1.NodeClaim{}, resourceVersionChanged},
 		{&v1alpha1.NodePool{}, specChanged},
 		{&v1alpha1.NodeProvider{}, providerChanged},
@@ -115,10 +115,11 @@ func podScheduled(pod *corev1.Pod) string {
 	return ""
 }
 
-// nodeChanged: labels, annotations, spec (taints, unschedulable,
-// providerID), allocatable and readiness. Heartbeats move only condition
-// times and are not changes.
-func nodeChanged(old, updated any) bool {
+// NodeChanged says whether a node update changed what a decision or a
+// claim's lifecycle reads: labels, annotations, spec (taints,
+// unschedulable, providerID), capacity, allocatable and readiness. Heartbeats move
+// only condition times and are not changes.
+func NodeChanged(old, updated any) bool {
 	a, okA := old.(*corev1.Node)
 	b, okB := updated.(*corev1.Node)
 	if !okA || !okB {
@@ -127,6 +128,7 @@ func nodeChanged(old, updated any) bool {
 	return a.DeletionTimestamp.IsZero() != b.DeletionTimestamp.IsZero() ||
 		!equality.Semantic.DeepEqual(a.Labels, b.Labels) || !equality.Semantic.DeepEqual(a.Annotations, b.Annotations) ||
 		!equality.Semantic.DeepEqual(a.Spec, b.Spec) || !equality.Semantic.DeepEqual(a.Status.Allocatable, b.Status.Allocatable) ||
+		!equality.Semantic.DeepEqual(a.Status.Capacity, b.Status.Capacity) ||
 		nodeReady(a) != nodeReady(b)
 }
 

@@ -35,23 +35,23 @@ func TestUpdatesThatChangeNoDecisionAreNotCounted(t *testing.T) {
 		update   func() any
 		want     bool
 	}{
-		{"a node's heartbeat", nodeChanged, node, func() any {
+		{"a node's heartbeat", NodeChanged, node, func() any {
 			n := node.DeepCopy()
 			n.ResourceVersion = "2"
 			n.Status.Conditions[0].LastHeartbeatTime = metav1.NewTime(time.Now().Add(time.Minute))
 			return n
 		}, false},
-		{"a node's taint", nodeChanged, node, func() any {
+		{"a node's taint", NodeChanged, node, func() any {
 			n := node.DeepCopy()
 			n.Spec.Taints = []corev1.Taint{{Key: "k", Effect: corev1.TaintEffectNoSchedule}}
 			return n
 		}, true},
-		{"a node turning NotReady", nodeChanged, node, func() any {
+		{"a node turning NotReady", NodeChanged, node, func() any {
 			n := node.DeepCopy()
 			n.Status.Conditions[0].Status = corev1.ConditionFalse
 			return n
 		}, true},
-		{"a node's label", nodeChanged, node, func() any {
+		{"a node's label", NodeChanged, node, func() any {
 			n := node.DeepCopy()
 			n.Labels["zone"] = "b"
 			return n

@@ -171,10 +171,14 @@ func Setup(ctx context.Context, mgr manager.Manager, opts Options) (*Operator, e
 		if err := changes.Watch(ctx, mgr.GetCache()); err != nil {
 			return nil, err
 		}
+		objects, err := clusterstate.NewObjects(ctx, mgr.GetCache())
+		if err != nil {
+			return nil, err
+		}
 		setups = append(setups,
 			&provisioning.Controller{
 				Provisioner: &provisioning.Provisioner{
-					Kube: mgr.GetClient(), Providers: resolver, Capacity: capacityBackoff,
+					Kube: mgr.GetClient(), Objects: objects, Providers: resolver, Capacity: capacityBackoff,
 					Recorder: recorder(provisioning.Name), Clock: opts.Clock, Templates: templates,
 					WarmCapacity: warm, Decisions: op.Decisions, DryRun: opts.DryRun,
 				},
@@ -184,7 +188,7 @@ func Setup(ctx context.Context, mgr manager.Manager, opts Options) (*Operator, e
 				Kube: mgr.GetClient(), Providers: resolver, Capacity: capacityBackoff,
 				Recorder: recorder(disruption.Name), Clock: opts.Clock,
 				WarmCapacity: warm, Decisions: op.Decisions, DryRun: opts.DryRun,
-				Changes: changes,
+				Changes: changes, Objects: objects,
 			},
 			&repair.Controller{Kube: mgr.GetClient(), Recorder: recorder(repair.Name), Clock: opts.Clock},
 		)

@@ -85,6 +85,9 @@ type Controller struct {
 	// the earliest time a decision could come out differently, or after
 	// Resync. Nil runs a round every Interval.
 	Changes *clusterstate.Changes
+	// Objects, when set, gives the pods and nodes without listing them;
+	// nil lists them through Kube.
+	Objects provisioning.ObjectSource
 	// Resync is the longest wait for a change (default 5m).
 	Resync time.Duration
 
@@ -237,15 +240,13 @@ func (c *Controller) gather(ctx context.Context) (*state, error) {
 	// A pool that cannot provision is provisioning's to report; here it
 	// would be said every second.
 	quiet := log.IntoContext(ctx, log.FromContext(ctx).V(1))
-	input, _, err := provisioning.ClusterFromCache(quiet, c.Kube, c.Providers, c.Capacity)
+	input, _, err := provisioning.ClusterFromObjects(quiet, c.Kube, c.Objects, c.Providers, c.Capacity)
 	if err != nil {
 		return nil, err
 	}
 	var (
 		pools     v1alpha1.NodePoolList
 		claims    v1alpha1.NodeClaimList
-		nodes     corev1.NodeList
-		pods      corev1.PodList
 		budgets   policyv1.PodDisruptionBudgetList
 		providers v1alpha1.NodeProviderList
 	)
@@ -257,8 +258,6 @@ func (c *Controller) gather(ctx context.Context) (*state, error) {
 	}{
 		{"pools", &pools, nil},
 		{"claims", &claims, nil},
-		{"nodes", &nodes, []client.ListOption{client.UnsafeDisableDeepCopy}},
-		{"pods", &pods, []client.ListOption{client.UnsafeDisableDeepCopy}},
 		{"PodDisruptionBudgets", &budgets, []client.ListOption{client.UnsafeDisableDeepCopy}},
 		{"providers", &providers, nil},
 	} {
@@ -276,10 +275,41 @@ func (c *Controller) gather(ctx context.Context) (*state, error) {
 		// provisioning says so.
 		targets[pools.Items[i].Name], _ = warm.Target(&pools.Items[i])
 	}
+	// Pods and nodes are only read: the cache's own objects, not copies.
+	pods, nodes, err := c.podsAndNodes(ctx)
+	if err != nil {
+		return nil, err
+	}
 	return newState(c.Clock.Now(), objects{
-		input: input, pools: pools.Items, claims: claims.Items, nodes: nodes.Items,
-		pods: pods.Items, budgets: budgets.Items, providers: providers.Items, targets: targets,
+		input: input, pools: pools.Items, claims: claims.Items, nodes: nodes,
+		pods: pods, budgets: budgets.Items, providers: providers.Items, targets: targets,
 	}), nil
+}
+
+// podsAndNodes reads every pod and node, from Objects when set.
+func (c *Controller) podsAndNodes(ctx context.Context) ([]*corev1.Pod, []*corev1.Node, error) {
+	if c.Objects != nil {
+		return c.Objects.Pods(), c.Objects.Nodes(), nil
+	}
+	var (
+		podList  corev1.PodList
+		nodeList corev1.NodeList
+	)
+	if err := c.Kube.List(ctx, &podList, client.UnsafeDisableDeepCopy); err != nil {
+		return nil, nil, fmt.Errorf("listing pods: %w", err)
+	}
+	if err := c.Kube.List(ctx, &nodeList, client.UnsafeDisableDeepCopy); err != nil {
+		return nil, nil, fmt.Errorf("listing nodes: %w", err)
+	}
+	pods := make([]*corev1.Pod, len(podList.Items))
+	for i := range podList.Items {
+		pods[i] = &podList.Items[i]
+	}
+	nodes := make([]*corev1.Node, len(nodeList.Items))
+	for i := range nodeList.Items {
+		nodes[i] = &nodeList.Items[i]
+	}
+	return pods, nodes, nil
 }
 
 // updateClaims keeps the claims' Empty and Drifted conditions true to the

@@ -157,9 +157,17 @@ func (f *fixture) state() *state {
 		}
 	}
 	return newState(f.now, objects{
-		input: input, pools: pools, claims: f.claims, nodes: f.nodes,
-		pods: f.pods, budgets: f.budgets,
+		input: input, pools: pools, claims: f.claims, nodes: input.Nodes,
+		pods: pointers(f.pods), budgets: f.budgets,
 	})
+}
+
+func pointers[T any](items []T) []*T {
+	out := make([]*T, len(items))
+	for i := range items {
+		out[i] = &items[i]
+	}
+	return out
 }
 
 func isRegistered(claim *v1alpha1.NodeClaim) bool {

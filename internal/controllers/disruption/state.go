@@ -100,8 +100,8 @@ type objects struct {
 	input     scheduling.Input
 	pools     []v1alpha1.NodePool
 	claims    []v1alpha1.NodeClaim
-	nodes     []corev1.Node
-	pods      []corev1.Pod
+	nodes     []*corev1.Node
+	pods      []*corev1.Pod
 	budgets   []policyv1.PodDisruptionBudget
 	providers []v1alpha1.NodeProvider
 	// targets are the pools' warm capacity now; a pool missing here gets
@@ -145,15 +145,14 @@ func newState(now time.Time, o objects) *state {
 			info.sched = &o.input.Pools[i]
 		}
 	}
-	for i := range o.nodes {
-		s.nodes[o.nodes[i].Name] = &o.nodes[i]
+	for _, node := range o.nodes {
+		s.nodes[node.Name] = node
 	}
 	for _, node := range o.input.Nodes {
 		s.inSnapshot[node.Name] = true
 		keys = append(keys, "node "+node.Name)
 	}
-	for i := range o.pods {
-		pod := &o.pods[i]
+	for _, pod := range o.pods {
 		if pod.Spec.NodeName != "" {
 			s.podsByNode[pod.Spec.NodeName] = append(s.podsByNode[pod.Spec.NodeName], pod)
 			if isWorkload(pod) {
