@@ -47,8 +47,11 @@ const (
 	defaultConsolidateAfter = 30 * time.Second
 	defaultInterval         = time.Second
 	// A decision that found nothing is not tried again on an unchanged
-	// cluster for this long.
-	memoryBackoff = 5 * time.Minute
+	// cluster for this long. The cluster's fingerprint covers all a
+	// decision reads, pools' warm capacity now included, so this is only a
+	// safety net: at a thousand nodes, simulating each again every few
+	// minutes was most of an idle controller's CPU.
+	memoryBackoff = 30 * time.Minute
 	// The same refusal is repeated as an event at most this often.
 	eventRepeat = 10 * time.Minute
 	// A claim marked Disrupting that nothing replaces or deletes any more

@@ -168,6 +168,13 @@ func (s *state) consolidation(ctx context.Context, candidates []*candidate) (*co
 	}
 	cmd := &command{reason: v1alpha1.DisruptionReasonUnderutilized, candidates: candidates}
 	if !removal.Fits() {
+		if floor, ok := s.cheapestNewNode(); ok && floor.Shape.Price >= totalPrice(candidates) {
+			// No replacement can be cheaper: spare building a snapshot
+			// without the candidates, which at ten thousand pods is
+			// most of an idle cluster's CPU.
+			return nil, fmt.Sprintf("its pods fit only on a new node, and the cheapest (%s of pool %s at %g/h) is not cheaper than %g/h",
+				floor.Shape.Name, floor.Pool, floor.Shape.Price, totalPrice(candidates)), nil
+		}
 		result, err := s.solveWithout(ctx, candidates, pending...)
 		if err != nil {
 			return nil, "", err
@@ -252,6 +259,19 @@ func (s *state) replacement(ctx context.Context, reason v1alpha1.DisruptionReaso
 
 // cheapestOf is a new node of the pool's cheapest shape, as provisioning
 // makes for minNodes.
+// cheapestNewNode is the cheapest node any pool could make now: no
+// replacement costs less.
+func (s *state) cheapestNewNode() (scheduling.NewNode, bool) {
+	var floor scheduling.NewNode
+	found := false
+	for _, name := range sortedNames(s.pools) {
+		if node, ok := cheapestOf(s.pools[name]); ok && (!found || node.Shape.Price < floor.Shape.Price) {
+			floor, found = node, true
+		}
+	}
+	return floor, found
+}
+
 func cheapestOf(pool *poolInfo) (scheduling.NewNode, bool) {
 	if pool.sched == nil {
 		return scheduling.NewNode{}, false

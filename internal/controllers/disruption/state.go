@@ -2,6 +2,7 @@ package disruption
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"hash/fnv"
 	"sort"
@@ -139,6 +140,10 @@ func newState(now time.Time, o objects) *state {
 		}
 		s.pools[pool.Name] = &poolInfo{pool: pool, target: target}
 		keys = append(keys, "pool "+pool.Name+"/"+strconv.FormatInt(pool.Generation, 10))
+		// Warm capacity follows schedules and external scalers, not
+		// only the pool's spec.
+		headroom, _ := json.Marshal(target.Headroom)
+		keys = append(keys, fmt.Sprintf("target %s/%d/%d/%t/%s", pool.Name, target.MinNodes, target.Nodes, target.Unknown, headroom))
 	}
 	for i := range o.input.Pools {
 		if info, ok := s.pools[o.input.Pools[i].NodePool.Name]; ok {
