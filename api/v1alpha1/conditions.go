@@ -54,6 +54,9 @@ const (
 	// ConsolidatableReasonHeadroom: its pods fit elsewhere, but its pool's
 	// headroom would no longer fit.
 	ConsolidatableReasonHeadroom = "Headroom"
+	// ConsolidatableReasonPendingPods: removing the node would leave pods
+	// that are waiting to be placed, and have room now, without it.
+	ConsolidatableReasonPendingPods = "PendingPods"
 )
 
 // Condition types of NodePool and NodeProvider.

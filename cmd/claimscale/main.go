@@ -29,6 +29,7 @@ func main() {
 		namespace           string
 		metricsAddress      string
 		healthAddress       string
+		profilingAddress    string
 		leaderElect         bool
 		leaderElectionNS    string
 		batchIdle, batchMax time.Duration
@@ -47,6 +48,7 @@ func main() {
 	flag.BoolVar(&secureMetrics, "metrics-secure", true, "serve metrics over HTTPS, to callers the API server authenticates and authorizes for GET /metrics; false serves plain HTTP to anyone who reaches the address (bind it to localhost then)")
 	flag.BoolVar(&simulatedProvider, "simulated-provider", false, "offer the simulated provider (NodeProviders of type simulated), for demos and tests: it creates Node objects and keeps machines in ConfigMaps")
 	flag.StringVar(&healthAddress, "health-probe-bind-address", ":8081", "address of the health and readiness probes")
+	flag.StringVar(&profilingAddress, "profiling-bind-address", "", "address of Go's pprof endpoints (/debug/pprof), to profile the controller (off when empty; bind it to localhost)")
 	flag.BoolVar(&leaderElect, "leader-elect", true, "elect a leader so only one replica acts")
 	flag.StringVar(&leaderElectionNS, "leader-election-namespace", "", "namespace of the leader election lease (default: --namespace)")
 	flag.DurationVar(&batchIdle, "batch-idle-duration", time.Second, "a provisioning batch closes after this long without a new pending pod")
@@ -88,7 +90,7 @@ func main() {
 		BatchIdle: batchIdle, BatchMax: batchMax, GCInterval: gcInterval, GCGracePeriod: gcGrace,
 		Registry: registry, ExternalGRPC: grpcOptions, Bootstrap: bootstrapOptions,
 		DryRun: dryRun,
-	}, metrics, healthAddress, leaderElect, leaderElectionNS); err != nil {
+	}, metrics, healthAddress, profilingAddress, leaderElect, leaderElectionNS); err != nil {
 		logger.Error(err, "exiting")
 		os.Exit(1)
 	}
@@ -97,7 +99,7 @@ func main() {
 // run checks what can be checked before anything starts (flags, ports, the
 // API server and the CRDs), so a startup failure is the first line printed,
 // then runs the manager.
-func run(logger logr.Logger, opts operator.Options, metrics metricsserver.Options, healthAddress string, leaderElect bool, leaderElectionNS string) error {
+func run(logger logr.Logger, opts operator.Options, metrics metricsserver.Options, healthAddress, profilingAddress string, leaderElect bool, leaderElectionNS string) error {
 	if opts.ClusterName == "" {
 		return fmt.Errorf("--cluster-name is required: it marks the machines this controller may touch")
 	}
@@ -130,6 +132,7 @@ func run(logger logr.Logger, opts operator.Options, metrics metricsserver.Option
 		Cache:                   operator.CacheOptions(opts.Namespace),
 		Metrics:                 metrics,
 		HealthProbeBindAddress:  healthAddress,
+		PprofBindAddress:        profilingAddress,
 		LeaderElection:          leaderElect,
 		LeaderElectionID:        "claimscale-" + opts.ClusterName,
 		LeaderElectionNamespace: leaderElectionNS,

@@ -60,7 +60,7 @@ func TestStartupFailuresAreReportedBeforeAnythingStarts(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			var lines []string
 			logger := funcr.New(func(prefix, args string) { lines = append(lines, args) }, funcr.Options{})
-			err := run(logr.Logger(logger), tc.opts, metricsserver.Options{BindAddress: tc.metrics}, "0", false, "")
+			err := run(logr.Logger(logger), tc.opts, metricsserver.Options{BindAddress: tc.metrics}, "0", "", false, "")
 			if err == nil || !strings.Contains(err.Error(), tc.want) {
 				t.Fatalf("run = %v, want an error saying %q", err, tc.want)
 			}

@@ -24,6 +24,7 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"sort"
 	"strconv"
 	"strings"
 	"syscall"
@@ -162,8 +163,28 @@ func run(opts options) error {
 	up := w.snapshot()
 	r.claims, r.lowerBound, r.partlyFilled, r.perNode = up.claims, up.lowerBound, up.partlyFilled, up.perNode
 
-	logf("measuring the controller's CPU for %s with nothing to do", opts.idleWindow)
+	// Consolidation may still act on what scale-up left (a last, partly
+	// filled node, nodes whose pods moved): idle is once no claim has come
+	// or gone for longer than consolidateAfter.
+	quietFor := opts.consolidateAfter + 15*time.Second
+	logf("waiting until no claim has come or gone for %s", quietFor)
+	last, lastChange := w.snapshot(), time.Now()
+	if err := waitFor(ctx, "a quiet cluster", func() (bool, error) {
+		s := w.snapshot()
+		if s.claims != last.claims || s.claimsSeen != last.claimsSeen || s.nodes != last.nodes {
+			last, lastChange = s, time.Now()
+		}
+		return time.Since(lastChange) >= quietFor, nil
+	}); err != nil {
+		return err
+	}
+	logf("measuring the controller's CPU for %s with nothing to do (%d nodes)", opts.idleWindow, last.nodes)
+	r.idleNodes = last.nodes
 	cpuBefore, err := ctl.cpuSeconds()
+	if err != nil {
+		return err
+	}
+	reconcilesBefore, err := ctl.reconciles()
 	if err != nil {
 		return err
 	}
@@ -176,6 +197,11 @@ func run(opts options) error {
 	if err != nil {
 		return err
 	}
+	reconcilesAfter, err := ctl.reconciles()
+	if err != nil {
+		return err
+	}
+	r.idleReconciles = perSecond(reconcilesBefore, reconcilesAfter, opts.idleWindow)
 	r.idleCores = (cpuAfter - cpuBefore) / opts.idleWindow.Seconds()
 
 	logf("scaling every Deployment to 0")
@@ -382,26 +408,68 @@ func (c *controller) cpuSeconds() (float64, error) {
 
 // launchedTotal sums claimscale_nodeclaims_launched_total over its labels.
 func (c *controller) launchedTotal() (float64, error) {
+	totals, err := c.sums("claimscale_nodeclaims_launched_total", "")
+	return totals[""], err
+}
+
+// reconciles counts each controller's reconciles so far.
+func (c *controller) reconciles() (map[string]float64, error) {
+	return c.sums("controller_runtime_reconcile_total", "controller")
+}
+
+// sums adds up a metric's samples by the value of one label ("" for all).
+func (c *controller) sums(metric, label string) (map[string]float64, error) {
 	resp, err := http.Get("http://" + c.metricsAddr + "/metrics")
 	if err != nil {
-		return 0, fmt.Errorf("reading the controller's metrics: %w", err)
+		return nil, fmt.Errorf("reading the controller's metrics: %w", err)
 	}
 	defer resp.Body.Close()
-	total := 0.0
+	totals := map[string]float64{}
 	scanner := bufio.NewScanner(resp.Body)
 	scanner.Buffer(make([]byte, 1<<20), 1<<20)
 	for scanner.Scan() {
 		line := scanner.Text()
-		if !strings.HasPrefix(line, "claimscale_nodeclaims_launched_total") {
+		if !strings.HasPrefix(line, metric+"{") && !strings.HasPrefix(line, metric+" ") {
 			continue
 		}
 		value, err := strconv.ParseFloat(line[strings.LastIndexByte(line, ' ')+1:], 64)
 		if err != nil {
-			return 0, fmt.Errorf("reading %q: %w", line, err)
+			return nil, fmt.Errorf("reading %q: %w", line, err)
 		}
-		total += value
+		key := ""
+		if label != "" {
+			if i := strings.Index(line, label+`="`); i >= 0 {
+				rest := line[i+len(label)+2:]
+				key = rest[:strings.IndexByte(rest, '"')]
+			}
+		}
+		totals[key] += value
 	}
-	return total, scanner.Err()
+	return totals, scanner.Err()
+}
+
+// perSecond lists the counters that grew between two readings, as rates,
+// largest first.
+func perSecond(before, after map[string]float64, window time.Duration) string {
+	type rate struct {
+		name string
+		rate float64
+	}
+	var rates []rate
+	for name, value := range after {
+		if grown := value - before[name]; grown > 0 {
+			rates = append(rates, rate{name, grown / window.Seconds()})
+		}
+	}
+	if len(rates) == 0 {
+		return "none"
+	}
+	sort.Slice(rates, func(i, j int) bool { return rates[i].rate > rates[j].rate })
+	var parts []string
+	for _, r := range rates {
+		parts = append(parts, fmt.Sprintf("%s %.1f/s", r.name, r.rate))
+	}
+	return strings.Join(parts, ", ")
 }
 
 // countLogLines counts the error-level lines of the controller's log and
@@ -436,6 +504,8 @@ type result struct {
 	claims, lowerBound, partlyFilled int
 	perNode                          int
 	idleCores, totalCPU              float64
+	idleNodes                        int
+	idleReconciles                   string
 	firstRemoved, allRemoved         time.Duration
 	claimsMade, nodesMade            int
 	launched                         float64
@@ -459,7 +529,8 @@ func (r *result) print(out io.Writer) {
 	row("nodes left partly filled", "%d (fewer than %d pods)", r.partlyFilled, r.perNode)
 	row("controller peak RSS", "%d MiB", r.peakRSS>>20)
 	row("controller CPU, whole run", "%.1f s", r.totalCPU)
-	row("controller CPU, idle", "%.3f cores over %s", r.idleCores, r.opts.idleWindow)
+	row("controller CPU, idle", "%.3f cores over %s at %d nodes", r.idleCores, r.opts.idleWindow, r.idleNodes)
+	row("reconciles while idle", "%s", r.idleReconciles)
 	row("error-level log lines", "%d", r.errorLines)
 	row("log lines about conflicts", "%d", r.conflictLines)
 	row("nodeclaims_launched_total / claims made / nodes made", "%.0f / %d / %d", r.launched, r.claimsMade, r.nodesMade)

@@ -100,6 +100,7 @@ const (
 	NodeReasonBudget       = "DisruptionBudget"
 	NodeReasonWouldNotFit  = "WouldNotFit"
 	NodeReasonNotCheaper   = "ReplacementNotCheaper"
+	NodeReasonPendingPods  = "PendingPods"
 	NodeReasonConsolidate  = "Consolidatable"
 	// NodeReasonConsolidateAfter: the node emptied out, or its pods last
 	// changed, less than its pool's consolidateAfter ago.

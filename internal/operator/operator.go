@@ -20,6 +20,7 @@ import (
 	"github.com/claimscale/claimscale/api/v1alpha1"
 	"github.com/claimscale/claimscale/internal/bootstrap"
 	"github.com/claimscale/claimscale/internal/capacity"
+	"github.com/claimscale/claimscale/internal/clusterstate"
 	"github.com/claimscale/claimscale/internal/controllers/disruption"
 	"github.com/claimscale/claimscale/internal/controllers/garbagecollection"
 	"github.com/claimscale/claimscale/internal/controllers/index"
@@ -168,11 +169,20 @@ func Setup(ctx context.Context, mgr manager.Manager, opts Options) (*Operator, e
 		&nodepool.Controller{Kube: mgr.GetClient(), Providers: resolver, Templates: templates, Recorder: recorder(nodepool.Name)},
 		&nodeprovider.Controller{Kube: mgr.GetClient(), Providers: resolver, Recorder: recorder(nodeprovider.Name)},
 	}
+	// What disruption waits for when it has nothing to do.
+	changes := clusterstate.New()
 	if opts.Mode != ModeExternalGRPC {
+		if err := changes.Watch(ctx, mgr.GetCache()); err != nil {
+			return nil, err
+		}
+		objects, err := clusterstate.NewObjects(ctx, mgr.GetCache())
+		if err != nil {
+			return nil, err
+		}
 		setups = append(setups,
 			&provisioning.Controller{
 				Provisioner: &provisioning.Provisioner{
-					Kube: mgr.GetClient(), Providers: resolver, Capacity: capacityBackoff,
+					Kube: mgr.GetClient(), Objects: objects, Providers: resolver, Capacity: capacityBackoff,
 					Recorder: recorder(provisioning.Name), Clock: opts.Clock, Templates: templates,
 					WarmCapacity: warm, Decisions: op.Decisions, DryRun: opts.DryRun,
 					PodLatency: podLatency,
@@ -183,6 +193,7 @@ func Setup(ctx context.Context, mgr manager.Manager, opts Options) (*Operator, e
 				Kube: mgr.GetClient(), Providers: resolver, Capacity: capacityBackoff,
 				Recorder: recorder(disruption.Name), Clock: opts.Clock,
 				WarmCapacity: warm, Decisions: op.Decisions, DryRun: opts.DryRun,
+				Changes: changes, Objects: objects,
 			},
 			&repair.Controller{Kube: mgr.GetClient(), Recorder: recorder(repair.Name), Clock: opts.Clock},
 		)
@@ -206,8 +217,12 @@ func Setup(ctx context.Context, mgr manager.Manager, opts Options) (*Operator, e
 	if opts.Mode != ModeExternalGRPC {
 		scalers := &externalscaler.Poller{
 			Kube: mgr.GetClient(), Clock: opts.Clock, Interval: opts.ExternalScalerInterval,
-			// A new answer is acted on at once, not at the periodic round.
-			Changed: batcher.Trigger,
+			// A new answer is acted on at once, not at the periodic round,
+			// by both provisioning and disruption.
+			Changed: func() {
+				batcher.Trigger()
+				changes.Changed()
+			},
 		}
 		warm.External = scalers
 		if err := mgr.Add(scalers); err != nil {

@@ -40,11 +40,15 @@ func (s *Simulator) Solve(ctx context.Context, pending []*corev1.Pod) (Result, e
 // where do the removed nodes' pods go? DaemonSet pods, mirror pods and
 // terminated pods are not moved. No other node is opened. The Simulator's
 // state is unchanged afterwards.
-func (s *Simulator) SimulateRemoval(ctx context.Context, nodes []string, replacement *InFlight) (RemovalResult, error) {
+//
+// Pending pods, when given, must find a place too: pods the scheduler is
+// about to place on the nodes, whose room a removal must not take. The
+// result places them like the displaced pods.
+func (s *Simulator) SimulateRemoval(ctx context.Context, nodes []string, replacement *InFlight, pending ...*corev1.Pod) (RemovalResult, error) {
 	s.snap.Fork()
 	defer s.snap.Revert()
 	removed := map[string]bool{}
-	var displaced []*corev1.Pod
+	displaced := slices.Clone(pending)
 	for _, name := range nodes {
 		ni := s.snap.lookup(name)
 		if ni == nil {

@@ -15,6 +15,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -31,6 +32,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/claimscale/claimscale/api/v1alpha1"
+	"github.com/claimscale/claimscale/internal/clusterstate"
 	"github.com/claimscale/claimscale/internal/controllers/index"
 	"github.com/claimscale/claimscale/internal/controllers/provisioning"
 	"github.com/claimscale/claimscale/internal/decisions"
@@ -45,8 +47,11 @@ const (
 	defaultConsolidateAfter = 30 * time.Second
 	defaultInterval         = time.Second
 	// A decision that found nothing is not tried again on an unchanged
-	// cluster for this long.
-	memoryBackoff = 5 * time.Minute
+	// cluster for this long. The cluster's fingerprint covers all a
+	// decision reads, pools' warm capacity now included, so this is only a
+	// safety net: at a thousand nodes, simulating each again every few
+	// minutes was most of an idle controller's CPU.
+	memoryBackoff = 30 * time.Minute
 	// The same refusal is repeated as an event at most this often.
 	eventRepeat = 10 * time.Minute
 	// A claim marked Disrupting that nothing replaces or deletes any more
@@ -78,12 +83,33 @@ type Controller struct {
 	// DryRun decides and records as usual but marks, cordons and deletes
 	// nothing.
 	DryRun bool
+	// Changes, when set, says when the cluster changed: a round that
+	// found nothing to do is followed by the next only after a change, at
+	// the earliest time a decision could come out differently, or after
+	// Resync. Nil runs a round every Interval.
+	Changes *clusterstate.Changes
+	// Objects, when set, gives the pods and nodes without listing them;
+	// nil lists them through Kube.
+	Objects provisioning.ObjectSource
+	// Resync is the longest wait for a change (default 5m).
+	Resync time.Duration
 
 	memory    *memory
 	stability *stability
 	events    *eventMemo
 	// pools whose metrics were set, to remove those of deleted pools.
 	metricPools map[string]bool
+	// writes counts the writes attempted, to tell a round that changed
+	// something from one that found nothing to do.
+	writes atomic.Int64
+}
+
+// outcome is what a round leaves for the next: whether it changed
+// anything (then the next follows after Interval), and else the earliest
+// time a decision could come out differently on an unchanged cluster.
+type outcome struct {
+	busy bool
+	wake time.Time
 }
 
 // SetupWithManager adds the controller to the manager.
@@ -93,6 +119,9 @@ func (c *Controller) SetupWithManager(mgr ctrl.Manager) error {
 	}
 	if c.Interval == 0 {
 		c.Interval = defaultInterval
+	}
+	if c.Resync == 0 {
+		c.Resync = defaultResync
 	}
 	c.memory = newMemory(memoryBackoff)
 	c.stability = newStability()
@@ -109,7 +138,16 @@ func (c *Controller) Start(ctx context.Context) error {
 	logger := log.FromContext(ctx).WithName(Name)
 	ctx = log.IntoContext(ctx, logger)
 	for {
-		if err := c.Reconcile(ctx); err != nil && ctx.Err() == nil {
+		if c.Changes != nil {
+			// Changes from here on wake the next wait; those before are
+			// in this round.
+			select {
+			case <-c.Changes.C():
+			default:
+			}
+		}
+		result, err := c.round(ctx)
+		if err != nil && ctx.Err() == nil {
 			if apierrors.IsConflict(err) {
 				// The next round decides again on the newer objects.
 				logger.V(1).Info("disruption round conflicted, deciding again next round", "error", err.Error())
@@ -120,26 +158,54 @@ func (c *Controller) Start(ctx context.Context) error {
 		// A fixed pause after each round, not a multiple of its length: a
 		// round costs what changed, and scale-down must not slow down in
 		// the large clusters where it matters most.
-		timer := c.Clock.NewTimer(c.Interval)
-		select {
-		case <-ctx.Done():
-			timer.Stop()
+		if !c.pause(ctx, c.Interval, nil) {
 			return nil
-		case <-timer.C():
+		}
+		if c.Changes == nil || result.busy || err != nil {
+			continue
+		}
+		// Nothing to do: deciding again on the same cluster would find
+		// the same. Wait for a change or a deadline; at a thousand idle
+		// nodes a round a second is most of the controller's CPU.
+		wait := c.Resync
+		if !result.wake.IsZero() {
+			wait = min(wait, max(result.wake.Sub(c.Clock.Now()), 0))
+		}
+		if !c.pause(ctx, wait, c.Changes.C()) {
+			return nil
 		}
 	}
 }
 
+// pause waits for d, or until wake receives; false when the context ended.
+func (c *Controller) pause(ctx context.Context, d time.Duration, wake <-chan struct{}) bool {
+	timer := c.Clock.NewTimer(d)
+	defer timer.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-timer.C():
+	case <-wake:
+	}
+	return true
+}
+
 // Reconcile runs one round.
 func (c *Controller) Reconcile(ctx context.Context) error {
+	_, err := c.round(ctx)
+	return err
+}
+
+func (c *Controller) round(ctx context.Context) (outcome, error) {
+	writes, remembered := c.writes.Load(), c.memory.remembered
 	s, err := c.gather(ctx)
 	if err != nil {
-		return err
+		return outcome{busy: true}, err
 	}
 	stableSince := c.observeStability(s)
 	c.updateClaims(ctx, s)
 	if acted, err := c.orchestrate(ctx, s); err != nil || acted {
-		return err
+		return outcome{busy: true}, err
 	}
 	candidates := s.candidates()
 	pools, total, disrupting := s.poolTotals()
@@ -151,19 +217,25 @@ func (c *Controller) Reconcile(ctx context.Context) error {
 	c.recordDecisions(s, r, cmd)
 	c.memory.prune(s.now)
 	c.events.prune(s.now)
+	result := outcome{
+		// A dry run's decision is recorded and acted on by nobody: the
+		// next round would only decide it again.
+		busy: (cmd != nil && !c.DryRun) || c.writes.Load() != writes || c.memory.remembered != remembered,
+		wake: wakeAt(s, candidates, stableSince, c.emptySince, c.memory),
+	}
 	if err != nil || cmd == nil {
-		return err
+		return result, err
 	}
 	if c.DryRun {
 		// The record says it; the log would say it every round.
 		log.FromContext(ctx).V(1).Info("dry-run: would disrupt", "reason", cmd.reason, "action", cmd.action(), "nodeClaims", cmd.names(), "message", cmd.message)
-		return nil
+		return result, nil
 	}
 	if why := c.stillValid(ctx, cmd); why != "" {
 		log.FromContext(ctx).Info("decision no longer holds, deciding again", "reason", cmd.reason, "nodeClaims", cmd.names(), "why", why)
-		return nil
+		return result, nil
 	}
-	return c.execute(ctx, s, cmd)
+	return result, c.execute(ctx, s, cmd)
 }
 
 // gather reads everything a round looks at from the caches.
@@ -171,15 +243,13 @@ func (c *Controller) gather(ctx context.Context) (*state, error) {
 	// A pool that cannot provision is provisioning's to report; here it
 	// would be said every second.
 	quiet := log.IntoContext(ctx, log.FromContext(ctx).V(1))
-	input, _, err := provisioning.ClusterFromCache(quiet, c.Kube, c.Providers, c.Capacity)
+	input, _, err := provisioning.ClusterFromObjects(quiet, c.Kube, c.Objects, c.Providers, c.Capacity)
 	if err != nil {
 		return nil, err
 	}
 	var (
 		pools     v1alpha1.NodePoolList
 		claims    v1alpha1.NodeClaimList
-		nodes     corev1.NodeList
-		pods      corev1.PodList
 		budgets   policyv1.PodDisruptionBudgetList
 		providers v1alpha1.NodeProviderList
 	)
@@ -191,8 +261,6 @@ func (c *Controller) gather(ctx context.Context) (*state, error) {
 	}{
 		{"pools", &pools, nil},
 		{"claims", &claims, nil},
-		{"nodes", &nodes, []client.ListOption{client.UnsafeDisableDeepCopy}},
-		{"pods", &pods, []client.ListOption{client.UnsafeDisableDeepCopy}},
 		{"PodDisruptionBudgets", &budgets, []client.ListOption{client.UnsafeDisableDeepCopy}},
 		{"providers", &providers, nil},
 	} {
@@ -210,10 +278,41 @@ func (c *Controller) gather(ctx context.Context) (*state, error) {
 		// provisioning says so.
 		targets[pools.Items[i].Name], _ = warm.Target(&pools.Items[i])
 	}
+	// Pods and nodes are only read: the cache's own objects, not copies.
+	pods, nodes, err := c.podsAndNodes(ctx)
+	if err != nil {
+		return nil, err
+	}
 	return newState(c.Clock.Now(), objects{
-		input: input, pools: pools.Items, claims: claims.Items, nodes: nodes.Items,
-		pods: pods.Items, budgets: budgets.Items, providers: providers.Items, targets: targets,
+		input: input, pools: pools.Items, claims: claims.Items, nodes: nodes,
+		pods: pods, budgets: budgets.Items, providers: providers.Items, targets: targets,
 	}), nil
+}
+
+// podsAndNodes reads every pod and node, from Objects when set.
+func (c *Controller) podsAndNodes(ctx context.Context) ([]*corev1.Pod, []*corev1.Node, error) {
+	if c.Objects != nil {
+		return c.Objects.Pods(), c.Objects.Nodes(), nil
+	}
+	var (
+		podList  corev1.PodList
+		nodeList corev1.NodeList
+	)
+	if err := c.Kube.List(ctx, &podList, client.UnsafeDisableDeepCopy); err != nil {
+		return nil, nil, fmt.Errorf("listing pods: %w", err)
+	}
+	if err := c.Kube.List(ctx, &nodeList, client.UnsafeDisableDeepCopy); err != nil {
+		return nil, nil, fmt.Errorf("listing nodes: %w", err)
+	}
+	pods := make([]*corev1.Pod, len(podList.Items))
+	for i := range podList.Items {
+		pods[i] = &podList.Items[i]
+	}
+	nodes := make([]*corev1.Node, len(nodeList.Items))
+	for i := range nodeList.Items {
+		nodes[i] = &nodeList.Items[i]
+	}
+	return pods, nodes, nil
 }
 
 // updateClaims keeps the claims' Empty and Drifted conditions true to the
@@ -613,6 +712,7 @@ func (c *Controller) mark(ctx context.Context, claim *v1alpha1.NodeClaim, reason
 // round counts disrupting claims from the cache, and would count one too
 // few and go over the budget.
 func (c *Controller) delete(ctx context.Context, claim *v1alpha1.NodeClaim) error {
+	c.writes.Add(1)
 	if err := c.Kube.Delete(ctx, claim); client.IgnoreNotFound(err) != nil {
 		return fmt.Errorf("deleting claim %s: %w", claim.Name, err)
 	}
@@ -689,6 +789,7 @@ func (c *Controller) eventf(claim *v1alpha1.NodeClaim, node *corev1.Node, eventT
 
 // annotate sets (or, with nil, removes) annotations on a claim.
 func (c *Controller) annotate(ctx context.Context, claim *v1alpha1.NodeClaim, annotations map[string]*string) error {
+	c.writes.Add(1)
 	patch := client.MergeFrom(claim.DeepCopy())
 	for key, value := range annotations {
 		if value == nil {
@@ -714,6 +815,7 @@ func (c *Controller) patchStatus(ctx context.Context, stored, claim *v1alpha1.No
 	if equality.Semantic.DeepEqual(stored.Status, claim.Status) {
 		return nil
 	}
+	c.writes.Add(1)
 	patch := client.MergeFromWithOptions(stored, client.MergeFromWithOptimisticLock{})
 	if err := c.Kube.Status().Patch(ctx, claim, patch); err != nil {
 		*claim = *stored

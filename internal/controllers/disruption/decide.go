@@ -153,10 +153,7 @@ func (r *round) refuse(c *candidate, reason, record, note string) {
 // settled caches state.unsettled for the round: true when pods may move.
 func (r *round) settled(ctx context.Context) (bool, error) {
 	if r.settledReason == nil {
-		reason, err := r.s.unsettled(ctx)
-		if err != nil {
-			return false, err
-		}
+		reason := r.s.unsettled()
 		r.settledReason = &reason
 		if reason != "" {
 			log.FromContext(ctx).V(1).Info("not disrupting while the cluster settles", "reason", reason)
@@ -242,7 +239,16 @@ func (r *round) emptiness(ctx context.Context) (*command, error) {
 		if settled, err := r.settled(ctx); err != nil || !settled {
 			return nil, err
 		}
-		why, err := r.s.headroomViolation(ctx, append(cmd.candidates[:len(cmd.candidates):len(cmd.candidates)], c))
+		with := append(cmd.candidates[:len(cmd.candidates):len(cmd.candidates)], c)
+		if left, err := r.leavesPendingPodsOut(ctx, with); err != nil {
+			return nil, err
+		} else if left != "" {
+			// A pending pod is about to be placed on it, or needs the
+			// room it leaves on others.
+			r.refusals = append(r.refusals, refusal{candidate: c, reason: eventBlocked, note: left, condition: v1alpha1.ConsolidatableReasonPendingPods})
+			continue
+		}
+		why, err := r.s.headroomViolation(ctx, with)
 		if err != nil {
 			return nil, err
 		}
@@ -266,6 +272,20 @@ func (r *round) emptiness(ctx context.Context) (*command, error) {
 		cmd.message = fmt.Sprintf("%d nodes have been empty for their pools' consolidateAfter", len(cmd.candidates))
 	}
 	return cmd, nil
+}
+
+// leavesPendingPodsOut says, when removing the candidates would leave a
+// pending pod without the room it has now, why they stay.
+func (r *round) leavesPendingPodsOut(ctx context.Context, candidates []*candidate) (string, error) {
+	pending, err := r.s.pendingWithRoom(ctx)
+	if err != nil || len(pending) == 0 {
+		return "", err
+	}
+	removal, err := r.s.simulateRemoval(ctx, candidates, pending...)
+	if err != nil {
+		return "", err
+	}
+	return r.s.leavesPendingPodsOut(ctx, candidates, removal, pending)
 }
 
 // multiNode looks for the longest run of the cheapest-to-disrupt nodes

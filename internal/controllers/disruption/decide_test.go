@@ -111,26 +111,43 @@ func TestRoundDecides(t *testing.T) {
 			refused: "has no controller",
 		},
 		{
-			name: "pending pods that have a place hold consolidation back",
+			name: "a pending pod that keeps its room does not hold consolidation back",
 			fixture: func() *fixture {
 				return newFixture(c4).node("a", c4).node("b", c4).pod("p", "a", "1").pod("q", "b", "1").pod("waiting", "", "1")
 			},
+			want: "Underutilized delete a",
+		},
+		{
+			name: "a node whose removal would take a pending pod's room is kept",
+			fixture: func() *fixture {
+				return newFixture(c4).node("a", c4).node("b", c4).pod("p", "a", "1").pod("q", "b", "1").pod("waiting", "", "3")
+			},
+			refused: "removing it would leave pending pods without the room they have now: 1 pending pods have room now (pod default/waiting first), and with the node gone 1 pods would find none",
 		},
 		{
 			// A large scale-up on a busy scheduler leaves pods pending for
-			// longer than the patience; their room must stay.
-			name: "a long-pending pod that has a place still holds consolidation back",
+			// minutes; their room must stay however long they wait.
+			name: "a long-pending pod keeps its room",
 			fixture: func() *fixture {
-				return newFixture(c4).node("a", c4).node("b", c4).pod("p", "a", "1").pod("q", "b", "1").pod("waiting", "", "1", func(pod *corev1.Pod) {
+				return newFixture(c4).node("a", c4).node("b", c4).pod("p", "a", "1").pod("q", "b", "1").pod("waiting", "", "3", func(pod *corev1.Pod) {
 					pod.CreationTimestamp = metav1.NewTime(pod.CreationTimestamp.Add(-time.Hour))
 				})
 			},
+			refused: "removing it would leave pending pods without the room they have now",
 		},
 		{
-			name: "a long-pending pod that nothing would take no longer holds consolidation back",
+			name: "an empty node a pending pod is about to use is kept",
+			fixture: func() *fixture {
+				f := newFixture(c4).node("a", c4).node("b", c4).pod("q", "b", "3").pod("waiting", "", "3")
+				withCondition(f.claim("a"), v1alpha1.ConditionEmpty, "Empty", f.now.Add(-time.Minute))
+				return f
+			},
+			refused: "removing it would leave pending pods without the room they have now",
+		},
+		{
+			name: "a pending pod that nothing would take holds nothing back",
 			fixture: func() *fixture {
 				return newFixture(c4).node("a", c4).node("b", c4).pod("p", "a", "1").pod("q", "b", "1").pod("waiting", "", "1", func(pod *corev1.Pod) {
-					pod.CreationTimestamp = metav1.NewTime(pod.CreationTimestamp.Add(-time.Hour))
 					pod.Spec.NodeSelector = map[string]string{"team": "b"}
 				})
 			},
@@ -367,6 +384,39 @@ func TestRefusalsCarryTheConsolidatableReason(t *testing.T) {
 	for _, h := range r.held {
 		if h.candidate.claim.Name == "b" {
 			t.Errorf("empty node held by the budget is recorded twice: as refused and as held")
+		}
+	}
+}
+
+// One pod waiting for room in one pool holds back only the nodes whose
+// removal would take that room: the other pool consolidates as usual.
+func TestAPendingPodHoldsBackOnlyTheNodesItNeeds(t *testing.T) {
+	teamA := func(pod *corev1.Pod) { pod.Spec.NodeSelector = map[string]string{"team": "a"} }
+	f := newFixture(c4).node("a1", c4).node("a2", c4).pod("p1", "a1", "1", teamA).pod("p2", "a2", "1", teamA).pod("waiting", "", "3", teamA)
+	other := f.pool.DeepCopy()
+	other.Name = "other"
+	other.Spec.Template.Labels = map[string]string{"team": "b"}
+	f.otherPool(other).nodeOf(other, "b1", c4).nodeOf(other, "b2", c4).pod("q1", "b1", "1").pod("q2", "b2", "1")
+
+	r := f.round(f.state())
+	cmd, err := r.decide(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if describe(cmd) != "Underutilized delete b1" {
+		t.Fatalf("decided %q, want the other pool's node to go; refusals %v", describe(cmd), notes(r))
+	}
+	kept := map[string]refusal{}
+	for _, refused := range r.refusals {
+		kept[refused.candidate.claim.Name] = refused
+	}
+	for _, name := range []string{"a1", "a2"} {
+		refused, ok := kept[name]
+		if !ok || unconsolidatableCondition(refused) != v1alpha1.ConsolidatableReasonPendingPods {
+			t.Errorf("node %s: refusal %+v, want Consolidatable=False %s", name, refused, v1alpha1.ConsolidatableReasonPendingPods)
+		}
+		if reason := refusalReason(refused); reason != decisions.NodeReasonPendingPods {
+			t.Errorf("node %s is recorded as %q, want %q", name, reason, decisions.NodeReasonPendingPods)
 		}
 	}
 }

@@ -118,6 +118,7 @@ var conditionDecisions = map[string]string{
 	v1alpha1.ConsolidatableReasonPodDisruptionBudget:  decisions.NodeReasonPDB,
 	v1alpha1.ConsolidatableReasonPodWithoutController: decisions.NodeReasonNoController,
 	v1alpha1.ConsolidatableReasonDisruptionBudget:     decisions.NodeReasonBudget,
+	v1alpha1.ConsolidatableReasonPendingPods:          decisions.NodeReasonPendingPods,
 }
 
 // refusalReason gives a refusal's reason in the records and metrics: the
@@ -137,10 +138,13 @@ func refusalReason(refused refusal) string {
 }
 
 // unconsolidatableCondition is the Consolidatable reason of a node whose
-// consolidation was refused: the pool's minNodes or headroom when those
-// held it, else its pods fit nowhere cheaper.
+// consolidation was refused: the pool's minNodes or headroom, or pending
+// pods that need its room, when those held it, else its pods fit nowhere
+// cheaper.
 func unconsolidatableCondition(refused refusal) string {
 	switch refused.record {
+	case decisions.NodeReasonPendingPods:
+		return v1alpha1.ConsolidatableReasonPendingPods
 	case decisions.NodeReasonMinNodes:
 		return v1alpha1.ConsolidatableReasonMinNodes
 	case decisions.NodeReasonHeadroom:

@@ -18,6 +18,7 @@ import (
 type fixture struct {
 	now     time.Time
 	pool    *v1alpha1.NodePool
+	others  []*v1alpha1.NodePool
 	shapes  []scheduling.Shape
 	claims  []v1alpha1.NodeClaim
 	nodes   []corev1.Node
@@ -49,17 +50,30 @@ func newFixture(shapes ...scheduling.Shape) *fixture {
 	return &fixture{now: time.Date(2026, 11, 23, 10, 0, 0, 0, time.UTC), pool: pool, shapes: shapes}
 }
 
+// otherPool adds a second pool of the same shapes; its nodes are added
+// with nodeOf.
+func (f *fixture) otherPool(pool *v1alpha1.NodePool) *fixture {
+	f.others = append(f.others, pool)
+	return f
+}
+
 // node adds an Initialized claim an hour old and its Ready node.
 func (f *fixture) node(name string, shape scheduling.Shape) *fixture {
+	return f.nodeOf(f.pool, name, shape)
+}
+
+// nodeOf adds an Initialized claim of the pool, an hour old, and its Ready
+// node carrying the pool's template labels.
+func (f *fixture) nodeOf(pool *v1alpha1.NodePool, name string, shape scheduling.Shape) *fixture {
 	claimShape := v1alpha1.ClaimShape{Name: shape.Name, CPU: shape.CPU, Memory: shape.Memory}
 	hourAgo := metav1.NewTime(f.now.Add(-time.Hour))
 	f.claims = append(f.claims, v1alpha1.NodeClaim{
 		ObjectMeta: metav1.ObjectMeta{
 			Name: name, UID: types.UID("uid-" + name), CreationTimestamp: hourAgo,
-			Labels:      map[string]string{"team": "a", v1alpha1.LabelNodePool: f.pool.Name},
-			Annotations: map[string]string{v1alpha1.AnnotationTemplateHash: f.pool.TemplateHash(claimShape)},
+			Labels:      map[string]string{"team": pool.Spec.Template.Labels["team"], v1alpha1.LabelNodePool: pool.Name},
+			Annotations: map[string]string{v1alpha1.AnnotationTemplateHash: pool.TemplateHash(claimShape)},
 		},
-		Spec: v1alpha1.NodeClaimSpec{NodePoolRef: v1alpha1.NodePoolReference{Name: f.pool.Name}, Shape: claimShape},
+		Spec: v1alpha1.NodeClaimSpec{NodePoolRef: v1alpha1.NodePoolReference{Name: pool.Name}, Shape: claimShape},
 		Status: v1alpha1.NodeClaimStatus{NodeName: name, Conditions: []metav1.Condition{
 			{Type: v1alpha1.ConditionInitialized, Status: metav1.ConditionTrue, LastTransitionTime: hourAgo},
 			{Type: v1alpha1.ConditionReady, Status: metav1.ConditionTrue, LastTransitionTime: hourAgo},
@@ -67,7 +81,7 @@ func (f *fixture) node(name string, shape scheduling.Shape) *fixture {
 	})
 	f.nodes = append(f.nodes, corev1.Node{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{
-			"team": "a", v1alpha1.LabelNodePool: f.pool.Name, v1alpha1.LabelNodeClaim: name,
+			"team": pool.Spec.Template.Labels["team"], v1alpha1.LabelNodePool: pool.Name, v1alpha1.LabelNodeClaim: name,
 			corev1.LabelHostname: name, corev1.LabelInstanceTypeStable: shape.Name,
 		}},
 		Status: corev1.NodeStatus{
@@ -120,6 +134,11 @@ func (f *fixture) state() *state {
 	input := scheduling.Input{Cluster: scheduling.Cluster{
 		Pools: []scheduling.Pool{{NodePool: f.pool, Shapes: scheduling.Shapes{Fixed: f.shapes}}},
 	}}
+	pools := []v1alpha1.NodePool{*f.pool}
+	for _, other := range f.others {
+		input.Pools = append(input.Pools, scheduling.Pool{NodePool: other, Shapes: scheduling.Shapes{Fixed: f.shapes}})
+		pools = append(pools, *other)
+	}
 	for i := range f.nodes {
 		input.Nodes = append(input.Nodes, &f.nodes[i])
 	}
@@ -138,9 +157,17 @@ func (f *fixture) state() *state {
 		}
 	}
 	return newState(f.now, objects{
-		input: input, pools: []v1alpha1.NodePool{*f.pool}, claims: f.claims, nodes: f.nodes,
-		pods: f.pods, budgets: f.budgets,
+		input: input, pools: pools, claims: f.claims, nodes: input.Nodes,
+		pods: pointers(f.pods), budgets: f.budgets,
 	})
+}
+
+func pointers[T any](items []T) []*T {
+	out := make([]*T, len(items))
+	for i := range items {
+		out[i] = &items[i]
+	}
+	return out
 }
 
 func isRegistered(claim *v1alpha1.NodeClaim) bool {

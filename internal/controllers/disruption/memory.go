@@ -18,6 +18,8 @@ import (
 type memory struct {
 	backoff time.Duration
 	entries map[memoryKey]memoryEntry
+	// remembered counts the decisions remembered so far.
+	remembered int
 }
 
 type memoryKey struct {
@@ -42,6 +44,7 @@ func (m *memory) skip(claim types.UID, reason v1alpha1.DisruptionReason, fingerp
 
 func (m *memory) remember(claim types.UID, reason v1alpha1.DisruptionReason, fingerprint uint64, now time.Time) {
 	m.entries[memoryKey{claim, reason}] = memoryEntry{fingerprint: fingerprint, at: now}
+	m.remembered++
 }
 
 // prune forgets what is past its backoff.

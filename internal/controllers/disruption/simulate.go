@@ -78,18 +78,37 @@ func nodeNames(candidates []*candidate) []string {
 }
 
 // simulateRemoval asks whether the candidates' pods (and those of nodes
-// already going) fit on the remaining nodes, with no new node.
-func (s *state) simulateRemoval(ctx context.Context, candidates []*candidate) (scheduling.RemovalResult, error) {
+// already going) fit on the remaining nodes, with no new node; and with
+// them the pending pods given, whose room the removal must leave.
+func (s *state) simulateRemoval(ctx context.Context, candidates []*candidate, pending ...*corev1.Pod) (scheduling.RemovalResult, error) {
 	sim, err := s.simulator(ctx)
 	if err != nil {
 		return scheduling.RemovalResult{}, err
 	}
-	result, err := sim.SimulateRemoval(ctx, s.removed(candidates), nil)
+	result, err := sim.SimulateRemoval(ctx, s.removed(candidates), nil, pending...)
 	if err != nil {
 		return scheduling.RemovalResult{}, fmt.Errorf("simulating the removal of %s: %w", strings.Join(nodeNames(candidates), ", "), err)
 	}
 	return result, nil
 }
+
+// leavesPendingPodsOut says, when the candidates' removal would fit but for
+// the pending pods given (it takes room they have now), why it may not be.
+func (s *state) leavesPendingPodsOut(ctx context.Context, candidates []*candidate, removal scheduling.RemovalResult, pending []*corev1.Pod) (string, error) {
+	if removal.Fits() || len(pending) == 0 {
+		return "", nil
+	}
+	alone, err := s.simulateRemoval(ctx, candidates)
+	if err != nil || !alone.Fits() {
+		return "", err
+	}
+	return fmt.Sprintf("%s: %d pending pods have room now (pod %s/%s first), and with the node gone %d pods would find none",
+		pendingPodsNote, len(pending), pending[0].Namespace, pending[0].Name, len(removal.Unschedulable)), nil
+}
+
+// pendingPodsNote starts the note of a removal refused because it would
+// take the room of pending pods.
+const pendingPodsNote = "removing it would leave pending pods without the room they have now"
 
 // displaced names the nodes the candidates (and the nodes already going)
 // take away, and returns their workload pods unbound, pending again.
@@ -112,13 +131,16 @@ func (s *state) displaced(candidates []*candidate) (without map[string]bool, pod
 // nodes already going) would need with those nodes gone: provisioning's
 // own decision on the cluster without them, so a replacement is what
 // provisioning would have made.
-func (s *state) solveWithout(ctx context.Context, candidates []*candidate) (scheduling.Result, error) {
+//
+// Pending pods given are placed with them, so the replacement leaves them
+// the room they have now.
+func (s *state) solveWithout(ctx context.Context, candidates []*candidate, pending ...*corev1.Pod) (scheduling.Result, error) {
 	without, displaced := s.displaced(candidates)
 	sim, err := scheduling.New(ctx, s.simCluster(without))
 	if err != nil {
 		return scheduling.Result{}, fmt.Errorf("building the snapshot without %s: %w", strings.Join(nodeNames(candidates), ", "), err)
 	}
-	result, err := sim.Solve(ctx, displaced)
+	result, err := sim.Solve(ctx, append(displaced, pending...))
 	if err != nil {
 		return scheduling.Result{}, fmt.Errorf("placing the pods of %s elsewhere: %w", strings.Join(nodeNames(candidates), ", "), err)
 	}
@@ -132,14 +154,33 @@ type verdict struct{ record, note string }
 // consolidation decides whether the candidates can go together: deleted,
 // when their pods fit on the other nodes; else replaced by one new node
 // that costs less than all of them. If not, it says why.
+//
+// Pending pods that have a place now keep it: a removal that would leave
+// one of them without room is refused (as Karpenter simulates pending pods
+// with the candidates' own), and only that removal, so one pod waiting for
+// its node holds back no other node and no other pool.
 func (s *state) consolidation(ctx context.Context, candidates []*candidate) (*command, verdict, error) {
-	removal, err := s.simulateRemoval(ctx, candidates)
+	pending, err := s.pendingWithRoom(ctx)
 	if err != nil {
 		return nil, verdict{}, err
 	}
+	removal, err := s.simulateRemoval(ctx, candidates, pending...)
+	if err != nil {
+		return nil, verdict{}, err
+	}
+	if why, err := s.leavesPendingPodsOut(ctx, candidates, removal, pending); err != nil || why != "" {
+		return nil, verdict{decisions.NodeReasonPendingPods, why}, err
+	}
 	cmd := &command{reason: v1alpha1.DisruptionReasonUnderutilized, candidates: candidates}
 	if !removal.Fits() {
-		result, err := s.solveWithout(ctx, candidates)
+		if floor, ok := s.cheapestNewNode(); ok && floor.Shape.Price >= totalPrice(candidates) {
+			// No replacement can be cheaper: spare building a snapshot
+			// without the candidates, which at ten thousand pods is
+			// most of an idle cluster's CPU.
+			return nil, verdict{decisions.NodeReasonNotCheaper, fmt.Sprintf("its pods fit only on a new node, and the cheapest (%s of pool %s at %g/h) is not cheaper than %g/h",
+				floor.Shape.Name, floor.Pool, floor.Shape.Price, totalPrice(candidates))}, nil
+		}
+		result, err := s.solveWithout(ctx, candidates, pending...)
 		if err != nil {
 			return nil, verdict{}, err
 		}
@@ -185,12 +226,18 @@ func consolidationMessage(cmd *command) string {
 // pool keeps its minNodes); else after new nodes that hold them are Ready.
 func (s *state) replacement(ctx context.Context, reason v1alpha1.DisruptionReason, c *candidate, why string) (*command, verdict, error) {
 	cmd := &command{reason: reason, candidates: []*candidate{c}}
-	removal, err := s.simulateRemoval(ctx, cmd.candidates)
+	pending, err := s.pendingWithRoom(ctx)
+	if err != nil {
+		return nil, verdict{}, err
+	}
+	// Room a pending pod has now is not taken for the node's pods: they
+	// go to a replacement instead.
+	removal, err := s.simulateRemoval(ctx, cmd.candidates, pending...)
 	if err != nil {
 		return nil, verdict{}, err
 	}
 	if !removal.Fits() {
-		result, err := s.solveWithout(ctx, cmd.candidates)
+		result, err := s.solveWithout(ctx, cmd.candidates, pending...)
 		if err != nil {
 			return nil, verdict{}, err
 		}
@@ -217,6 +264,19 @@ func (s *state) replacement(ctx context.Context, reason v1alpha1.DisruptionReaso
 
 // cheapestOf is a new node of the pool's cheapest shape, as provisioning
 // makes for minNodes.
+// cheapestNewNode is the cheapest node any pool could make now: no
+// replacement costs less.
+func (s *state) cheapestNewNode() (scheduling.NewNode, bool) {
+	var floor scheduling.NewNode
+	found := false
+	for _, name := range sortedNames(s.pools) {
+		if node, ok := cheapestOf(s.pools[name]); ok && (!found || node.Shape.Price < floor.Shape.Price) {
+			floor, found = node, true
+		}
+	}
+	return floor, found
+}
+
 func cheapestOf(pool *poolInfo) (scheduling.NewNode, bool) {
 	if pool.sched == nil {
 		return scheduling.NewNode{}, false
@@ -269,10 +329,9 @@ func (s *state) minNodesViolation(cmd *command) string {
 }
 
 // unsettled says why no pods should be moved now, if so: pods of nodes
-// being drained still have to find a place, or pending pods have a place
-// to go (on a node the scheduler is about to use, or one provisioning is
-// about to make). Taking nodes away then would race both.
-func (s *state) unsettled(ctx context.Context) (string, error) {
+// being drained still have to find a place, and moving more pods meanwhile
+// would race them.
+func (s *state) unsettled() string {
 	nodes := make([]string, 0, len(s.podsByNode))
 	for node := range s.podsByNode {
 		nodes = append(nodes, node)
@@ -283,35 +342,38 @@ func (s *state) unsettled(ctx context.Context) (string, error) {
 			continue
 		}
 		if n := len(workloadPods(s.podsByNode[node])); n > 0 {
-			return fmt.Sprintf("%d pods on node %s, which is going, still have to move", n, node), nil
+			return fmt.Sprintf("%d pods on node %s, which is going, still have to move", n, node)
 		}
 	}
+	return ""
+}
+
+// pendingWithRoom returns the unbound pods that fit on a node there is
+// (or one being made) now: the scheduler is about to place them, in a
+// large scale-up perhaps minutes from now, and a decision must leave them
+// that room. Pods that only a new node would take are provisioning's; they
+// hold nothing back. Worked out once per round.
+func (s *state) pendingWithRoom(ctx context.Context) ([]*corev1.Pod, error) {
+	if s.pending != nil {
+		return *s.pending, nil
+	}
 	if len(s.unbound) == 0 {
-		return "", nil
+		return nil, nil
 	}
 	sim, err := s.simulator(ctx)
 	if err != nil {
-		return "", err
+		return nil, err
 	}
 	result, err := sim.Solve(ctx, s.unbound)
 	if err != nil {
-		return "", fmt.Errorf("placing %d unbound pods: %w", len(s.unbound), err)
+		return nil, fmt.Errorf("placing %d unbound pods: %w", len(s.unbound), err)
 	}
-	if len(result.Placements) > 0 {
-		return fmt.Sprintf("%d pods wait for the scheduler or for a node being made", len(result.Placements)), nil
+	pending := make([]*corev1.Pod, 0, len(result.Placements))
+	for _, placement := range result.Placements {
+		pending = append(pending, placement.Pod)
 	}
-	waiting := 0
-	for _, node := range result.NewNodes {
-		for _, pod := range node.Pods {
-			if s.now.Sub(pod.CreationTimestamp.Time) < unboundPodPatience {
-				waiting++
-			}
-		}
-	}
-	if waiting > 0 {
-		return fmt.Sprintf("%d pods wait for a new node", waiting), nil
-	}
-	return "", nil
+	s.pending = &pending
+	return pending, nil
 }
 
 func totalPrice(candidates []*candidate) float64 {

@@ -2,6 +2,7 @@ package disruption
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"hash/fnv"
 	"sort"
@@ -31,14 +32,6 @@ const (
 // reasonExpired is expiration's reason. It is not a budget reason:
 // expiration ignores budgets.
 const reasonExpired v1alpha1.DisruptionReason = "Expired"
-
-// Unbound pods older than this that only a new node would take no longer
-// hold disruption back: provisioning has had its chance, and a pod nothing
-// will take must not stop scale-down for good. A pod that fits a node there
-// is always does: it waits for the scheduler, which in a large scale-up
-// may take longer than this, and consolidating meanwhile takes away the
-// room it is about to use.
-const unboundPodPatience = 10 * time.Minute
 
 // poolInfo is a pool with what a round knows of it.
 type poolInfo struct {
@@ -93,6 +86,9 @@ type state struct {
 	fingerprint uint64
 
 	sim *scheduling.Simulator
+	// pending is the unbound pods with a place now (nil until first
+	// needed).
+	pending *[]*corev1.Pod
 	// headroom is every pool's headroom as placeholder pods, and
 	// headroomMissing how many of each pool's fit on no node now (both
 	// nil until first needed).
@@ -105,8 +101,8 @@ type objects struct {
 	input     scheduling.Input
 	pools     []v1alpha1.NodePool
 	claims    []v1alpha1.NodeClaim
-	nodes     []corev1.Node
-	pods      []corev1.Pod
+	nodes     []*corev1.Node
+	pods      []*corev1.Pod
 	budgets   []policyv1.PodDisruptionBudget
 	providers []v1alpha1.NodeProvider
 	// targets are the pools' warm capacity now; a pool missing here gets
@@ -144,21 +140,24 @@ func newState(now time.Time, o objects) *state {
 		}
 		s.pools[pool.Name] = &poolInfo{pool: pool, target: target}
 		keys = append(keys, "pool "+pool.Name+"/"+strconv.FormatInt(pool.Generation, 10))
+		// Warm capacity follows schedules and external scalers, not
+		// only the pool's spec.
+		headroom, _ := json.Marshal(target.Headroom)
+		keys = append(keys, fmt.Sprintf("target %s/%d/%d/%t/%s", pool.Name, target.MinNodes, target.Nodes, target.Unknown, headroom))
 	}
 	for i := range o.input.Pools {
 		if info, ok := s.pools[o.input.Pools[i].NodePool.Name]; ok {
 			info.sched = &o.input.Pools[i]
 		}
 	}
-	for i := range o.nodes {
-		s.nodes[o.nodes[i].Name] = &o.nodes[i]
+	for _, node := range o.nodes {
+		s.nodes[node.Name] = node
 	}
 	for _, node := range o.input.Nodes {
 		s.inSnapshot[node.Name] = true
 		keys = append(keys, "node "+node.Name)
 	}
-	for i := range o.pods {
-		pod := &o.pods[i]
+	for _, pod := range o.pods {
 		if pod.Spec.NodeName != "" {
 			s.podsByNode[pod.Spec.NodeName] = append(s.podsByNode[pod.Spec.NodeName], pod)
 			if isWorkload(pod) {

@@ -24,13 +24,17 @@ import (
 	"k8s.io/client-go/tools/events"
 	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/claimscale/claimscale/api/v1alpha1"
+	"github.com/claimscale/claimscale/internal/clusterstate"
 	"github.com/claimscale/claimscale/internal/controllers/index"
 	"github.com/claimscale/claimscale/internal/controllers/statusapply"
 	"github.com/claimscale/claimscale/pkg/provider"
@@ -99,6 +103,9 @@ func (c *Controller) SetupWithManager(mgr ctrl.Manager) error {
 				return []reconcile.Request{{NamespacedName: types.NamespacedName{Name: name}}}
 			}
 			return nil
+		}), builder.WithPredicates(predicate.Funcs{
+			// A thousand kubelets' heartbeats are no news to a claim.
+			UpdateFunc: func(e event.UpdateEvent) bool { return clusterstate.NodeChanged(e.ObjectOld, e.ObjectNew) },
 		})).
 		WithOptions(controller.Options{MaxConcurrentReconciles: 10}).
 		Complete(c)

@@ -47,6 +47,12 @@ type ProviderResolver interface {
 	ForProviderName(ctx context.Context, name string) (provider.Provider, error)
 }
 
+// ObjectSource gives every pod and node of the cluster, read only.
+type ObjectSource interface {
+	Pods() []*corev1.Pod
+	Nodes() []*corev1.Node
+}
+
 // CapacityChecker says where a pool may open nodes after capacity errors:
 // which of its zones and shapes are backed off (see capacity.Backoff.Narrow).
 type CapacityChecker interface {
@@ -63,7 +69,10 @@ const DefaultProviderCallTimeout = 5 * time.Second
 // claims refused) is left out of the round, logged and backed off on its
 // own; every other pool provisions as if it were not there.
 type Provisioner struct {
-	Kube      client.Client
+	Kube client.Client
+	// Objects, when set, gives the pods and nodes without listing them
+	// (see clusterstate.Objects); nil lists them through Kube.
+	Objects   ObjectSource
 	Providers ProviderResolver
 	Capacity  CapacityChecker
 	Recorder  events.EventRecorder
@@ -185,20 +194,26 @@ func solve(ctx context.Context, input scheduling.Input) (scheduling.Result, erro
 // Pending), with the pools that can provision by name. Disruption decides
 // on the same picture, so scale-down never disagrees with scale-up.
 func ClusterFromCache(ctx context.Context, kube client.Client, resolver ProviderResolver, capacity CapacityChecker) (scheduling.Input, map[string]*v1alpha1.NodePool, error) {
-	p := &Provisioner{Kube: kube, Providers: resolver, Capacity: capacity}
+	return ClusterFromObjects(ctx, kube, nil, resolver, capacity)
+}
+
+// ClusterFromObjects is ClusterFromCache with the pods and nodes read from
+// objects (nil lists them).
+func ClusterFromObjects(ctx context.Context, kube client.Client, objects ObjectSource, resolver ProviderResolver, capacity CapacityChecker) (scheduling.Input, map[string]*v1alpha1.NodePool, error) {
+	p := &Provisioner{Kube: kube, Objects: objects, Providers: resolver, Capacity: capacity}
 	return p.gather(ctx)
 }
 
 // gather builds the scheduling input from the informer caches.
 func (p *Provisioner) gather(ctx context.Context) (scheduling.Input, map[string]*v1alpha1.NodePool, error) {
 	var input scheduling.Input
-	var podList corev1.PodList
-	if err := p.Kube.List(ctx, &podList); err != nil {
-		return input, nil, fmt.Errorf("listing pods: %w", err)
-	}
-	var nodeList corev1.NodeList
-	if err := p.Kube.List(ctx, &nodeList); err != nil {
-		return input, nil, fmt.Errorf("listing nodes: %w", err)
+	// Pods, nodes and DaemonSets are the cache's own objects, not copies:
+	// at ten thousand pods the copies were most of a round's cost, and
+	// nothing here or in scheduling writes to them (a node that must look
+	// different is copied first, see withClaimLabels).
+	pods, nodes, err := p.podsAndNodes(ctx)
+	if err != nil {
+		return input, nil, err
 	}
 	var claimList v1alpha1.NodeClaimList
 	if err := p.Kube.List(ctx, &claimList); err != nil {
@@ -209,7 +224,7 @@ func (p *Provisioner) gather(ctx context.Context) (scheduling.Input, map[string]
 		return input, nil, fmt.Errorf("listing pools: %w", err)
 	}
 	var daemonSets appsv1.DaemonSetList
-	if err := p.Kube.List(ctx, &daemonSets); err != nil {
+	if err := p.Kube.List(ctx, &daemonSets, client.UnsafeDisableDeepCopy); err != nil {
 		return input, nil, fmt.Errorf("listing DaemonSets: %w", err)
 	}
 
@@ -223,8 +238,7 @@ func (p *Provisioner) gather(ctx context.Context) (scheduling.Input, map[string]
 			leaving[claim.Status.NodeName] = true
 		}
 	}
-	for i := range nodeList.Items {
-		node := &nodeList.Items[i]
+	for _, node := range nodes {
 		if leaving[node.Name] || !node.DeletionTimestamp.IsZero() || hasDisruptedTaint(node) {
 			continue
 		}
@@ -233,8 +247,7 @@ func (p *Provisioner) gather(ctx context.Context) (scheduling.Input, map[string]
 		}
 		input.Nodes = append(input.Nodes, node)
 	}
-	for i := range podList.Items {
-		pod := &podList.Items[i]
+	for _, pod := range pods {
 		switch {
 		case pod.Spec.NodeName != "":
 			input.Pods = append(input.Pods, pod)
@@ -289,6 +302,33 @@ func (p *Provisioner) gather(ctx context.Context) (scheduling.Input, map[string]
 		byName[name] = schedulingPool.NodePool
 	}
 	return input, byName, nil
+}
+
+// podsAndNodes reads the cluster's pods and nodes: from the informers'
+// stores when the provisioner has them, else listed (without copies from
+// a cache; a client that is no cache, the kubectl plugin's, ignores the
+// option).
+func (p *Provisioner) podsAndNodes(ctx context.Context) ([]*corev1.Pod, []*corev1.Node, error) {
+	if p.Objects != nil {
+		return p.Objects.Pods(), p.Objects.Nodes(), nil
+	}
+	var podList corev1.PodList
+	if err := p.Kube.List(ctx, &podList, client.UnsafeDisableDeepCopy); err != nil {
+		return nil, nil, fmt.Errorf("listing pods: %w", err)
+	}
+	var nodeList corev1.NodeList
+	if err := p.Kube.List(ctx, &nodeList, client.UnsafeDisableDeepCopy); err != nil {
+		return nil, nil, fmt.Errorf("listing nodes: %w", err)
+	}
+	pods := make([]*corev1.Pod, len(podList.Items))
+	for i := range podList.Items {
+		pods[i] = &podList.Items[i]
+	}
+	nodes := make([]*corev1.Node, len(nodeList.Items))
+	for i := range nodeList.Items {
+		nodes[i] = &nodeList.Items[i]
+	}
+	return pods, nodes, nil
 }
 
 // usablePools works out, concurrently and under the provider call timeout,

@@ -65,6 +65,11 @@ func (r *Registrar) RegisterDue(ctx context.Context) error {
 	now := r.clock.Now()
 	var errs []error
 	for i := range cms {
+		if cms[i].Data[dataRegisteredAt] != "" {
+			// Registered: not worth parsing, four times a second, for
+			// each of a thousand machines.
+			continue
+		}
 		m, err := machineFromConfigMap(&cms[i])
 		if err != nil {
 			errs = append(errs, err)
