@@ -78,6 +78,10 @@ type Controller struct {
 	KeepFailedClaims bool
 
 	retries sync.Map // claim UID → *backoff.ExponentialBackOff
+	// launchesCounted holds the claims whose launch the metric counted: a
+	// launch seen again through a stale cache adopts the same machine and
+	// must not count it twice.
+	launchesCounted sync.Map // claim UID → struct{}
 }
 
 // subReconciler is one stage of a claim's life. It updates the claim's

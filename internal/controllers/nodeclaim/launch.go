@@ -110,7 +110,11 @@ func (l *launch) launched(ctx context.Context, claim *v1alpha1.NodeClaim, instan
 	l.setCondition(claim, v1alpha1.ConditionLaunched, metav1.ConditionTrue, "Launched", message)
 	l.eventf(ctx, claim, nil, corev1.EventTypeNormal, "Launched", "Launch", "%s", message)
 	pool := poolName(claim)
-	countAfterStatus(ctx, func() { metrics.NodeClaimsLaunched.WithLabelValues(pool).Inc() })
+	countAfterStatus(ctx, func() {
+		if _, counted := l.launchesCounted.LoadOrStore(claim.UID, struct{}{}); !counted {
+			metrics.NodeClaimsLaunched.WithLabelValues(pool).Inc()
+		}
+	})
 	log.FromContext(ctx).Info("launched machine", "providerID", instance.ProviderID)
 }
 

@@ -6,12 +6,15 @@ import (
 	"time"
 
 	. "github.com/onsi/gomega"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/claimscale/claimscale/api/v1alpha1"
 	"github.com/claimscale/claimscale/internal/bootstrap"
+	"github.com/claimscale/claimscale/internal/metrics"
 	"github.com/claimscale/claimscale/pkg/provider"
 )
 
@@ -31,6 +34,25 @@ func TestLaunchPersistsTheFinalizerAndRecordsTheMachineOnce(t *testing.T) {
 
 	s.mustReconcile("launch-a")
 	s.g.Expect(s.provider.recorded()).To(Equal([]string{"create launch-a"}), "a launched claim is not created again")
+}
+
+// A launch seen again through a cache that missed its status write (a
+// write the API server took but answered late) adopts the same machine,
+// and the launch is counted once.
+func TestALaunchSeenAgainThroughAStaleCacheIsCountedOnce(t *testing.T) {
+	s := newScenario(t, "stalelaunch")
+	s.newClaim("stalelaunch-a")
+	launches := func() float64 { return testutil.ToFloat64(metrics.NodeClaimsLaunched.WithLabelValues(s.pool.Name)) }
+	before := launches()
+	s.mustReconcile("stalelaunch-a")
+	s.g.Expect(launches()).To(Equal(before + 1))
+
+	stale := s.claim("stalelaunch-a").DeepCopy()
+	meta.RemoveStatusCondition(&stale.Status.Conditions, v1alpha1.ConditionLaunched)
+	_, err := (&launch{s.c}).Reconcile(s.ctx, stale)
+	s.g.Expect(err).NotTo(HaveOccurred())
+	s.g.Expect(s.provider.recorded()).To(Equal([]string{"create stalelaunch-a", "create stalelaunch-a"}), "the stale claim was launched again")
+	s.g.Expect(launches()).To(Equal(before+1), "one machine, one launch")
 }
 
 func TestInsufficientCapacityBacksOffThePoolAndShapeAndGivesTheClaimUp(t *testing.T) {

@@ -2,6 +2,7 @@ package nodeclaim
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -10,6 +11,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/klog/v2"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	"sigs.k8s.io/controller-runtime/pkg/log"
@@ -104,6 +106,7 @@ func (c *Controller) terminate(ctx context.Context, claim *v1alpha1.NodeClaim) (
 	metrics.NodeClaimsTerminated.WithLabelValues(poolName(claim), reason).Inc()
 	c.eventf(ctx, claim, nil, corev1.EventTypeNormal, "Terminated", "Terminate", "machine %s deleted", claim.Status.ProviderID)
 	c.forgetRetries(claim)
+	c.launchesCounted.Delete(claim.UID)
 
 	patch := client.MergeFromWithOptions(claim.DeepCopy(), client.MergeFromWithOptimisticLock{})
 	controllerutil.RemoveFinalizer(claim, v1alpha1.TerminationFinalizer)
@@ -170,11 +173,22 @@ func (c *Controller) drain(ctx context.Context, claim *v1alpha1.NodeClaim, node 
 		case err == nil, apierrors.IsNotFound(err):
 		case apierrors.IsTooManyRequests(err):
 			blocked++
+		case busyAPIServer(err):
+			// The next drain poll asks again; a busy API server is no
+			// error anyone has to act on.
+			log.FromContext(ctx).V(1).Info("eviction not answered in time, retrying", "pod", klog.KObj(pod), "error", err.Error())
 		default:
 			return 0, 0, fmt.Errorf("evicting pod %s/%s: %w", pod.Namespace, pod.Name, err)
 		}
 	}
 	return remaining, blocked, nil
+}
+
+// busyAPIServer says whether err is an API server too busy to answer in
+// time, which a retry alone fixes.
+func busyAPIServer(err error) bool {
+	return apierrors.IsTimeout(err) || apierrors.IsServerTimeout(err) || apierrors.IsServiceUnavailable(err) ||
+		errors.Is(err, context.DeadlineExceeded)
 }
 
 // kubeletGone says whether nobody runs the node's pods any more: its Ready
