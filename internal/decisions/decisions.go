@@ -135,6 +135,15 @@ type Store struct {
 	offers map[string]PoolOffer
 }
 
+// EventNote marks an event's note as a dry-run controller's, which decided
+// but did not act.
+func EventNote(dryRun bool, note string) string {
+	if dryRun {
+		return "dry-run: " + note
+	}
+	return note
+}
+
 // NewStore returns an empty store.
 func NewStore(dryRun bool) *Store { return &Store{DryRun: dryRun} }
 

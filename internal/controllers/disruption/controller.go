@@ -776,9 +776,7 @@ func (c *Controller) reportBudgetErrors(ctx context.Context, s *state, errs map[
 
 // eventf records an event on the claim and, if there is one, on its node.
 func (c *Controller) eventf(claim *v1alpha1.NodeClaim, node *corev1.Node, eventType, reason, action, note string) {
-	if c.DryRun {
-		note = "dry-run: " + note
-	}
+	note = decisions.EventNote(c.DryRun, note)
 	if node == nil {
 		c.Recorder.Eventf(claim, nil, eventType, reason, action, "%s", note)
 		return

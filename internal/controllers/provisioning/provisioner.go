@@ -527,8 +527,8 @@ func (p *Provisioner) recordWouldCreate(pool *v1alpha1.NodePool, newNode schedul
 		if *events++; *events > maxPodEvents {
 			continue
 		}
-		p.Recorder.Eventf(pod, nil, corev1.EventTypeNormal, "WouldNominate", "Provision",
-			"dry-run: pod would schedule on a new node (pool %s, shape %s); no claim was created", pool.Name, newNode.Shape.Name)
+		p.Recorder.Eventf(pod, nil, corev1.EventTypeNormal, "WouldNominate", "Provision", "%s",
+			decisions.EventNote(true, fmt.Sprintf("pod would schedule on a new node (pool %s, shape %s); no claim was created", pool.Name, newNode.Shape.Name)))
 	}
 }
 
@@ -612,11 +612,7 @@ func (p *Provisioner) reportUnschedulable(ctx context.Context, unschedulable []s
 		if events++; events > maxPodEvents {
 			continue
 		}
-		prefix := ""
-		if p.DryRun {
-			prefix = "dry-run: "
-		}
-		p.Recorder.Eventf(u.Pod, nil, corev1.EventTypeWarning, "FailedProvisioning", "Provision", "%sno pool can hold the pod: %s", prefix, u.Reason)
+		p.Recorder.Eventf(u.Pod, nil, corev1.EventTypeWarning, "FailedProvisioning", "Provision", "%s", decisions.EventNote(p.DryRun, "no pool can hold the pod: "+u.Reason))
 	}
 	metrics.PodsUnschedulable.Set(float64(workload))
 	for pool, n := range headroom {
