@@ -291,28 +291,7 @@ func (c *Controller) gather(ctx context.Context) (*state, error) {
 
 // podsAndNodes reads every pod and node, from Objects when set.
 func (c *Controller) podsAndNodes(ctx context.Context) ([]*corev1.Pod, []*corev1.Node, error) {
-	if c.Objects != nil {
-		return c.Objects.Pods(), c.Objects.Nodes(), nil
-	}
-	var (
-		podList  corev1.PodList
-		nodeList corev1.NodeList
-	)
-	if err := c.Kube.List(ctx, &podList, client.UnsafeDisableDeepCopy); err != nil {
-		return nil, nil, fmt.Errorf("listing pods: %w", err)
-	}
-	if err := c.Kube.List(ctx, &nodeList, client.UnsafeDisableDeepCopy); err != nil {
-		return nil, nil, fmt.Errorf("listing nodes: %w", err)
-	}
-	pods := make([]*corev1.Pod, len(podList.Items))
-	for i := range podList.Items {
-		pods[i] = &podList.Items[i]
-	}
-	nodes := make([]*corev1.Node, len(nodeList.Items))
-	for i := range nodeList.Items {
-		nodes[i] = &nodeList.Items[i]
-	}
-	return pods, nodes, nil
+	return provisioning.PodsAndNodes(ctx, c.Objects, c.Kube)
 }
 
 // updateClaims keeps the claims' Empty and Drifted conditions true to the

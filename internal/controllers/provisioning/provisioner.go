@@ -304,20 +304,24 @@ func (p *Provisioner) gather(ctx context.Context) (scheduling.Input, map[string]
 	return input, byName, nil
 }
 
-// podsAndNodes reads the cluster's pods and nodes: from the informers'
-// stores when the provisioner has them, else listed (without copies from
-// a cache; a client that is no cache, the kubectl plugin's, ignores the
-// option).
+// podsAndNodes reads every pod and node, from Objects when set.
 func (p *Provisioner) podsAndNodes(ctx context.Context) ([]*corev1.Pod, []*corev1.Node, error) {
-	if p.Objects != nil {
-		return p.Objects.Pods(), p.Objects.Nodes(), nil
+	return PodsAndNodes(ctx, p.Objects, p.Kube)
+}
+
+// PodsAndNodes reads every pod and node from objects when set, else
+// through reader without deep copies (the kubectl plugin's read-only
+// client, tests). What it returns is read only either way.
+func PodsAndNodes(ctx context.Context, objects ObjectSource, reader client.Reader) ([]*corev1.Pod, []*corev1.Node, error) {
+	if objects != nil {
+		return objects.Pods(), objects.Nodes(), nil
 	}
 	var podList corev1.PodList
-	if err := p.Kube.List(ctx, &podList, client.UnsafeDisableDeepCopy); err != nil {
+	if err := reader.List(ctx, &podList, client.UnsafeDisableDeepCopy); err != nil {
 		return nil, nil, fmt.Errorf("listing pods: %w", err)
 	}
 	var nodeList corev1.NodeList
-	if err := p.Kube.List(ctx, &nodeList, client.UnsafeDisableDeepCopy); err != nil {
+	if err := reader.List(ctx, &nodeList, client.UnsafeDisableDeepCopy); err != nil {
 		return nil, nil, fmt.Errorf("listing nodes: %w", err)
 	}
 	pods := make([]*corev1.Pod, len(podList.Items))
