@@ -102,7 +102,15 @@ type Controller struct {
 	// writes counts the writes attempted, to tell a round that changed
 	// something from one that found nothing to do.
 	writes atomic.Int64
+	// providerDriftAsked says the round asked a provider that tells drift
+	// of its own, which no event of this cluster announces.
+	providerDriftAsked bool
 }
+
+// providerDriftRecheck is how soon a quiet controller asks again the
+// providers that tell drift of their own (a Cluster API MachineDeployment
+// rolled to new templates changes nothing claimscale watches).
+const providerDriftRecheck = 30 * time.Second
 
 // outcome is what a round leaves for the next: whether it changed
 // anything (then the next follows after Interval), and else the earliest
@@ -198,6 +206,7 @@ func (c *Controller) Reconcile(ctx context.Context) error {
 
 func (c *Controller) round(ctx context.Context) (outcome, error) {
 	writes, remembered := c.writes.Load(), c.memory.remembered
+	c.providerDriftAsked = false
 	s, err := c.gather(ctx)
 	if err != nil {
 		return outcome{busy: true}, err
@@ -222,6 +231,11 @@ func (c *Controller) round(ctx context.Context) (outcome, error) {
 		// next round would only decide it again.
 		busy: (cmd != nil && !c.DryRun) || c.writes.Load() != writes || c.memory.remembered != remembered,
 		wake: wakeAt(s, candidates, stableSince, c.emptySince, c.memory),
+	}
+	if c.providerDriftAsked {
+		if recheck := s.now.Add(providerDriftRecheck); result.wake.IsZero() || recheck.Before(result.wake) {
+			result.wake = recheck
+		}
 	}
 	if err != nil || cmd == nil {
 		return result, err
@@ -824,6 +838,21 @@ func claimNames(claims []*v1alpha1.NodeClaim) []string {
 	return names
 }
 
+// checksDrift says whether p, or the provider it wraps, tells drift of its
+// own: the wrapper every provider is handed out in answers Drifted for any.
+func checksDrift(p provider.Provider) bool {
+	for {
+		if _, ok := p.(provider.DriftChecker); !ok {
+			return false
+		}
+		wrapper, ok := p.(interface{ Unwrap() provider.Provider })
+		if !ok {
+			return true
+		}
+		p = wrapper.Unwrap()
+	}
+}
+
 // providerDrift asks the claim's provider whether its machine drifted from
 // what the provider itself makes now (provider.DriftChecker); a provider
 // that cannot say, or an error, is no drift.
@@ -836,9 +865,10 @@ func (c *Controller) providerDrift(ctx context.Context, providerName string, cla
 		return "", ""
 	}
 	checker, ok := p.(provider.DriftChecker)
-	if !ok {
+	if !ok || !checksDrift(p) {
 		return "", ""
 	}
+	c.providerDriftAsked = true
 	reason, message, err = checker.Drifted(ctx, claim)
 	if err != nil {
 		log.FromContext(ctx).V(1).Info("asking the provider about drift failed", "nodeClaim", claim.Name, "error", err.Error())
