@@ -2,16 +2,13 @@ package disruption
 
 import (
 	"k8s.io/apimachinery/pkg/types"
-
-	"github.com/claimscale/claimscale/api/v1alpha1"
-	"github.com/claimscale/claimscale/internal/decisions"
 )
 
 // blockedNodes counts, per pool and Consolidatable reason, the nodes the
 // round kept although they qualify for disruption: refused by a safety
-// rule or the budget (the refusals that set Consolidatable=False), or held
-// by the budget. A node refused for two methods on one rule (expired and
-// drifted, say) counts once. Nodes whose pods would not fit elsewhere are
+// rule or the budget (the refusals that set Consolidatable=False). A node
+// refused for two methods on one rule (expired and drifted, say) counts
+// once. Nodes whose pods would not fit elsewhere are
 // not blocked, only not worth disrupting, and are left out.
 func (r *round) blockedNodes() map[string]map[string]int {
 	seen := map[types.UID]map[string]bool{}
@@ -35,13 +32,8 @@ func (r *round) blockedNodes() map[string]map[string]int {
 			count(refused.candidate, refused.condition)
 		}
 	}
-	for _, h := range r.held {
-		// The round also holds nodes waiting for their consolidateAfter
-		// (which do not qualify yet) and for minNodes or headroom (which
-		// the pool's own settings keep, not a rule or the budget).
-		if h.reason == decisions.NodeReasonBudget {
-			count(h.candidate, v1alpha1.ConsolidatableReasonDisruptionBudget)
-		}
-	}
+	// The round's held nodes wait for their consolidateAfter (they do not
+	// qualify yet) or for minNodes or headroom (the pool's own settings
+	// keep them, not a rule or the budget): not blocked.
 	return counts
 }

@@ -230,10 +230,7 @@ func (r *round) emptiness(ctx context.Context) (*command, error) {
 		if r.ledger.remaining(pool, v1alpha1.DisruptionReasonEmpty) <= 0 {
 			log.FromContext(ctx).V(1).Info("empty node waits for the disruption budget", "nodeClaim", c.claim.Name,
 				"allowed", r.ledger.allowedNow(pool, v1alpha1.DisruptionReasonEmpty))
-			// One refusal serves the claim's condition and the decision
-			// record (by its condition), so the node is counted once.
-			r.refusals = append(r.refusals, refusal{candidate: c, reason: eventBlocked, quiet: true,
-				note: r.budgetNote(c, v1alpha1.DisruptionReasonEmpty), condition: v1alpha1.ConsolidatableReasonDisruptionBudget})
+			r.holdForBudget(c, v1alpha1.DisruptionReasonEmpty)
 			continue
 		}
 		if settled, err := r.settled(ctx); err != nil || !settled {

@@ -388,6 +388,34 @@ func TestRefusalsCarryTheConsolidatableReason(t *testing.T) {
 	}
 }
 
+// Underused nodes a budget of 0 keeps say so on their claims' condition,
+// as empty ones do, without an event each.
+func TestUnderusedNodesHeldByTheBudgetSayDisruptionBudget(t *testing.T) {
+	f := newFixture(c4).node("a", c4).node("b", c4).pod("p", "a", "1").pod("q", "b", "1")
+	f.pool.Spec.Disruption.Budgets = []v1alpha1.Budget{{Nodes: "0"}}
+	r := f.round(f.state())
+	cmd, err := r.decide(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cmd != nil {
+		t.Fatalf("decided %q under a budget of 0", describe(cmd))
+	}
+	got := map[string]refusal{}
+	for _, refused := range r.refusals {
+		got[refused.candidate.claim.Name] = refused
+	}
+	for _, name := range []string{"a", "b"} {
+		refused := got[name]
+		if refused.condition != v1alpha1.ConsolidatableReasonDisruptionBudget || !refused.quiet {
+			t.Errorf("underused node %s under a budget of 0: %+v, want a quiet DisruptionBudget refusal", name, refused)
+		}
+		if reason := refusalReason(refused); reason != decisions.NodeReasonBudget {
+			t.Errorf("underused node %s is recorded as %q, want %q", name, reason, decisions.NodeReasonBudget)
+		}
+	}
+}
+
 // One pod waiting for room in one pool holds back only the nodes whose
 // removal would take that room: the other pool consolidates as usual.
 func TestAPendingPodHoldsBackOnlyTheNodesItNeeds(t *testing.T) {

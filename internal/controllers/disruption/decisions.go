@@ -21,9 +21,19 @@ type held struct {
 	message string
 }
 
-// holdForBudget notes a candidate the budget keeps, once per round.
+// holdForBudget notes a candidate the budget keeps, once per round: a
+// quiet refusal, so that one entry sets its claim's Consolidatable
+// condition and its decision record (by its condition) and the node is
+// counted once; a budget that holds back hundreds of nodes is one fact,
+// not hundreds of events.
 func (r *round) holdForBudget(c *candidate, reason v1alpha1.DisruptionReason) {
-	r.hold(c, decisions.NodeReasonBudget, r.budgetNote(c, reason))
+	for _, refused := range r.refusals {
+		if refused.candidate == c {
+			return
+		}
+	}
+	r.refusals = append(r.refusals, refusal{candidate: c, reason: eventBlocked, quiet: true,
+		note: r.budgetNote(c, reason), condition: v1alpha1.ConsolidatableReasonDisruptionBudget})
 }
 
 // hold notes a candidate that waits, once per round.
