@@ -52,17 +52,7 @@ func newClaimscaleCLI(ctx context.Context, t *testing.T, endpoint string) *claim
 		ObjectMeta: metav1.ObjectMeta{Name: account},
 		Rules:      []rbacv1.PolicyRule{{NonResourceURLs: []string{"/decisions", "/decisions/*"}, Verbs: []string{"get"}}},
 	}
-	binding := &rbacv1.ClusterRoleBinding{
-		ObjectMeta: metav1.ObjectMeta{Name: account},
-		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: role.Name},
-		Subjects:   []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: account, Namespace: controllerNamespace}},
-	}
-	for _, object := range []client.Object{role, binding} {
-		if err := env.Client.Create(ctx, object); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = env.Client.Delete(context.Background(), object) })
-	}
+	grantClusterRole(ctx, t, role, account)
 	kubeconfig := clientcmdapi.NewConfig()
 	kubeconfig.Clusters["e2e"] = &clientcmdapi.Cluster{Server: env.Config.Host, CertificateAuthorityData: env.Config.CAData}
 	kubeconfig.AuthInfos["reader"] = &clientcmdapi.AuthInfo{Token: token}

@@ -14,6 +14,7 @@ import (
 	. "github.com/onsi/gomega"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
@@ -362,6 +363,24 @@ func (s *scenario) cleanup() {
 		"claims, nodes and machines of pool %s left after cleanup", s.name)
 	g.Expect(client.IgnoreNotFound(env.Client.Delete(s.ctx, &v1alpha1.NodePool{ObjectMeta: metav1.ObjectMeta{Name: s.name}}))).To(Succeed())
 	g.Expect(client.IgnoreNotFound(env.Client.Delete(s.ctx, &v1alpha1.NodeProvider{ObjectMeta: metav1.ObjectMeta{Name: s.name}}))).To(Succeed())
+}
+
+// grantClusterRole makes role and binds it, under its own name, to the
+// ServiceAccount account of the controller's namespace, both removed when
+// the test ends.
+func grantClusterRole(ctx context.Context, t *testing.T, role *rbacv1.ClusterRole, account string) {
+	t.Helper()
+	binding := &rbacv1.ClusterRoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: role.Name},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: role.Name},
+		Subjects:   []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: account, Namespace: controllerNamespace}},
+	}
+	for _, object := range []client.Object{role, binding} {
+		if err := env.Client.Create(ctx, object); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = env.Client.Delete(context.Background(), object) })
+	}
 }
 
 // eventsOf returns the reasons and notes of the events about an object.

@@ -27,7 +27,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/yaml"
 
 	"github.com/claimscale/claimscale/api/v1alpha1"
@@ -231,17 +230,7 @@ func metricsReaderToken(ctx context.Context, t *testing.T, account string) strin
 		t.Fatal("the chart renders no metrics-reader ClusterRole")
 	}
 	role.ObjectMeta = metav1.ObjectMeta{Name: account + "-metrics-reader"}
-	binding := &rbacv1.ClusterRoleBinding{
-		ObjectMeta: metav1.ObjectMeta{Name: account + "-metrics-reader"},
-		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: role.Name},
-		Subjects:   []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: account, Namespace: controllerNamespace}},
-	}
-	for _, object := range []client.Object{role, binding} {
-		if err := env.Client.Create(ctx, object); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = env.Client.Delete(context.Background(), object) })
-	}
+	grantClusterRole(ctx, t, role, account)
 	clientset, err := kubernetes.NewForConfig(env.Config)
 	if err != nil {
 		t.Fatal(err)
