@@ -658,8 +658,8 @@ func (b *budgetTracker) violations() []string {
 
 // createConsolidatingPool makes the scenario's provider and a pool that
 // consolidates underused nodes after consolidateAfter, offering a 4-cpu
-// shape and a 2-cpu one at half its price.
-func (s *scenario) createConsolidatingPool(consolidateAfter time.Duration) {
+// shape and a 2-cpu one at half its price; mutate changes it further.
+func (s *scenario) createConsolidatingPool(consolidateAfter time.Duration, mutate ...func(*v1alpha1.NodePool)) {
 	s.createProvider(v1alpha1.SimulatedSettings{})
 	s.createPool(func(pool *v1alpha1.NodePool) {
 		pool.Spec.Shapes.Fixed = []v1alpha1.Shape{
@@ -668,5 +668,13 @@ func (s *scenario) createConsolidatingPool(consolidateAfter time.Duration) {
 		}
 		pool.Spec.Disruption.ConsolidationPolicy = v1alpha1.ConsolidationWhenEmptyOrUnderutilized
 		pool.Spec.Disruption.ConsolidateAfter.Duration = consolidateAfter
+		for _, change := range mutate {
+			change(pool)
+		}
 	})
+}
+
+// withBudgetOfZero lets a pool disrupt no node.
+func withBudgetOfZero(pool *v1alpha1.NodePool) {
+	pool.Spec.Disruption.Budgets = []v1alpha1.Budget{{Nodes: "0"}}
 }

@@ -215,16 +215,7 @@ func TestWhyNodeSaysWhatKeepsIt(t *testing.T) {
 	s := newScenario(t, "why-node")
 	defer s.cleanup()
 	cli := newClaimscaleCLI(s.ctx, t, address)
-	s.createProvider(v1alpha1.SimulatedSettings{})
-	s.createPool(func(pool *v1alpha1.NodePool) {
-		pool.Spec.Shapes.Fixed = []v1alpha1.Shape{
-			{Name: "c4", CPU: qty("4"), Memory: qty("16Gi"), Price: "0.4"},
-			{Name: "c2", CPU: qty("2"), Memory: qty("8Gi"), Price: "0.2"},
-		}
-		pool.Spec.Disruption.ConsolidationPolicy = v1alpha1.ConsolidationWhenEmptyOrUnderutilized
-		pool.Spec.Disruption.ConsolidateAfter.Duration = time.Second
-		pool.Spec.Disruption.Budgets = []v1alpha1.Budget{{Nodes: "0"}}
-	})
+	s.createConsolidatingPool(time.Second, withBudgetOfZero)
 	big := s.createDeployment("big", 1, "3", nil)
 	s.g.Eventually(func() int { return s.runningPods("big") }).Should(Equal(1))
 	s.createDeployment("guarded", 1, "1", func(deployment *appsv1.Deployment) {
