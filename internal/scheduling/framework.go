@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	goruntime "runtime"
+	"sync"
+	"time"
 
 	storagev1 "k8s.io/api/storage/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -74,10 +76,25 @@ func newFrameworks(ctx context.Context, snap *Snapshot, objs objectStore) (*fram
 	return &frameworks{full: full, static: static}, nil
 }
 
-func newFramework(ctx context.Context, snap *Snapshot, objs objectStore, enabled []string) (framework.Framework, error) {
+// metricsRecorder is the one recorder every framework built here shares.
+// NewFramework starts a recorder goroutine per framework that flushes
+// every second until the context given to NewFramework ends; a simulator
+// is built several times a round on a context that lives as long as the
+// controller, so each would leave a goroutine behind, and at a thousand
+// nodes those goroutines alone kept the controller busy. So frameworks are
+// built on a context that ends once they are built (none of the plugins
+// keeps it: they take the context of each call), which stops that
+// goroutine, and record through this one instead.
+var metricsRecorder = sync.OnceValue(func() *schedmetrics.MetricAsyncRecorder {
 	// The framework records metrics on every call; without registration
 	// they are nil and panic.
 	schedmetrics.Register()
+	// A nil stop channel never closes: the recorder lives with the process.
+	return schedmetrics.NewMetricsAsyncRecorder(1000, time.Second, nil)
+})
+
+func newFramework(ctx context.Context, snap *Snapshot, objs objectStore, enabled []string) (framework.Framework, error) {
+	recorder := metricsRecorder()
 
 	fts := plfeature.NewSchedulerFeaturesFromGates(utilfeature.DefaultFeatureGate)
 	registry := frameworkruntime.Registry{
@@ -118,11 +135,14 @@ func newFramework(ctx context.Context, snap *Snapshot, objs objectStore, enabled
 			profile.PluginConfig = append(profile.PluginConfig, pc)
 		}
 	}
-	f, err := frameworkruntime.NewFramework(ctx, registry, profile,
+	buildCtx, built := context.WithCancel(ctx)
+	defer built()
+	f, err := frameworkruntime.NewFramework(buildCtx, registry, profile,
 		frameworkruntime.WithSnapshotSharedLister(snap),
 		frameworkruntime.WithInformerFactory(objs.factory),
 		frameworkruntime.WithSharedCSIManager(objs),
 		frameworkruntime.WithParallelism(goruntime.GOMAXPROCS(0)),
+		frameworkruntime.WithMetricsRecorder(recorder),
 	)
 	if err != nil {
 		return nil, fmt.Errorf("building scheduler framework: %w", err)

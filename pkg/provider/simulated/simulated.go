@@ -412,12 +412,13 @@ func (p *Provider) List(ctx context.Context) ([]*provider.Instance, error) {
 }
 
 // listMachines returns the machine ConfigMaps of a cluster.
-func listMachines(ctx context.Context, kube client.Client, namespace, cluster string) ([]corev1.ConfigMap, error) {
+func listMachines(ctx context.Context, kube client.Client, namespace, cluster string, opts ...client.ListOption) ([]corev1.ConfigMap, error) {
 	var list corev1.ConfigMapList
-	err := kube.List(ctx, &list, client.InNamespace(namespace), client.MatchingLabels{
+	opts = append(opts, client.InNamespace(namespace), client.MatchingLabels{
 		LabelMachine:        "true",
 		v1alpha1.TagCluster: labelValue(cluster),
 	})
+	err := kube.List(ctx, &list, opts...)
 	if err != nil {
 		return nil, fmt.Errorf("listing simulated machines of cluster %s in namespace %s: %w", cluster, namespace, err)
 	}
