@@ -28,6 +28,9 @@
 // running while any context given to New for that pair is live; pass a
 // long-lived context (the manager's), not a request's. Config.ExternalRegistrar
 // turns that off for callers that run NewRegistrar(...).Start themselves.
+// It polls every PollInterval while a machine waits to register, and
+// otherwise every five seconds or when Create in the same process makes a
+// machine.
 //
 // The registered Node's capacity is the shape's cpu and memory, the pool's
 // maxPods (default 110) and 100Gi of ephemeral storage; its allocatable is

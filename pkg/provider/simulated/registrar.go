@@ -26,44 +26,107 @@ type Registrar struct {
 	clock     clock.PassiveClock
 	interval  time.Duration
 	config    *rest.Config
+	// wake is signalled by Create in this process: a new machine to wait
+	// for.
+	wake chan struct{}
+}
+
+// idleRecheck is how often a registrar with no machine to wait for looks
+// again without being woken: for machines another process made.
+const idleRecheck = 5 * time.Second
+
+// wakers are the wake channels of the registrars running in this process,
+// by namespace and cluster, so Create can end a registrar's idle wait.
+var wakers = struct {
+	sync.Mutex
+	byKey map[string]map[chan struct{}]bool
+}{byKey: map[string]map[chan struct{}]bool{}}
+
+func registrarKey(namespace, cluster string) string { return namespace + "/" + cluster }
+
+// wakeRegistrars tells the registrars of namespace and cluster that a
+// machine was made.
+func wakeRegistrars(namespace, cluster string) {
+	wakers.Lock()
+	defer wakers.Unlock()
+	for wake := range wakers.byKey[registrarKey(namespace, cluster)] {
+		select {
+		case wake <- struct{}{}:
+		default:
+		}
+	}
 }
 
 // NewRegistrar returns the registrar for the machines of cluster kept in
 // namespace. It uses cfg's Clock and PollInterval.
 func NewRegistrar(kube client.Client, namespace, cluster string, cfg Config) *Registrar {
 	cfg = cfg.withDefaults()
-	return &Registrar{kube: kube, namespace: namespace, cluster: cluster, clock: cfg.Clock, interval: cfg.PollInterval, config: cfg.RESTConfig}
+	return &Registrar{kube: kube, namespace: namespace, cluster: cluster, clock: cfg.Clock, interval: cfg.PollInterval, config: cfg.RESTConfig, wake: make(chan struct{}, 1)}
 }
 
 // Start registers due machines every poll interval until ctx ends. It is a
-// manager.Runnable.
+// manager.Runnable. With no machine left to wait for, it waits for Create
+// to wake it (or idleRecheck): at a thousand registered machines a pass
+// every poll interval was most of what an idle controller did.
 func (r *Registrar) Start(ctx context.Context) error {
 	logger := log.FromContext(ctx).WithValues("namespace", r.namespace, "cluster", r.cluster)
-	// The poll runs on real time: it is how often the API server is asked,
-	// not part of the simulation; the injected clock decides what is due.
-	ticker := time.NewTicker(r.interval)
-	defer ticker.Stop()
+	key := registrarKey(r.namespace, r.cluster)
+	wakers.Lock()
+	if wakers.byKey[key] == nil {
+		wakers.byKey[key] = map[chan struct{}]bool{}
+	}
+	wakers.byKey[key][r.wake] = true
+	wakers.Unlock()
+	defer func() {
+		wakers.Lock()
+		defer wakers.Unlock()
+		delete(wakers.byKey[key], r.wake)
+		if len(wakers.byKey[key]) == 0 {
+			delete(wakers.byKey, key)
+		}
+	}()
 	for {
-		if err := r.RegisterDue(ctx); err != nil && ctx.Err() == nil {
+		waiting, err := r.registerDue(ctx)
+		if err != nil && ctx.Err() == nil {
 			logger.Error(err, "registering simulated machines")
 		}
+		// The poll runs on real time: it is how often the API server is
+		// asked, not part of the simulation; the injected clock decides
+		// what is due.
+		next := r.interval
+		if !waiting && err == nil {
+			next = idleRecheck
+		}
+		timer := time.NewTimer(next)
 		select {
 		case <-ctx.Done():
+			timer.Stop()
 			return nil
-		case <-ticker.C:
+		case <-r.wake:
+			// Create has just written the machine; the cache may not have
+			// it yet, and its boot delay has yet to pass: poll again.
+		case <-timer.C:
 		}
+		timer.Stop()
 	}
 }
 
 // RegisterDue makes one pass: it registers the Node of every machine that is
 // due and not yet registered.
 func (r *Registrar) RegisterDue(ctx context.Context) error {
+	_, err := r.registerDue(ctx)
+	return err
+}
+
+// registerDue is RegisterDue, and reports whether a machine is left to
+// register later (not booted yet, or its kubelet still joining).
+func (r *Registrar) registerDue(ctx context.Context) (waiting bool, err error) {
 	// The pass runs four times a second over every machine and reads only
 	// the few it registers: it reads the cache's own objects, and copies
 	// just those before changing them.
 	cms, err := listMachines(ctx, r.kube, r.namespace, r.cluster, client.UnsafeDisableDeepCopy)
 	if err != nil {
-		return err
+		return false, err
 	}
 	now := r.clock.Now()
 	var errs []error
@@ -78,14 +141,20 @@ func (r *Registrar) RegisterDue(ctx context.Context) error {
 			errs = append(errs, err)
 			continue
 		}
-		if m.deleting || m.neverRegister || !m.registeredAt.IsZero() || now.Before(m.bootAt) {
+		if m.deleting || m.neverRegister || !m.registeredAt.IsZero() {
+			continue
+		}
+		// Until the cache shows it registered, and a pass more for a
+		// machine registered now.
+		waiting = true
+		if now.Before(m.bootAt) {
 			continue
 		}
 		if err := r.register(ctx, cms[i].DeepCopy(), m, now); err != nil {
 			errs = append(errs, err)
 		}
 	}
-	return errors.Join(errs...)
+	return waiting, errors.Join(errs...)
 }
 
 // register makes the machine's Node and then records that it did. A Node
@@ -171,7 +240,7 @@ type sharedRegistrar struct {
 // cluster while ctx is live. The registrar is built from the first caller's
 // client and config and stops when the last caller's context ends.
 func startSharedRegistrar(ctx context.Context, kube client.Client, namespace, cluster string, cfg Config) {
-	key := namespace + "/" + cluster
+	key := registrarKey(namespace, cluster)
 	registrars.Lock()
 	defer registrars.Unlock()
 	shared, ok := registrars.byKey[key]

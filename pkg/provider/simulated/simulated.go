@@ -235,6 +235,7 @@ func (p *Provider) Create(ctx context.Context, claim *v1alpha1.NodeClaim, opts p
 		}
 		return existing, nil
 	}
+	wakeRegistrars(p.namespace, p.cluster)
 	return m.instance(), nil
 }
 

@@ -479,3 +479,26 @@ func TestNewRejectsBadOptions(t *testing.T) {
 		g.Expect(err.Error()).To(gomega.ContainSubstring("no Kubernetes client"))
 	})
 }
+
+// A registrar with no machine to wait for polls only every idleRecheck;
+// Create wakes it, so a new machine still registers within its boot delay
+// and a poll, not idleRecheck later.
+func TestCreateWakesAnIdleRegistrar(t *testing.T) {
+	g := gomega.NewWithT(t)
+	ns := newNamespace(t)
+	ctx, stop := context.WithCancel(t.Context())
+	defer stop()
+	built, err := NewFactory(Config{Kube: env.Client, PollInterval: 20 * time.Millisecond})(ctx,
+		nodeProvider(&v1alpha1.SimulatedSettings{BootDelay: durationPtr(time.Millisecond)}),
+		provider.Options{ClusterName: "c1", Namespace: ns})
+	g.Expect(err).NotTo(gomega.HaveOccurred())
+
+	for _, name := range []string{uniqueName(t, "first"), uniqueName(t, "second")} {
+		_, err := built.Create(t.Context(), newClaim(name, "pool"), provider.CreateOptions{})
+		g.Expect(err).NotTo(gomega.HaveOccurred())
+		// The first machine's registration leaves the registrar with
+		// nothing to wait for; the second must not wait out its idle poll.
+		g.Eventually(func(g gomega.Gomega) *corev1.Node { return getNode(g, t, name) }).
+			WithTimeout(idleRecheck / 2).WithPolling(10 * time.Millisecond).ShouldNot(gomega.BeNil())
+	}
+}
