@@ -119,7 +119,7 @@ func run(opts options) error {
 		return err
 	}
 	defer ctl.stop()
-	logf("controller pid %d, log %s", ctl.cmd.Process.Pid, ctl.logPath)
+	logf("controller pid %d, log %s, kubeconfig %s", ctl.cmd.Process.Pid, ctl.logPath, env.KubeconfigPath)
 
 	if _, err := kubectl(poolManifest(opts), "apply", "-f", "-"); err != nil {
 		return err
@@ -164,14 +164,15 @@ func run(opts options) error {
 	r.claims, r.lowerBound, r.partlyFilled, r.perNode = up.claims, up.lowerBound, up.partlyFilled, up.perNode
 
 	// Consolidation may still act on what scale-up left (a last, partly
-	// filled node, nodes whose pods moved): idle is once no claim has come
-	// or gone for longer than consolidateAfter.
+	// filled node, nodes whose pods moved), and looks at each node once its
+	// pods have stayed for consolidateAfter: idle is once no claim has
+	// come, gone or been written for longer than consolidateAfter.
 	quietFor := opts.consolidateAfter + 15*time.Second
-	logf("waiting until no claim has come or gone for %s", quietFor)
+	logf("waiting until no claim has come, gone or changed for %s", quietFor)
 	last, lastChange := w.snapshot(), time.Now()
 	if err := waitFor(ctx, "a quiet cluster", func() (bool, error) {
 		s := w.snapshot()
-		if s.claims != last.claims || s.claimsSeen != last.claimsSeen || s.nodes != last.nodes {
+		if s.claims != last.claims || s.claimsSeen != last.claimsSeen || s.nodes != last.nodes || s.claimWrites != last.claimWrites {
 			last, lastChange = s, time.Now()
 		}
 		return time.Since(lastChange) >= quietFor, nil

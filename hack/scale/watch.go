@@ -24,12 +24,17 @@ type watcher struct {
 
 	mu                    sync.Mutex
 	claimsSeen, nodesSeen map[string]bool
-	podCPU, podMemory     int64
+	// claimWrites counts claim updates: the controller still deciding
+	// (a condition written as consolidation looks at a node for the first
+	// time) is not idle.
+	claimWrites       int
+	podCPU, podMemory int64
 }
 
 type snapshot struct {
 	running, pending, claims, nodes int
 	claimsSeen, nodesSeen           int
+	claimWrites                     int
 	perNode, lowerBound             int
 	partlyFilled                    int
 }
@@ -51,6 +56,17 @@ func (w *watcher) run(ctx context.Context) {
 				w.mu.Unlock()
 			}
 		}}
+	}
+	claims, err := w.cache.GetInformer(ctx, &v1alpha1.NodeClaim{})
+	if err != nil {
+		panic(err)
+	}
+	if _, err := claims.AddEventHandler(toolscache.ResourceEventHandlerFuncs{UpdateFunc: func(_, _ any) {
+		w.mu.Lock()
+		w.claimWrites++
+		w.mu.Unlock()
+	}}); err != nil {
+		panic(err)
 	}
 	for _, watched := range []struct {
 		object client.Object
@@ -120,6 +136,7 @@ func (w *watcher) snapshot() snapshot {
 	}
 	w.mu.Lock()
 	s.claimsSeen, s.nodesSeen = len(w.claimsSeen), len(w.nodesSeen)
+	s.claimWrites = w.claimWrites
 	podCPU, podMemory := w.podCPU, w.podMemory
 	w.mu.Unlock()
 	if len(nodes.Items) > 0 && podCPU > 0 && podMemory > 0 {

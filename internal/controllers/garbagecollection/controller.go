@@ -97,8 +97,10 @@ func (c *Controller) Pass(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	// Claims are read, and deleted by name: the cache's own objects, not
+	// copies.
 	var claims v1alpha1.NodeClaimList
-	if err := c.Kube.List(ctx, &claims); err != nil {
+	if err := c.Kube.List(ctx, &claims, client.UnsafeDisableDeepCopy); err != nil {
 		return fmt.Errorf("listing claims: %w", err)
 	}
 	claimsByName := map[string]*v1alpha1.NodeClaim{}
