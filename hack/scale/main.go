@@ -32,6 +32,7 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+	"k8s.io/apimachinery/pkg/api/resource"
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/claimscale/claimscale/internal/testenv"
@@ -47,6 +48,7 @@ type options struct {
 	timeout                   time.Duration
 	controllerFlags           string
 	controllerPath            string
+	memoryLimit               string
 	keepLogs                  bool
 }
 
@@ -65,6 +67,7 @@ func main() {
 	flag.DurationVar(&opts.timeout, "timeout", 30*time.Minute, "give up after this long")
 	flag.StringVar(&opts.controllerPath, "controller", "bin/claimscale", "the controller binary, relative to the repository root (another build, to compare)")
 	flag.StringVar(&opts.controllerFlags, "controller-flags", "", "more flags for bin/claimscale, space-separated")
+	flag.StringVar(&opts.memoryLimit, "memory-limit", "", "run the controller as the chart does under resources.limits.memory of this size (e.g. 200Mi): GOMEMLIMIT set to it; empty: no limit")
 	flag.BoolVar(&opts.keepLogs, "keep-logs", true, "keep the controller's log file")
 	flag.Parse()
 	// The watcher's informers log through controller-runtime; their
@@ -353,6 +356,15 @@ func startController(ctx context.Context, root, kubeconfig string, opts options)
 		path = filepath.Join(root, path)
 	}
 	c.cmd = exec.CommandContext(ctx, path, args...)
+	if opts.memoryLimit != "" {
+		// What the chart's resourceFieldRef hands the container: the
+		// limit in bytes.
+		limit, err := resource.ParseQuantity(opts.memoryLimit)
+		if err != nil {
+			return nil, fmt.Errorf("-memory-limit: %w", err)
+		}
+		c.cmd.Env = append(os.Environ(), "GOMEMLIMIT="+strconv.FormatInt(limit.Value(), 10))
+	}
 	c.cmd.Stdout, c.cmd.Stderr = logFile, logFile
 	c.cmd.Cancel = func() error { return c.cmd.Process.Signal(os.Interrupt) }
 	if err := c.cmd.Start(); err != nil {
@@ -518,6 +530,9 @@ func (r *result) print(out io.Writer) {
 	fmt.Fprintf(out, "\n%d pods of %s cpu / %s in %d Deployments (%d spread over 2 zones), one %s cpu / %s shape, consolidateAfter %s, budget %s\n\n",
 		r.opts.pods, r.opts.podCPU, r.opts.podMemory, r.opts.deployments, min(r.opts.spread, r.opts.deployments),
 		r.opts.shapeCPU, r.opts.shapeMemory, r.opts.consolidateAfter, r.opts.budget)
+	if r.opts.memoryLimit != "" {
+		fmt.Fprintf(out, "controller under a %s memory limit (GOMEMLIMIT, as the chart sets it)\n\n", r.opts.memoryLimit)
+	}
 	w := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(w, "| figure\t| value\t|")
 	fmt.Fprintln(w, "|---\t|---\t|")

@@ -368,10 +368,15 @@ func (r *round) singleNode(ctx context.Context) (*command, error) {
 		if settled, err := r.settled(ctx); err != nil || !settled {
 			return nil, err
 		}
-		evaluated++
+		simulated := r.s.simulations
 		cmd, why, err := r.s.consolidation(ctx, []*candidate{c})
 		if err != nil {
 			return nil, err
+		}
+		if r.s.simulations != simulated {
+			// Only simulations count: after a scale-up a thousand full
+			// nodes are told from their free room alone in one round.
+			evaluated++
 		}
 		if cmd != nil {
 			r.ledger.take(c.pool.pool.Name, 1)

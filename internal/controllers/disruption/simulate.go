@@ -81,6 +81,7 @@ func nodeNames(candidates []*candidate) []string {
 // already going) fit on the remaining nodes, with no new node; and with
 // them the pending pods given, whose room the removal must leave.
 func (s *state) simulateRemoval(ctx context.Context, candidates []*candidate, pending ...*corev1.Pod) (scheduling.RemovalResult, error) {
+	s.simulations++
 	sim, err := s.simulator(ctx)
 	if err != nil {
 		return scheduling.RemovalResult{}, err
@@ -135,6 +136,7 @@ func (s *state) displaced(candidates []*candidate) (without map[string]bool, pod
 // Pending pods given are placed with them, so the replacement leaves them
 // the room they have now.
 func (s *state) solveWithout(ctx context.Context, candidates []*candidate, pending ...*corev1.Pod) (scheduling.Result, error) {
+	s.simulations++
 	without, displaced := s.displaced(candidates)
 	sim, err := scheduling.New(ctx, s.simCluster(without))
 	if err != nil {
@@ -164,21 +166,29 @@ func (s *state) consolidation(ctx context.Context, candidates []*candidate) (*co
 	if err != nil {
 		return nil, verdict{}, err
 	}
-	removal, err := s.simulateRemoval(ctx, candidates, pending...)
-	if err != nil {
-		return nil, verdict{}, err
-	}
-	if why, err := s.leavesPendingPodsOut(ctx, candidates, removal, pending); err != nil || why != "" {
-		return nil, verdict{decisions.NodeReasonPendingPods, why}, err
+	// Pods that outgrow the other nodes' free room fit there neither with
+	// the pending pods nor without: no removal to simulate.
+	fitsNowhere := s.outgrows(candidates, nil, room{})
+	var removal scheduling.RemovalResult
+	if !fitsNowhere {
+		if removal, err = s.simulateRemoval(ctx, candidates, pending...); err != nil {
+			return nil, verdict{}, err
+		}
+		if why, err := s.leavesPendingPodsOut(ctx, candidates, removal, pending); err != nil || why != "" {
+			return nil, verdict{decisions.NodeReasonPendingPods, why}, err
+		}
 	}
 	cmd := &command{reason: v1alpha1.DisruptionReasonUnderutilized, candidates: candidates}
-	if !removal.Fits() {
+	if fitsNowhere || !removal.Fits() {
 		if floor, ok := s.cheapestNewNode(); ok && floor.Shape.Price >= totalPrice(candidates) {
 			// No replacement can be cheaper: spare building a snapshot
 			// without the candidates, which at ten thousand pods is
 			// most of an idle cluster's CPU.
-			return nil, verdict{decisions.NodeReasonNotCheaper, fmt.Sprintf("its pods fit only on a new node, and the cheapest (%s of pool %s at %g/h) is not cheaper than %g/h",
+			return nil, verdict{record: decisions.NodeReasonNotCheaper, note: fmt.Sprintf("its pods fit only on a new node, and the cheapest (%s of pool %s at %g/h) is not cheaper than %g/h",
 				floor.Shape.Name, floor.Pool, floor.Shape.Price, totalPrice(candidates))}, nil
+		}
+		if largest, ok := s.largestNewNode(); ok && s.outgrows(candidates, pending, largest) {
+			return nil, verdict{record: decisions.NodeReasonWouldNotFit, note: "its pods would need more than one new node"}, nil
 		}
 		result, err := s.solveWithout(ctx, candidates, pending...)
 		if err != nil {

@@ -94,6 +94,12 @@ type state struct {
 	// nil until first needed).
 	headroom        []*corev1.Pod
 	headroomMissing map[string]int
+	// free is every node's free room (nil until first needed), and
+	// freeTotal its sum.
+	free      map[string]room
+	freeTotal room
+	// simulations counts the simulations the round ran.
+	simulations int
 }
 
 // objects are the cache's contents a round starts from.
