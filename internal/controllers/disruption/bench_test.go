@@ -20,24 +20,10 @@ var c8 = scheduling.Shape{Name: "c8", CPU: resource.MustParse("8"), Memory: reso
 // classifying the candidates and finding every decision remembered.
 func BenchmarkIdlePassOn1000FullNodes(b *testing.B) {
 	f := newFixture(c8)
-	for i := range 1000 {
-		name := fmt.Sprintf("node-%04d", i)
-		f.node(name, c8)
-		for j := range 10 {
-			f.pod(fmt.Sprintf("pod-%04d-%d", i, j), name, "800m")
-		}
-	}
+	f.filled(1000, 10, "800m")
 	memory := newMemory(time.Hour)
 	pass := func() int {
-		s := f.state()
-		stable := map[string]time.Time{}
-		for _, node := range f.nodes {
-			stable[node.Name] = f.now.Add(-time.Hour)
-		}
-		candidates := s.candidates()
-		pools, total, disrupting := s.poolTotals()
-		budgets, _ := newLedger(pools, total, disrupting, f.now)
-		r := newRound(s, candidates, budgets, stable, nil, memory)
+		s, r, candidates, stable := stableRound(f, memory)
 		before := memory.remembered
 		cmd, err := r.decide(context.Background())
 		if err != nil {
@@ -57,6 +43,31 @@ func BenchmarkIdlePassOn1000FullNodes(b *testing.B) {
 	for b.Loop() {
 		if n := pass(); n > 0 {
 			b.Fatalf("an idle pass simulated %d decisions again", n)
+		}
+	}
+}
+
+// stableRound is a round on the fixture's cluster in which every node's
+// pods have stayed for an hour, with its candidates and their stability.
+func stableRound(f *fixture, memory *memory) (*state, *round, []*candidate, map[string]time.Time) {
+	s := f.state()
+	stable := map[string]time.Time{}
+	for _, node := range f.nodes {
+		stable[node.Name] = f.now.Add(-time.Hour)
+	}
+	candidates := s.candidates()
+	pools, total, disrupting := s.poolTotals()
+	budgets, _ := newLedger(pools, total, disrupting, f.now)
+	return s, newRound(s, candidates, budgets, stable, nil, memory), candidates, stable
+}
+
+// filled adds nodes of shape c8, each with podsEach pods requesting cpu.
+func (f *fixture) filled(nodes, podsEach int, cpu string) {
+	for i := range nodes {
+		name := fmt.Sprintf("node-%04d", i)
+		f.node(name, c8)
+		for j := range podsEach {
+			f.pod(fmt.Sprintf("pod-%04d-%d", i, j), name, cpu)
 		}
 	}
 }

@@ -2,7 +2,6 @@ package disruption
 
 import (
 	"context"
-	"fmt"
 	"testing"
 	"time"
 
@@ -16,22 +15,8 @@ import (
 func TestFullNodesAreToldFromTheirFreeRoomWithoutASimulation(t *testing.T) {
 	f := newFixture(c8)
 	const nodes = 50
-	for i := range nodes {
-		name := fmt.Sprintf("node-%02d", i)
-		f.node(name, c8)
-		for j := range 10 {
-			f.pod(fmt.Sprintf("pod-%02d-%d", i, j), name, "800m")
-		}
-	}
-	s := f.state()
-	stable := map[string]time.Time{}
-	for _, node := range f.nodes {
-		stable[node.Name] = f.now.Add(-time.Hour)
-	}
-	candidates := s.candidates()
-	pools, total, disrupting := s.poolTotals()
-	budgets, _ := newLedger(pools, total, disrupting, f.now)
-	r := newRound(s, candidates, budgets, stable, nil, newMemory(time.Hour))
+	f.filled(nodes, 10, "800m")
+	s, r, _, _ := stableRound(f, newMemory(time.Hour))
 	cmd, err := r.decide(context.Background())
 	if err != nil {
 		t.Fatal(err)
@@ -60,22 +45,8 @@ func TestFullNodesAreToldFromTheirFreeRoomWithoutASimulation(t *testing.T) {
 // node's pods spread over the room the others have left.
 func TestFreeRoomDefersToTheSimulationWhereThePodsMightFit(t *testing.T) {
 	f := newFixture(c8)
-	for i := range 3 {
-		name := fmt.Sprintf("node-%d", i)
-		f.node(name, c8)
-		for j := range 6 {
-			f.pod(fmt.Sprintf("pod-%d-%d", i, j), name, "800m")
-		}
-	}
-	s := f.state()
-	stable := map[string]time.Time{}
-	for _, node := range f.nodes {
-		stable[node.Name] = f.now.Add(-time.Hour)
-	}
-	candidates := s.candidates()
-	pools, total, disrupting := s.poolTotals()
-	budgets, _ := newLedger(pools, total, disrupting, f.now)
-	r := newRound(s, candidates, budgets, stable, nil, newMemory(time.Hour))
+	f.filled(3, 6, "800m")
+	s, r, _, _ := stableRound(f, newMemory(time.Hour))
 	cmd, err := r.decide(context.Background())
 	if err != nil {
 		t.Fatal(err)

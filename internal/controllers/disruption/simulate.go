@@ -184,11 +184,11 @@ func (s *state) consolidation(ctx context.Context, candidates []*candidate) (*co
 			// No replacement can be cheaper: spare building a snapshot
 			// without the candidates, which at ten thousand pods is
 			// most of an idle cluster's CPU.
-			return nil, verdict{record: decisions.NodeReasonNotCheaper, note: fmt.Sprintf("its pods fit only on a new node, and the cheapest (%s of pool %s at %g/h) is not cheaper than %g/h",
+			return nil, verdict{decisions.NodeReasonNotCheaper, fmt.Sprintf("its pods fit only on a new node, and the cheapest (%s of pool %s at %g/h) is not cheaper than %g/h",
 				floor.Shape.Name, floor.Pool, floor.Shape.Price, totalPrice(candidates))}, nil
 		}
 		if largest, ok := s.largestNewNode(); ok && s.outgrows(candidates, pending, largest) {
-			return nil, verdict{record: decisions.NodeReasonWouldNotFit, note: "its pods would need more than one new node"}, nil
+			return nil, verdict{decisions.NodeReasonWouldNotFit, "its pods would need more than one new node"}, nil
 		}
 		result, err := s.solveWithout(ctx, candidates, pending...)
 		if err != nil {

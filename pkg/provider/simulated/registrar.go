@@ -121,9 +121,9 @@ func (r *Registrar) RegisterDue(ctx context.Context) error {
 // registerDue is RegisterDue, and reports whether a machine is left to
 // register later (not booted yet, or its kubelet still joining).
 func (r *Registrar) registerDue(ctx context.Context) (waiting bool, err error) {
-	// The pass runs four times a second over every machine and reads only
-	// the few it registers: it reads the cache's own objects, and copies
-	// just those before changing them.
+	// While machines boot the pass runs every poll interval over every
+	// machine and writes only the few it registers: it reads the cache's
+	// own objects, and copies just those before changing them.
 	cms, err := listMachines(ctx, r.kube, r.namespace, r.cluster, client.UnsafeDisableDeepCopy)
 	if err != nil {
 		return false, err
