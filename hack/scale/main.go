@@ -46,6 +46,7 @@ type options struct {
 	consolidateAfter          time.Duration
 	budget                    string
 	idleWindow                time.Duration
+	nodeStatusReport          time.Duration
 	timeout                   time.Duration
 	controllerFlags           string
 	controllerPath            string
@@ -64,6 +65,7 @@ func main() {
 	flag.StringVar(&opts.shapeMemory, "shape-memory", "32Gi", "memory of the pool's one shape")
 	flag.DurationVar(&opts.consolidateAfter, "consolidate-after", 30*time.Second, "the pool's consolidateAfter")
 	flag.StringVar(&opts.budget, "budget", "20%", "the pool's disruption budget")
+	flag.DurationVar(&opts.nodeStatusReport, "node-status-report", 5*time.Minute, "how often kwok writes each Node's status, renewing a Lease every 10 s meanwhile, as a kubelet's nodeStatusReportFrequency; 0: kwok's own 20–25 s without Leases")
 	flag.DurationVar(&opts.idleWindow, "idle-window", 20*time.Second, "how long the controller's CPU is measured with every pod Running and nothing to do")
 	flag.DurationVar(&opts.timeout, "timeout", 30*time.Minute, "give up after this long")
 	flag.StringVar(&opts.controllerPath, "controller", "bin/claimscale", "the controller binary, relative to the repository root (another build, to compare)")
@@ -93,8 +95,12 @@ func run(opts options) error {
 	if err != nil {
 		return err
 	}
-	logf("starting the control plane: kube-apiserver, etcd, kube-controller-manager and kube-scheduler at client QPS 5000, kwok")
-	env, err := testenv.Start(testenv.Options{ControllerManager: true, Scheduler: true, Kwok: true, ClientQPS: 5000})
+	statusEvery := "20–25 s, kwok's own"
+	if opts.nodeStatusReport > 0 {
+		statusEvery = opts.nodeStatusReport.String() + " and a Lease every 10 s, as kubelets"
+	}
+	logf("starting the control plane: kube-apiserver, etcd, kube-controller-manager and kube-scheduler at client QPS 5000, kwok (node status every %s)", statusEvery)
+	env, err := testenv.Start(testenv.Options{ControllerManager: true, Scheduler: true, Kwok: true, ClientQPS: 5000, NodeStatusReport: opts.nodeStatusReport})
 	if err != nil {
 		return err
 	}

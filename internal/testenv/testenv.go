@@ -17,7 +17,9 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strconv"
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -51,6 +53,14 @@ type Options struct {
 	// CRDPaths are directories or files of CRDs to install besides
 	// claimscale's (Cluster API's, a test provider's).
 	CRDPaths []string
+	// NodeStatusReport, when set, makes kwok's nodes behave as kubelets
+	// have since node leases: a Lease renewed every 10 s and the Node's
+	// status written every NodeStatusReport (a kubelet's
+	// nodeStatusReportFrequency, 5 minutes by default) instead of kwok's
+	// own 20–25 s. Every watcher of Nodes decodes those writes: at a
+	// thousand nodes kwok's default is ten times the traffic of real
+	// kubelets.
+	NodeStatusReport time.Duration
 }
 
 // Environment is a running control plane.
@@ -221,19 +231,63 @@ func (e *Environment) startExtras(opts Options, binDir string) error {
 		if err != nil {
 			return err
 		}
-		if err := e.startProcess(logs, filepath.Join(binDir, "kwok"),
-			"--kubeconfig="+e.KubeconfigPath,
-			"--config="+filepath.Join(binDir, "kwok-stages.yaml"),
+		stages := filepath.Join(binDir, "kwok-stages.yaml")
+		var leases []string
+		if opts.NodeStatusReport > 0 {
+			if stages, err = e.stagesReportingEvery(stages, opts.NodeStatusReport); err != nil {
+				return err
+			}
+			// kube-controller-manager takes the Lease as the heartbeat.
+			leases = []string{"--node-lease-duration-seconds=40"}
+		}
+		if err := e.startProcess(logs, filepath.Join(binDir, "kwok"), append([]string{
+			"--kubeconfig=" + e.KubeconfigPath,
+			"--config=" + stages,
 			"--manage-all-nodes=false",
 			"--manage-nodes-with-annotation-selector="+KwokNodeAnnotation+"=fake",
 			"--node-ip=127.0.0.1",
 			"--node-port=0",
-			"--server-address=127.0.0.1:"+strconv.Itoa(port),
-		); err != nil {
+			"--server-address=127.0.0.1:" + strconv.Itoa(port),
+		}, leases...)...); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// kwokHeartbeatStage names the stage of kwok's stages (kwok-stages.yaml
+// of the pinned kwok) that writes a Node's status over and over.
+const kwokHeartbeatStage = "  name: node-heartbeat\n"
+
+// stagesReportingEvery writes a copy of kwok's stages whose node-heartbeat
+// stage writes a Node's status every interval (jittered by a tenth).
+func (e *Environment) stagesReportingEvery(path string, interval time.Duration) (string, error) {
+	stages, err := os.ReadFile(path)
+	if err != nil {
+		return "", fmt.Errorf("reading kwok's stages: %w", err)
+	}
+	documents := strings.Split(string(stages), "\n---\n")
+	found := false
+	for i, document := range documents {
+		if !strings.Contains(document, kwokHeartbeatStage) {
+			continue
+		}
+		delay := regexp.MustCompile(`(?m)^    durationMilliseconds: \d+\n    jitterDurationMilliseconds: \d+$`)
+		if !delay.MatchString(document) {
+			return "", errors.New("kwok's node-heartbeat stage has no delay to change")
+		}
+		documents[i] = delay.ReplaceAllString(document, fmt.Sprintf("    durationMilliseconds: %d\n    jitterDurationMilliseconds: %d",
+			interval.Milliseconds(), (interval + interval/10).Milliseconds()))
+		found = true
+	}
+	if !found {
+		return "", errors.New("kwok's stages have no node-heartbeat stage")
+	}
+	out := filepath.Join(e.workDir, "kwok-stages.yaml")
+	if err := os.WriteFile(out, []byte(strings.Join(documents, "\n---\n")), 0o600); err != nil {
+		return "", fmt.Errorf("writing kwok's stages: %w", err)
+	}
+	return out, nil
 }
 
 // startComponent starts a control-plane component (controller manager,

@@ -5,6 +5,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 )
 
 // A CRD the API server refuses fails Start after etcd and the API server
@@ -69,4 +70,47 @@ func processesRunningFrom(t *testing.T, dir string) []string {
 		}
 	}
 	return found
+}
+
+// kwok's nodes can report their status as kubelets do, every few minutes,
+// instead of kwok's 20–25 s; its other stages stay as shipped.
+func TestStagesReportingEveryChangesOnlyTheHeartbeat(t *testing.T) {
+	root, err := RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	shipped := filepath.Join(root, "bin", "kwok-stages.yaml")
+	e := &Environment{workDir: t.TempDir()}
+	written, err := e.stagesReportingEvery(shipped, 5*time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	before, err := os.ReadFile(shipped)
+	if err != nil {
+		t.Fatal(err)
+	}
+	after, err := os.ReadFile(written)
+	if err != nil {
+		t.Fatal(err)
+	}
+	was, is := strings.Split(string(before), "\n---\n"), strings.Split(string(after), "\n---\n")
+	if len(was) != len(is) {
+		t.Fatalf("%d stages became %d", len(was), len(is))
+	}
+	changed := 0
+	for i := range was {
+		if was[i] == is[i] {
+			continue
+		}
+		changed++
+		if !strings.Contains(is[i], kwokHeartbeatStage) {
+			t.Errorf("stage %d changed but is not the heartbeat:\n%s", i, is[i])
+		}
+		if !strings.Contains(is[i], "durationMilliseconds: 300000\n    jitterDurationMilliseconds: 330000") {
+			t.Errorf("heartbeat not every 5 minutes:\n%s", is[i])
+		}
+	}
+	if changed != 1 {
+		t.Errorf("%d stages changed, want the heartbeat alone", changed)
+	}
 }
