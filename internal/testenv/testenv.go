@@ -244,7 +244,7 @@ func (e *Environment) startExtras(opts Options, binDir string) error {
 			"--kubeconfig=" + e.KubeconfigPath,
 			"--config=" + stages,
 			"--manage-all-nodes=false",
-			"--manage-nodes-with-annotation-selector="+KwokNodeAnnotation+"=fake",
+			"--manage-nodes-with-annotation-selector=" + KwokNodeAnnotation + "=fake",
 			"--node-ip=127.0.0.1",
 			"--node-port=0",
 			"--server-address=127.0.0.1:" + strconv.Itoa(port),
@@ -277,7 +277,7 @@ func (e *Environment) stagesReportingEvery(path string, interval time.Duration) 
 			return "", errors.New("kwok's node-heartbeat stage has no delay to change")
 		}
 		documents[i] = delay.ReplaceAllString(document, fmt.Sprintf("    durationMilliseconds: %d\n    jitterDurationMilliseconds: %d",
-			interval.Milliseconds(), (interval + interval/10).Milliseconds()))
+			interval.Milliseconds(), (interval+interval/10).Milliseconds()))
 		found = true
 	}
 	if !found {
