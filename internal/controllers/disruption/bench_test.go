@@ -47,6 +47,25 @@ func BenchmarkIdlePassOn1000FullNodes(b *testing.B) {
 	}
 }
 
+// BenchmarkFirstLookAt1000FullNodes is the round after a scale-up, when
+// every node's pods have just stayed for consolidateAfter: each full node
+// is told from the free room of the others, all in this one round.
+func BenchmarkFirstLookAt1000FullNodes(b *testing.B) {
+	f := newFixture(c8)
+	f.filled(1000, 10, "800m")
+	b.ReportAllocs()
+	for b.Loop() {
+		s, r, _, _ := stableRound(f, newMemory(time.Hour))
+		cmd, err := r.decide(context.Background())
+		if err != nil {
+			b.Fatal(err)
+		}
+		if cmd != nil || len(r.refusals) != 1000 || s.simulations != 0 {
+			b.Fatalf("decided %v, told %d of 1000 nodes with %d simulations", cmd, len(r.refusals), s.simulations)
+		}
+	}
+}
+
 // stableRound is a round on the fixture's cluster in which every node's
 // pods have stayed for an hour, with its candidates and their stability.
 func stableRound(f *fixture, memory *memory) (*state, *round, []*candidate, map[string]time.Time) {
