@@ -1,13 +1,13 @@
 // Command scale measures claimscale on a cluster of thousands of pods: it
 // starts the local control plane (kube-apiserver, etcd,
 // kube-controller-manager and kube-scheduler at client QPS 5,000 as kwok's
-// own tooling runs them, kwok), runs bin/claimscale with the simulated
-// provider as a process of its own so its memory and CPU can be read,
-// applies N pods in M Deployments (two with a zone spread) to one pool of
-// one 8 cpu / 32 Gi shape, scales them to zero, and prints what a user of
-// a large cluster asks: how long, how many nodes against the lower bound,
-// how much memory and CPU, how many errors and conflicts, how long the
-// scale-down took. Run it with `make scale` (SCALE_FLAGS="-pods 10000").
+// own tooling runs them, kwok with nodes that report as kubelets do), runs
+// bin/claimscale with the simulated provider as a process of its own so
+// its memory and CPU can be read, applies N pods in M Deployments (two
+// with a zone spread) to one pool of one 8 cpu / 32 Gi shape, scales them
+// to zero, and prints what a user of a large cluster asks: how long, how
+// many nodes against the lower bound, how much memory and CPU, how many
+// errors and conflicts, how long the scale-down took. Run it with `make scale` (SCALE_FLAGS="-pods 10000").
 package main
 
 import (
