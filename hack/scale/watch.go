@@ -7,6 +7,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	toolscache "k8s.io/client-go/tools/cache"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -57,27 +58,22 @@ func (w *watcher) run(ctx context.Context) {
 			}
 		}}
 	}
-	claims, err := w.cache.GetInformer(ctx, &v1alpha1.NodeClaim{})
-	if err != nil {
-		panic(err)
-	}
-	if _, err := claims.AddEventHandler(toolscache.ResourceEventHandlerFuncs{UpdateFunc: func(_, _ any) {
+	rememberClaims := remember(w.claimsSeen)
+	rememberClaims.UpdateFunc = func(_, _ any) {
 		w.mu.Lock()
 		w.claimWrites++
 		w.mu.Unlock()
-	}}); err != nil {
-		panic(err)
 	}
 	for _, watched := range []struct {
-		object client.Object
-		seen   map[string]bool
-	}{{&corev1.Pod{}, nil}, {&corev1.Node{}, w.nodesSeen}, {&v1alpha1.NodeClaim{}, w.claimsSeen}} {
+		object  client.Object
+		handler *toolscache.ResourceEventHandlerFuncs
+	}{{&corev1.Pod{}, nil}, {&corev1.Node{}, ptr.To(remember(w.nodesSeen))}, {&v1alpha1.NodeClaim{}, &rememberClaims}} {
 		informer, err := w.cache.GetInformer(ctx, watched.object)
 		if err != nil {
 			panic(err)
 		}
-		if watched.seen != nil {
-			if _, err := informer.AddEventHandler(remember(watched.seen)); err != nil {
+		if watched.handler != nil {
+			if _, err := informer.AddEventHandler(*watched.handler); err != nil {
 				panic(err)
 			}
 		}

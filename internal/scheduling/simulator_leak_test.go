@@ -5,11 +5,14 @@ import (
 	"runtime"
 	"testing"
 	"time"
+
+	"github.com/onsi/gomega"
 )
 
 // A controller builds simulators all day on one long-lived context; none
 // may leave a goroutine behind.
 func TestBuildingSimulatorsLeavesNoGoroutineBehind(t *testing.T) {
+	g := gomega.NewWithT(t)
 	c, _ := complementaryRandom(1)
 	ctx := context.Background()
 	// The first build starts what lives with the process.
@@ -23,16 +26,6 @@ func TestBuildingSimulatorsLeavesNoGoroutineBehind(t *testing.T) {
 		}
 	}
 	// Goroutines told to stop take a moment to end.
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		after := runtime.NumGoroutine()
-		if after <= before+5 {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("50 simulators left %d goroutines running (%d before, %d after)", after-before, before, after)
-		}
-		runtime.Gosched()
-		time.Sleep(10 * time.Millisecond)
-	}
+	g.Eventually(runtime.NumGoroutine).WithTimeout(10*time.Second).WithPolling(10*time.Millisecond).
+		Should(gomega.BeNumerically("<=", before+5), "goroutines left running by 50 simulators (%d before)", before)
 }
