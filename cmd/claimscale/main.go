@@ -16,6 +16,7 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"github.com/claimscale/claimscale/internal/externalgrpc"
+	"github.com/claimscale/claimscale/internal/memlimit"
 	"github.com/claimscale/claimscale/internal/operator"
 	"github.com/claimscale/claimscale/internal/scheme"
 	"github.com/claimscale/claimscale/internal/version"
@@ -78,6 +79,14 @@ func main() {
 	}
 	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&zapOptions)))
 	logger := ctrl.Log.WithName("claimscale")
+	softLimit, err := memlimit.FromEnv(os.Getenv)
+	if err != nil {
+		logger.Error(err, "exiting")
+		os.Exit(1)
+	}
+	if softLimit > 0 {
+		logger.Info("Go memory limit set from the container's", "bytes", softLimit)
+	}
 	// With the simulated provider the registry is built once the manager
 	// is (run), since that provider keeps its machines through its client.
 	var registry *provider.Registry

@@ -36,6 +36,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
+	"github.com/claimscale/claimscale/internal/memlimit"
 	"github.com/claimscale/claimscale/internal/testenv"
 )
 
@@ -70,7 +71,7 @@ func main() {
 	flag.DurationVar(&opts.timeout, "timeout", 30*time.Minute, "give up after this long")
 	flag.StringVar(&opts.controllerPath, "controller", "bin/claimscale", "the controller binary, relative to the repository root (another build, to compare)")
 	flag.StringVar(&opts.controllerFlags, "controller-flags", "", "more flags for bin/claimscale, space-separated")
-	flag.StringVar(&opts.memoryLimit, "memory-limit", "", "run the controller as the chart does under resources.limits.memory of this size (e.g. 200Mi): GOMEMLIMIT set to it; empty: no limit")
+	flag.StringVar(&opts.memoryLimit, "memory-limit", "", "run the controller as the chart does under resources.limits.memory of this size (e.g. 200Mi): handed over as the chart hands it, the controller sets its Go memory limit from it; empty: no limit")
 	flag.BoolVar(&opts.keepLogs, "keep-logs", true, "keep the controller's log file")
 	flag.Parse()
 	// The watcher's informers log through controller-runtime; their
@@ -226,7 +227,11 @@ func run(opts options) error {
 			return err
 		}
 	}
-	if err := waitFor(ctx, "the first node removed", func() (bool, error) { return w.snapshot().nodes < before, nil }); err != nil {
+	if err := waitFor(ctx, "the first node removed", func() (bool, error) {
+		s := w.snapshot()
+		logProgress(scaledDown, s)
+		return s.nodes < before, nil
+	}); err != nil {
 		return err
 	}
 	r.firstRemoved = time.Since(scaledDown)
@@ -394,7 +399,7 @@ func startController(ctx context.Context, root, kubeconfig string, opts options)
 		if err != nil {
 			return nil, fmt.Errorf("-memory-limit: %w", err)
 		}
-		c.cmd.Env = append(os.Environ(), "GOMEMLIMIT="+strconv.FormatInt(limit.Value(), 10))
+		c.cmd.Env = append(os.Environ(), memlimit.EnvContainerLimit+"="+strconv.FormatInt(limit.Value(), 10))
 	}
 	c.cmd.Stdout, c.cmd.Stderr = logFile, logFile
 	c.cmd.Cancel = func() error { return c.cmd.Process.Signal(os.Interrupt) }
@@ -565,7 +570,7 @@ func (r *result) print(out io.Writer) {
 		r.opts.pods, r.opts.podCPU, r.opts.podMemory, r.opts.deployments, min(r.opts.spread, r.opts.deployments),
 		r.opts.shapeCPU, r.opts.shapeMemory, r.opts.consolidateAfter, r.opts.budget)
 	if r.opts.memoryLimit != "" {
-		fmt.Fprintf(out, "controller under a %s memory limit (GOMEMLIMIT, as the chart sets it)\n\n", r.opts.memoryLimit)
+		fmt.Fprintf(out, "controller under a %s memory limit (handed over as the chart does)\n\n", r.opts.memoryLimit)
 	}
 	w := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(w, "| figure\t| value\t|")
@@ -603,7 +608,7 @@ func logProgress(since time.Time, s snapshot) {
 		return
 	}
 	lastProgress = time.Now()
-	logf("%6.0fs  pods %d running / %d pending  claims %d  nodes %d", time.Since(since).Seconds(), s.running, s.pending, s.claims, s.nodes)
+	logf("%6.0fs  pods %d running / %d pending / %d terminating  claims %d  nodes %d (%d empty)", time.Since(since).Seconds(), s.running, s.pending, s.terminating, s.claims, s.nodes, s.empty)
 }
 
 func waitFor(ctx context.Context, what string, done func() (bool, error)) error {

@@ -34,6 +34,9 @@ type watcher struct {
 
 type snapshot struct {
 	running, pending, claims, nodes int
+	// terminating pods are being deleted; empty nodes run no pod that is
+	// not.
+	terminating, empty int
 	claimsSeen, nodesSeen           int
 	claimWrites                     int
 	perNode, lowerBound             int
@@ -111,6 +114,7 @@ func (w *watcher) snapshot() snapshot {
 	for i := range pods.Items {
 		pod := &pods.Items[i]
 		if !pod.DeletionTimestamp.IsZero() {
+			s.terminating++
 			continue
 		}
 		workload++
@@ -135,6 +139,11 @@ func (w *watcher) snapshot() snapshot {
 	s.claimWrites = w.claimWrites
 	podCPU, podMemory := w.podCPU, w.podMemory
 	w.mu.Unlock()
+	for _, node := range nodes.Items {
+		if perNodePods[node.Name] == 0 {
+			s.empty++
+		}
+	}
 	if len(nodes.Items) > 0 && podCPU > 0 && podMemory > 0 {
 		allocatable := nodes.Items[0].Status.Allocatable
 		s.perNode = int(min(allocatable.Cpu().MilliValue()/podCPU, allocatable.Memory().Value()/podMemory, allocatable.Pods().Value()))

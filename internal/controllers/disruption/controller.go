@@ -12,6 +12,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -20,7 +21,6 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
-	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -274,7 +274,8 @@ func (c *Controller) gather(ctx context.Context) (*state, error) {
 		opts []client.ListOption
 	}{
 		{"pools", &pools, nil},
-		{"claims", &claims, nil},
+		// Claims are the cache's own too; a write copies first (state.own).
+		{"claims", &claims, []client.ListOption{client.UnsafeDisableDeepCopy}},
 		{"PodDisruptionBudgets", &budgets, []client.ListOption{client.UnsafeDisableDeepCopy}},
 		{"providers", &providers, nil},
 	} {
@@ -325,45 +326,51 @@ func (c *Controller) updateClaims(ctx context.Context, s *state) {
 			providerName = pool.pool.Spec.ProviderRef.Name
 		}
 		if hash := s.providerHashes[providerName]; hash != "" && claim.Annotations[AnnotationProviderHash] == "" {
-			if err := c.annotate(ctx, claim, map[string]*string{AnnotationProviderHash: &hash}); err != nil {
+			if err := c.annotate(ctx, s, claim, map[string]*string{AnnotationProviderHash: &hash}); err != nil {
 				log.FromContext(ctx).V(1).Info("recording the provider hash failed", "nodeClaim", claim.Name, "error", err.Error())
 			}
+			claim = s.current(claim)
 		}
 		node, ok := s.nodes[claim.Status.NodeName]
 		if !ok || !meta.IsStatusConditionTrue(claim.Status.Conditions, v1alpha1.ConditionInitialized) {
 			continue
 		}
-		stored := claim.DeepCopy()
-		if claim.Annotations[AnnotationReplaces] != "" {
-			// A replacement waits for the pods of the nodes it replaces;
-			// its emptiness counts from when it stops waiting.
-			c.setCondition(claim, v1alpha1.ConditionEmpty, metav1.ConditionFalse, "Replacing", "node "+node.Name+" waits for the pods of "+claim.Annotations[AnnotationReplaces])
-		} else if n := len(workloadPods(s.podsByNode[node.Name])); n > 0 {
-			c.setCondition(claim, v1alpha1.ConditionEmpty, metav1.ConditionFalse, "NotEmpty", "node "+node.Name+" runs pods other than DaemonSet and mirror pods")
-		} else {
-			emptyAt, ok := c.stability.emptySince(node.Name)
-			if !ok {
-				emptyAt = c.Clock.Now()
+		var driftReason, driftMessage string
+		pool, hasPool := s.pools[claim.Spec.NodePoolRef.Name]
+		if hasPool {
+			driftReason, driftMessage = driftOf(claim, pool.pool, s.providerHashes[providerName])
+			if driftReason == "" {
+				driftReason, driftMessage = c.providerDrift(ctx, providerName, claim)
 			}
-			claim.SetCondition(v1alpha1.ConditionEmpty, metav1.ConditionTrue, "Empty", "node "+node.Name+" runs no pods but DaemonSet and mirror pods", emptyAt)
+			if driftReason != "" && !meta.IsStatusConditionTrue(claim.Status.Conditions, v1alpha1.ConditionDrifted) {
+				c.eventf(claim, node, corev1.EventTypeNormal, "Drifted", "Drift", driftMessage)
+			}
 		}
-		if pool, ok := s.pools[claim.Spec.NodePoolRef.Name]; ok {
-			reason, message := driftOf(claim, pool.pool, s.providerHashes[providerName])
-			if reason == "" {
-				reason, message = c.providerDrift(ctx, providerName, claim)
+		write, changed := c.statusChange(s, claim, func(claim *v1alpha1.NodeClaim) {
+			if claim.Annotations[AnnotationReplaces] != "" {
+				// A replacement waits for the pods of the nodes it
+				// replaces; its emptiness counts from when it stops
+				// waiting.
+				c.setCondition(claim, v1alpha1.ConditionEmpty, metav1.ConditionFalse, "Replacing", "node "+node.Name+" waits for the pods of "+claim.Annotations[AnnotationReplaces])
+			} else if n := len(workloadPods(s.podsByNode[node.Name])); n > 0 {
+				c.setCondition(claim, v1alpha1.ConditionEmpty, metav1.ConditionFalse, "NotEmpty", "node "+node.Name+" runs pods other than DaemonSet and mirror pods")
+			} else {
+				emptyAt, ok := c.stability.emptySince(node.Name)
+				if !ok {
+					emptyAt = c.Clock.Now()
+				}
+				claim.SetCondition(v1alpha1.ConditionEmpty, metav1.ConditionTrue, "Empty", "node "+node.Name+" runs no pods but DaemonSet and mirror pods", emptyAt)
 			}
 			switch {
-			case reason != "":
-				if !meta.IsStatusConditionTrue(claim.Status.Conditions, v1alpha1.ConditionDrifted) {
-					c.eventf(claim, node, corev1.EventTypeNormal, "Drifted", "Drift", message)
-				}
-				c.setCondition(claim, v1alpha1.ConditionDrifted, metav1.ConditionTrue, reason, message)
+			case !hasPool:
+			case driftReason != "":
+				c.setCondition(claim, v1alpha1.ConditionDrifted, metav1.ConditionTrue, driftReason, driftMessage)
 			case meta.IsStatusConditionTrue(claim.Status.Conditions, v1alpha1.ConditionDrifted):
 				c.setCondition(claim, v1alpha1.ConditionDrifted, metav1.ConditionFalse, "NotDrifted", "the claim matches its pool again")
 			}
-		}
-		if !equality.Semantic.DeepEqual(stored.Status, claim.Status) {
-			writes = append(writes, statusWrite{stored: stored, claim: claim})
+		})
+		if changed {
+			writes = append(writes, write)
 		}
 	}
 	c.patchStatuses(ctx, writes, "updating conditions failed")
@@ -375,6 +382,25 @@ func (c *Controller) updateClaims(ctx context.Context, s *state) {
 const parallelStatusWrites = 16
 
 type statusWrite struct{ stored, claim *v1alpha1.NodeClaim }
+
+// statusChange applies change to the claim's conditions, the only part of
+// a claim's status disruption writes. Only if that changes them is the
+// claim copied (state.own): most rounds change nothing, and the claims
+// are the cache's. The write returned carries the claim as it was
+// (stored) and the round's own copy with the change.
+func (c *Controller) statusChange(s *state, claim *v1alpha1.NodeClaim, change func(*v1alpha1.NodeClaim)) (statusWrite, bool) {
+	claim = s.current(claim)
+	scratch := *claim
+	scratch.Status.Conditions = slices.Clone(claim.Status.Conditions)
+	change(&scratch)
+	if slices.Equal(scratch.Status.Conditions, claim.Status.Conditions) {
+		return statusWrite{}, false
+	}
+	owned := s.own(claim)
+	stored := owned.DeepCopy()
+	owned.Status.Conditions = scratch.Status.Conditions
+	return statusWrite{stored: stored, claim: owned}, true
+}
 
 // patchStatuses writes the claims' statuses in parallel. A failed write
 // (a conflict, mostly) is tried again next round, so it is logged at debug
@@ -448,7 +474,7 @@ func (c *Controller) orchestrate(ctx context.Context, s *state) (bool, error) {
 			// Not sooner: until the old nodes are gone, their pods are
 			// on their way to the replacements, which must not look
 			// empty meanwhile.
-			c.release(ctx, group)
+			c.release(ctx, s, group)
 			continue
 		}
 		if len(live) == 0 {
@@ -472,7 +498,7 @@ func (c *Controller) orchestrate(ctx context.Context, s *state) (bool, error) {
 			// marking the claims, the marks are made here.
 			for _, old := range live {
 				if !meta.IsStatusConditionTrue(old.Status.Conditions, v1alpha1.ConditionDisrupting) {
-					c.mark(ctx, old, group.reason, fmt.Sprintf("waiting for replacement %s to be Ready", replacements))
+					c.mark(ctx, s, old, group.reason, fmt.Sprintf("waiting for replacement %s to be Ready", replacements))
 				}
 			}
 			continue
@@ -487,7 +513,7 @@ func (c *Controller) orchestrate(ctx context.Context, s *state) (bool, error) {
 		for _, old := range live {
 			node := s.nodes[old.Status.NodeName]
 			message := fmt.Sprintf("replacement %s is Ready", replacements)
-			if !c.mark(ctx, old, group.reason, message) {
+			if !c.mark(ctx, s, old, group.reason, message) {
 				continue
 			}
 			c.eventf(old, node, corev1.EventTypeNormal, "Disrupting", "Disrupt", "deleting: "+message)
@@ -504,9 +530,13 @@ func (c *Controller) orchestrate(ctx context.Context, s *state) (bool, error) {
 			s.now.Sub(marked.LastTransitionTime.Time) < staleMark {
 			continue
 		}
-		stored := claim.DeepCopy()
-		c.setCondition(claim, v1alpha1.ConditionDisrupting, metav1.ConditionFalse, "Cancelled", "nothing replaces or deletes the claim any more")
-		if err := c.patchStatus(ctx, stored, claim); err != nil {
+		write, changed := c.statusChange(s, claim, func(claim *v1alpha1.NodeClaim) {
+			c.setCondition(claim, v1alpha1.ConditionDisrupting, metav1.ConditionFalse, "Cancelled", "nothing replaces or deletes the claim any more")
+		})
+		if !changed {
+			continue
+		}
+		if err := c.patchStatus(ctx, write.stored, write.claim); err != nil {
 			log.FromContext(ctx).V(1).Info("releasing a stale mark failed", "nodeClaim", claim.Name, "error", err.Error())
 			continue
 		}
@@ -550,23 +580,26 @@ func (c *Controller) cancel(ctx context.Context, s *state, group *replacementGro
 	log.FromContext(ctx).Info("replacement cancelled", "nodeClaims", claimNames(live), "reason", group.reason, "why", why)
 	incDecision(group.reason, "cancel", len(live))
 	for _, old := range live {
-		stored := old.DeepCopy()
-		c.setCondition(old, v1alpha1.ConditionDisrupting, metav1.ConditionFalse, "Cancelled", why)
-		if err := c.patchStatus(ctx, stored, old); err != nil {
-			log.FromContext(ctx).V(1).Info("releasing a claim failed", "nodeClaim", old.Name, "error", err.Error())
+		write, changed := c.statusChange(s, old, func(claim *v1alpha1.NodeClaim) {
+			c.setCondition(claim, v1alpha1.ConditionDisrupting, metav1.ConditionFalse, "Cancelled", why)
+		})
+		if changed {
+			if err := c.patchStatus(ctx, write.stored, write.claim); err != nil {
+				log.FromContext(ctx).V(1).Info("releasing a claim failed", "nodeClaim", old.Name, "error", err.Error())
+			}
 		}
 		c.eventf(old, s.nodes[old.Status.NodeName], corev1.EventTypeNormal, "DisruptionCancelled", "Disrupt", "not replaced after all: "+why)
 	}
-	c.release(ctx, group)
+	c.release(ctx, s, group)
 }
 
 // release turns a group's replacements into ordinary claims.
-func (c *Controller) release(ctx context.Context, group *replacementGroup) {
+func (c *Controller) release(ctx context.Context, s *state, group *replacementGroup) {
 	for _, replacement := range group.replacements {
 		if !replacement.DeletionTimestamp.IsZero() {
 			continue
 		}
-		if err := c.annotate(ctx, replacement, map[string]*string{AnnotationReplaces: nil, AnnotationDisruptionReason: nil}); err != nil {
+		if err := c.annotate(ctx, s, replacement, map[string]*string{AnnotationReplaces: nil, AnnotationDisruptionReason: nil}); err != nil {
 			log.FromContext(ctx).V(1).Info("releasing a replacement failed", "nodeClaim", replacement.Name, "error", err.Error())
 		}
 	}
@@ -643,7 +676,7 @@ func (c *Controller) execute(ctx context.Context, s *state, cmd *command) error 
 			go func() {
 				defer wg.Done()
 				for candidate := range work {
-					if !c.mark(ctx, candidate.claim, cmd.reason, cmd.message) {
+					if !c.mark(ctx, s, candidate.claim, cmd.reason, cmd.message) {
 						continue
 					}
 					logger.Info("deleting node", "reason", cmd.reason, "nodeClaim", candidate.claim.Name, "node", candidate.node.Name, "why", cmd.message)
@@ -679,7 +712,7 @@ func (c *Controller) execute(ctx context.Context, s *state, cmd *command) error 
 	message := fmt.Sprintf("%s; waiting for replacement %s to be Ready", cmd.message, strings.Join(made, ", "))
 	logger.Info("replacing nodes", "reason", cmd.reason, "nodeClaims", cmd.names(), "replacements", made, "why", cmd.message)
 	for _, candidate := range cmd.candidates {
-		c.mark(ctx, candidate.claim, cmd.reason, message)
+		c.mark(ctx, s, candidate.claim, cmd.reason, message)
 		c.eventf(candidate.claim, candidate.node, corev1.EventTypeNormal, "Disrupting", "Replace", "replacing: "+message)
 	}
 	return nil
@@ -688,13 +721,17 @@ func (c *Controller) execute(ctx context.Context, s *state, cmd *command) error 
 // mark sets a claim's Disrupting condition (and, for consolidation,
 // Consolidatable), before it is deleted: termination reads the reason. It
 // says whether the claim is marked.
-func (c *Controller) mark(ctx context.Context, claim *v1alpha1.NodeClaim, reason v1alpha1.DisruptionReason, message string) bool {
-	stored := claim.DeepCopy()
-	c.setCondition(claim, v1alpha1.ConditionDisrupting, metav1.ConditionTrue, string(reason), message)
-	if reason == v1alpha1.DisruptionReasonUnderutilized {
-		c.setCondition(claim, v1alpha1.ConditionConsolidatable, metav1.ConditionTrue, v1alpha1.ConsolidatableReasonConsolidating, message)
+func (c *Controller) mark(ctx context.Context, s *state, claim *v1alpha1.NodeClaim, reason v1alpha1.DisruptionReason, message string) bool {
+	write, changed := c.statusChange(s, claim, func(claim *v1alpha1.NodeClaim) {
+		c.setCondition(claim, v1alpha1.ConditionDisrupting, metav1.ConditionTrue, string(reason), message)
+		if reason == v1alpha1.DisruptionReasonUnderutilized {
+			c.setCondition(claim, v1alpha1.ConditionConsolidatable, metav1.ConditionTrue, v1alpha1.ConsolidatableReasonConsolidating, message)
+		}
+	})
+	if !changed {
+		return true
 	}
-	if err := c.patchStatus(ctx, stored, claim); err != nil {
+	if err := c.patchStatus(ctx, write.stored, write.claim); err != nil {
 		log.FromContext(ctx).Info("marking a claim for disruption failed; deciding again next round", "nodeClaim", claim.Name, "error", err.Error())
 		return false
 	}
@@ -736,16 +773,16 @@ func (c *Controller) report(ctx context.Context, s *state, r *round, budgets *le
 		if reason == "" {
 			continue
 		}
-		stored := claim.DeepCopy()
-		c.setCondition(claim, v1alpha1.ConditionConsolidatable, metav1.ConditionFalse, reason, message)
-		if _, ok := queued[claim]; ok {
-			// The write queued already carries this condition too.
+		write, changed := c.statusChange(s, claim, func(claim *v1alpha1.NodeClaim) {
+			c.setCondition(claim, v1alpha1.ConditionConsolidatable, metav1.ConditionFalse, reason, message)
+		})
+		if !changed || queued[write.claim] {
+			// Nothing to write, or the write queued already carries this
+			// condition too.
 			continue
 		}
-		if !equality.Semantic.DeepEqual(stored.Status, claim.Status) {
-			queued[claim] = true
-			writes = append(writes, statusWrite{stored: stored, claim: claim})
-		}
+		queued[write.claim] = true
+		writes = append(writes, write)
 	}
 	c.patchStatuses(ctx, writes, "updating Consolidatable failed")
 	c.setMetrics(s, r, budgets, total)
@@ -778,8 +815,10 @@ func (c *Controller) eventf(claim *v1alpha1.NodeClaim, node *corev1.Node, eventT
 	c.Recorder.Eventf(node, claim, eventType, reason, action, "%s", note)
 }
 
-// annotate sets (or, with nil, removes) annotations on a claim.
-func (c *Controller) annotate(ctx context.Context, claim *v1alpha1.NodeClaim, annotations map[string]*string) error {
+// annotate sets (or, with nil, removes) annotations on a claim, on the
+// round's own copy of it.
+func (c *Controller) annotate(ctx context.Context, s *state, claim *v1alpha1.NodeClaim, annotations map[string]*string) error {
+	claim = s.own(claim)
 	c.writes.Add(1)
 	patch := client.MergeFrom(claim.DeepCopy())
 	for key, value := range annotations {
@@ -798,12 +837,13 @@ func (c *Controller) annotate(ctx context.Context, claim *v1alpha1.NodeClaim, an
 	return nil
 }
 
-// patchStatus writes the claim's status when it changed. Other controllers
+// patchStatus writes the claim's status when it changed; claim is the
+// round's own copy (statusChange), stored what the cache had. Other controllers
 // write other conditions of the same list; the optimistic lock makes a
 // concurrent write fail (and the next round try again) instead of erasing
 // theirs.
 func (c *Controller) patchStatus(ctx context.Context, stored, claim *v1alpha1.NodeClaim) error {
-	if equality.Semantic.DeepEqual(stored.Status, claim.Status) {
+	if slices.Equal(stored.Status.Conditions, claim.Status.Conditions) {
 		return nil
 	}
 	c.writes.Add(1)

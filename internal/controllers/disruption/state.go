@@ -8,6 +8,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -100,6 +101,47 @@ type state struct {
 	freeTotal room
 	// simulations counts the simulations the round ran.
 	simulations int
+
+	// owned holds the round's own copies of the claims it writes to (see
+	// own), by name.
+	ownedMu sync.Mutex
+	owned   map[string]*v1alpha1.NodeClaim
+}
+
+// own returns the round's own copy of a claim, to write to. The claims a
+// round starts from are the cache's, shared with every reader and never
+// written: copying a thousand claims every round only for the few it
+// writes was much of a round's garbage. The first write to a claim in a
+// round copies it; every later one, whichever pointer it came through,
+// gets the same copy, so writes build on each other (a mark after a
+// status patch carries the resourceVersion the patch returned), and the
+// round's claims map shows it from then on.
+func (s *state) own(claim *v1alpha1.NodeClaim) *v1alpha1.NodeClaim {
+	s.ownedMu.Lock()
+	defer s.ownedMu.Unlock()
+	if owned, ok := s.owned[claim.Name]; ok {
+		return owned
+	}
+	if s.owned == nil {
+		s.owned = map[string]*v1alpha1.NodeClaim{}
+	}
+	owned := claim.DeepCopy()
+	s.owned[claim.Name] = owned
+	if _, ok := s.claims[claim.Name]; ok {
+		s.claims[claim.Name] = owned
+	}
+	return owned
+}
+
+// current is the round's own copy of the claim if it has one, else the
+// claim: what a change must start from.
+func (s *state) current(claim *v1alpha1.NodeClaim) *v1alpha1.NodeClaim {
+	s.ownedMu.Lock()
+	defer s.ownedMu.Unlock()
+	if owned, ok := s.owned[claim.Name]; ok {
+		return owned
+	}
+	return claim
 }
 
 // objects are the cache's contents a round starts from.

@@ -207,20 +207,21 @@ func ClusterFromObjects(ctx context.Context, kube client.Client, objects ObjectS
 // gather builds the scheduling input from the informer caches.
 func (p *Provisioner) gather(ctx context.Context) (scheduling.Input, map[string]*v1alpha1.NodePool, error) {
 	var input scheduling.Input
-	// Pods, nodes and DaemonSets are the cache's own objects, not copies:
-	// at ten thousand pods the copies were most of a round's cost, and
-	// nothing here or in scheduling writes to them (a node that must look
-	// different is copied first, see withClaimLabels).
+	// Pods, nodes, claims, pools and DaemonSets are the cache's own
+	// objects, not copies: at ten thousand pods the copies were most of a
+	// round's cost, and nothing here or in scheduling writes to them (a
+	// node that must look different is copied first, see withClaimLabels;
+	// a new claim takes nothing of its pool's by reference, see NewClaim).
 	pods, nodes, err := p.podsAndNodes(ctx)
 	if err != nil {
 		return input, nil, err
 	}
 	var claimList v1alpha1.NodeClaimList
-	if err := p.Kube.List(ctx, &claimList); err != nil {
+	if err := p.Kube.List(ctx, &claimList, client.UnsafeDisableDeepCopy); err != nil {
 		return input, nil, fmt.Errorf("listing claims: %w", err)
 	}
 	var poolList v1alpha1.NodePoolList
-	if err := p.Kube.List(ctx, &poolList); err != nil {
+	if err := p.Kube.List(ctx, &poolList, client.UnsafeDisableDeepCopy); err != nil {
 		return input, nil, fmt.Errorf("listing pools: %w", err)
 	}
 	var daemonSets appsv1.DaemonSetList
@@ -591,8 +592,10 @@ func NewClaim(pool *v1alpha1.NodePool, shape scheduling.Shape, requests corev1.R
 			NodePoolRef:   v1alpha1.NodePoolReference{Name: pool.Name},
 			Shape:         claimShape,
 			Requirements:  v1alpha1.NodeClaimRequirements{Resources: requests, NodeSelector: requirements},
-			Taints:        pool.Spec.Template.Taints,
-			StartupTaints: pool.Spec.Template.StartupTaints,
+			// Copies: the create decodes the API server's answer into the
+			// claim, and the pool may be the cache's.
+			Taints:        slices.Clone(pool.Spec.Template.Taints),
+			StartupTaints: slices.Clone(pool.Spec.Template.StartupTaints),
 		},
 	}
 }
