@@ -36,11 +36,11 @@ type snapshot struct {
 	running, pending, claims, nodes int
 	// terminating pods are being deleted; empty nodes run no pod that is
 	// not.
-	terminating, empty int
-	claimsSeen, nodesSeen           int
-	claimWrites                     int
-	perNode, lowerBound             int
-	partlyFilled                    int
+	terminating, empty    int
+	claimsSeen, nodesSeen int
+	claimWrites           int
+	perNode, lowerBound   int
+	partlyFilled          int
 }
 
 func newWatcher(env *testenv.Environment, _ *controller) *watcher {

@@ -589,9 +589,9 @@ func NewClaim(pool *v1alpha1.NodePool, shape scheduling.Shape, requests corev1.R
 			Annotations:  map[string]string{v1alpha1.AnnotationTemplateHash: pool.TemplateHash(claimShape)},
 		},
 		Spec: v1alpha1.NodeClaimSpec{
-			NodePoolRef:   v1alpha1.NodePoolReference{Name: pool.Name},
-			Shape:         claimShape,
-			Requirements:  v1alpha1.NodeClaimRequirements{Resources: requests, NodeSelector: requirements},
+			NodePoolRef:  v1alpha1.NodePoolReference{Name: pool.Name},
+			Shape:        claimShape,
+			Requirements: v1alpha1.NodeClaimRequirements{Resources: requests, NodeSelector: requirements},
 			// Copies: the create decodes the API server's answer into the
 			// claim, and the pool may be the cache's.
 			Taints:        slices.Clone(pool.Spec.Template.Taints),
