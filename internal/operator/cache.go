@@ -20,9 +20,12 @@ import (
 // Every cached object loses its managed fields and kubectl's
 // last-applied-configuration annotation, which nothing here reads and
 // which are often half of what a pod weighs: at ten thousand pods that is
-// most of the controller's memory.
+// most of the controller's memory. Pods and nodes lose more (stripPod,
+// stripNode).
 func CacheOptions(namespace string) cache.Options {
 	return cache.Options{DefaultTransform: stripUnread, ByObject: map[client.Object]cache.ByObject{
+		&corev1.Pod{}:  {Transform: stripPod},
+		&corev1.Node{}: {Transform: stripNode},
 		// Node repair reads the kubelets' heartbeat Leases, and only those.
 		&coordinationv1.Lease{}: {Namespaces: map[string]cache.Config{corev1.NamespaceNodeLease: {}}},
 		&corev1.ConfigMap{}:     {Namespaces: map[string]cache.Config{namespace: {}}},
@@ -47,6 +50,57 @@ func stripUnread(in any) (any, error) {
 	if annotations := object.GetAnnotations(); annotations[corev1.LastAppliedConfigAnnotation] != "" {
 		delete(annotations, corev1.LastAppliedConfigAnnotation)
 		object.SetAnnotations(annotations)
+	}
+	return in, nil
+}
+
+// stripPod keeps of a pod what scheduling, disruption and the claim
+// lifecycle read. Gone are the containers' commands, environment, probes
+// and lifecycle hooks, which no Filter plugin reads and which make up most
+// of a real workload's pod, and of the containers' statuses all but their
+// names, resources (requests resized in place count from there) and
+// terminations (when a finished pod left its node). Nothing here writes a
+// pod back: evictions and deletions name it only.
+func stripPod(in any) (any, error) {
+	in, _ = stripUnread(in)
+	pod, ok := in.(*corev1.Pod)
+	if !ok {
+		return in, nil
+	}
+	for _, containers := range [][]corev1.Container{pod.Spec.InitContainers, pod.Spec.Containers} {
+		for i := range containers {
+			stripContainer(&containers[i])
+		}
+	}
+	for i := range pod.Spec.EphemeralContainers {
+		container := &pod.Spec.EphemeralContainers[i].EphemeralContainerCommon
+		container.Command, container.Args, container.Env, container.EnvFrom = nil, nil, nil, nil
+		container.LivenessProbe, container.ReadinessProbe, container.StartupProbe, container.Lifecycle = nil, nil, nil, nil
+	}
+	for _, statuses := range [][]corev1.ContainerStatus{pod.Status.InitContainerStatuses, pod.Status.ContainerStatuses, pod.Status.EphemeralContainerStatuses} {
+		for i := range statuses {
+			status := &statuses[i]
+			*status = corev1.ContainerStatus{
+				Name: status.Name, Resources: status.Resources, AllocatedResources: status.AllocatedResources,
+				State: corev1.ContainerState{Terminated: status.State.Terminated},
+			}
+		}
+	}
+	return pod, nil
+}
+
+func stripContainer(container *corev1.Container) {
+	container.Command, container.Args, container.Env, container.EnvFrom = nil, nil, nil, nil
+	container.LivenessProbe, container.ReadinessProbe, container.StartupProbe, container.Lifecycle = nil, nil, nil, nil
+}
+
+// stripNode drops the images a kubelet reports its node has pulled (up to
+// 50 names each): only the ImageLocality score reads them, and no score
+// plugin runs here.
+func stripNode(in any) (any, error) {
+	in, _ = stripUnread(in)
+	if node, ok := in.(*corev1.Node); ok {
+		node.Status.Images = nil
 	}
 	return in, nil
 }

@@ -179,6 +179,10 @@ func Setup(ctx context.Context, mgr manager.Manager, opts Options) (*Operator, e
 		if err != nil {
 			return nil, err
 		}
+		departures := clusterstate.NewDepartures(opts.Clock)
+		if err := departures.Watch(ctx, mgr.GetCache()); err != nil {
+			return nil, err
+		}
 		setups = append(setups,
 			&provisioning.Controller{
 				Provisioner: &provisioning.Provisioner{
@@ -193,7 +197,7 @@ func Setup(ctx context.Context, mgr manager.Manager, opts Options) (*Operator, e
 				Kube: mgr.GetClient(), Providers: resolver, Capacity: capacityBackoff,
 				Recorder: recorder(disruption.Name), Clock: opts.Clock,
 				WarmCapacity: warm, Decisions: op.Decisions, DryRun: opts.DryRun,
-				Changes: changes, Objects: objects,
+				Changes: changes, Objects: objects, Departures: departures,
 			},
 			&repair.Controller{Kube: mgr.GetClient(), Recorder: recorder(repair.Name), Clock: opts.Clock},
 		)

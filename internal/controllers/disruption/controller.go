@@ -91,6 +91,10 @@ type Controller struct {
 	// Objects, when set, gives the pods and nodes without listing them;
 	// nil lists them through Kube.
 	Objects provisioning.ObjectSource
+	// Departures, when set, tells when a pod last left a node, so an
+	// emptied node's consolidateAfter clock starts then and not when a
+	// round first sees it empty (clusterstate.Departures).
+	Departures departures
 	// Resync is the longest wait for a change (default 5m).
 	Resync time.Duration
 
@@ -133,6 +137,7 @@ func (c *Controller) SetupWithManager(mgr ctrl.Manager) error {
 	}
 	c.memory = newMemory(memoryBackoff)
 	c.stability = newStability()
+	c.stability.departures = c.Departures
 	c.events = newEventMemo(eventRepeat)
 	c.metricPools = map[string]bool{}
 	return mgr.Add(c)

@@ -62,6 +62,14 @@ func (m *memory) prune(now time.Time) {
 // to, are not taken away at once.
 type stability struct {
 	nodes map[string]podSet
+	// departures, when set, tells when a pod last left a node by the
+	// pod's own timestamps (clusterstate.Departures).
+	departures departures
+}
+
+// departures is what stability needs of clusterstate.Departures.
+type departures interface {
+	LastLeft(node string) (time.Time, bool)
 }
 
 type podSet struct {
@@ -71,6 +79,8 @@ type podSet struct {
 	// they did (to a round's interval), not a guess from timestamps.
 	witnessed bool
 	empty     bool
+	// seen is when a round last looked.
+	seen time.Time
 }
 
 func newStability() *stability { return &stability{nodes: map[string]podSet{}} }
@@ -106,11 +116,28 @@ func (t *stability) observe(node string, pods []*corev1.Pod, initialized, now ti
 		}
 	case previous.hash != hash:
 		since, witnessed = now, true
+		if len(pods) == 0 {
+			since = t.emptiedAt(node, previous.seen, now)
+		}
 	default:
 		since, witnessed = previous.since, previous.witnessed
 	}
-	t.nodes[node] = podSet{hash: hash, since: since, witnessed: witnessed, empty: len(pods) == 0}
+	t.nodes[node] = podSet{hash: hash, since: since, witnessed: witnessed, empty: len(pods) == 0, seen: now}
 	return since
+}
+
+// emptiedAt is when a node a round saw busy at busyAt and sees empty now
+// lost its last pod: when its last pod left by the pod's own timestamps if
+// that falls between the two looks, else now. A departure before busyAt
+// was not the last one, and the last one was not seen.
+func (t *stability) emptiedAt(node string, busyAt, now time.Time) time.Time {
+	if t.departures == nil {
+		return now
+	}
+	if left, ok := t.departures.LastLeft(node); ok && left.After(busyAt) && !left.After(now) {
+		return left
+	}
+	return now
 }
 
 // emptySince is when the node was seen to lose its last pod, if a round

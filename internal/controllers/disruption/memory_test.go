@@ -88,3 +88,34 @@ func TestEventMemo(t *testing.T) {
 		t.Fatal("the event was not repeated after a while")
 	}
 }
+
+type departuresAt map[string]time.Time
+
+func (d departuresAt) LastLeft(node string) (time.Time, bool) {
+	left, ok := d[node]
+	return left, ok
+}
+
+// An emptied node's clock starts when its last pod left, by the pod's own
+// timestamps, not when a round first sees it empty; a departure from
+// before the last look that saw pods cannot be the last one.
+func TestEmptyNodesCountFromTheirLastPodsDeparture(t *testing.T) {
+	start := time.Date(2026, 11, 23, 10, 0, 0, 0, time.UTC)
+	busy := []*corev1.Pod{{ObjectMeta: metav1.ObjectMeta{UID: "a"}}}
+	left := departuresAt{"n": start.Add(3 * time.Second), "stale": start.Add(-time.Minute)}
+	tracker := newStability()
+	tracker.departures = left
+	for _, node := range []string{"n", "stale", "unknown"} {
+		tracker.observe(node, busy, start.Add(-time.Hour), start)
+		tracker.observe(node, nil, start.Add(-time.Hour), start.Add(20*time.Second))
+	}
+	for node, want := range map[string]time.Time{
+		"n":       start.Add(3 * time.Second),
+		"stale":   start.Add(20 * time.Second),
+		"unknown": start.Add(20 * time.Second),
+	} {
+		if since, ok := tracker.emptySince(node); !ok || !since.Equal(want) {
+			t.Errorf("node %s: empty since %s (%t), want %s", node, since, ok, want)
+		}
+	}
+}
