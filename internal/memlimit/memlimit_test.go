@@ -5,14 +5,13 @@ import (
 	"testing"
 )
 
-func TestSoftLeavesRoomForTheBinarysCode(t *testing.T) {
+func TestSoftLeavesATenthOutsideGo(t *testing.T) {
 	for _, tc := range []struct {
 		name            string
 		container, want int64
 	}{
-		{"the chart's default", 1 << 30, 1<<30 - 64<<20},
-		{"200 MiB", 200 << 20, 136 << 20},
-		{"a small container keeps half", 100 << 20, 50 << 20},
+		{"the chart's default", 1 << 30, 966367638},
+		{"200 MiB", 200 << 20, 188743680},
 	} {
 		if got := Soft(tc.container); got != tc.want {
 			t.Errorf("%s: Soft(%d) = %d, want %d", tc.name, tc.container, got, tc.want)
@@ -28,11 +27,11 @@ func TestFromEnv(t *testing.T) {
 		return func(name string) string { return values[name] }
 	}
 	soft, err := FromEnv(env(map[string]string{EnvContainerLimit: "209715200"}))
-	if err != nil || soft != 136<<20 {
-		t.Fatalf("FromEnv(200 MiB) = %d, %v; want %d", soft, err, 136<<20)
+	if err != nil || soft != 188743680 {
+		t.Fatalf("FromEnv(200 MiB) = %d, %v; want 180 MiB", soft, err)
 	}
-	if got := debug.SetMemoryLimit(-1); got != 136<<20 {
-		t.Fatalf("runtime limit = %d after FromEnv, want %d", got, 136<<20)
+	if got := debug.SetMemoryLimit(-1); got != soft {
+		t.Fatalf("runtime limit = %d after FromEnv, want %d", got, soft)
 	}
 
 	debug.SetMemoryLimit(previous)

@@ -1,6 +1,8 @@
 package operator
 
 import (
+	"slices"
+
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -55,12 +57,16 @@ func stripUnread(in any) (any, error) {
 }
 
 // stripPod keeps of a pod what scheduling, disruption and the claim
-// lifecycle read. Gone are the containers' commands, environment, probes
-// and lifecycle hooks, which no Filter plugin reads and which make up most
-// of a real workload's pod, and of the containers' statuses all but their
-// names, resources (requests resized in place count from there) and
-// terminations (when a finished pod left its node). Nothing here writes a
-// pod back: evictions and deletions name it only.
+// lifecycle read. Of its containers: names, resources, ports and restart
+// policies (sidecars), as the kubectl plugin's snapshots keep them;
+// commands, environment, probes, mounts and the rest no Filter plugin
+// reads, and in a real workload they are most of what a pod weighs. Of its
+// volumes: those the volume plugins read (claims, ephemeral, CSI and the
+// in-tree disks), not the ConfigMaps, Secrets, projected service account
+// tokens, downward API and emptyDirs nearly every pod carries. Of its
+// containers' statuses: names, resources (requests resized in place count
+// from there) and terminations (when a finished pod left its node).
+// Nothing here writes a pod back: evictions and deletions name it only.
 func stripPod(in any) (any, error) {
 	in, _ = stripUnread(in)
 	pod, ok := in.(*corev1.Pod)
@@ -69,14 +75,18 @@ func stripPod(in any) (any, error) {
 	}
 	for _, containers := range [][]corev1.Container{pod.Spec.InitContainers, pod.Spec.Containers} {
 		for i := range containers {
-			stripContainer(&containers[i])
+			c := &containers[i]
+			*c = corev1.Container{Name: c.Name, Resources: c.Resources, Ports: c.Ports, RestartPolicy: c.RestartPolicy}
 		}
 	}
 	for i := range pod.Spec.EphemeralContainers {
-		container := &pod.Spec.EphemeralContainers[i].EphemeralContainerCommon
-		container.Command, container.Args, container.Env, container.EnvFrom = nil, nil, nil, nil
-		container.LivenessProbe, container.ReadinessProbe, container.StartupProbe, container.Lifecycle = nil, nil, nil, nil
+		c := &pod.Spec.EphemeralContainers[i].EphemeralContainerCommon
+		*c = corev1.EphemeralContainerCommon{Name: c.Name, Resources: c.Resources, Ports: c.Ports, RestartPolicy: c.RestartPolicy}
 	}
+	pod.Spec.Volumes = slices.DeleteFunc(pod.Spec.Volumes, func(volume corev1.Volume) bool {
+		source := volume.VolumeSource
+		return source.ConfigMap != nil || source.Secret != nil || source.Projected != nil || source.DownwardAPI != nil || source.EmptyDir != nil
+	})
 	for _, statuses := range [][]corev1.ContainerStatus{pod.Status.InitContainerStatuses, pod.Status.ContainerStatuses, pod.Status.EphemeralContainerStatuses} {
 		for i := range statuses {
 			status := &statuses[i]
@@ -87,11 +97,6 @@ func stripPod(in any) (any, error) {
 		}
 	}
 	return pod, nil
-}
-
-func stripContainer(container *corev1.Container) {
-	container.Command, container.Args, container.Env, container.EnvFrom = nil, nil, nil, nil
-	container.LivenessProbe, container.ReadinessProbe, container.StartupProbe, container.Lifecycle = nil, nil, nil, nil
 }
 
 // stripNode drops the images a kubelet reports its node has pulled (up to

@@ -54,6 +54,12 @@ func TestCachedPodsAndNodesKeepWhatSchedulingReads(t *testing.T) {
 			InitContainers: []corev1.Container{container},
 			Containers:     []corev1.Container{container},
 			NodeSelector:   map[string]string{"zone": "a"},
+			Volumes: []corev1.Volume{
+				{Name: "data", VolumeSource: corev1.VolumeSource{PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: "data"}}},
+				{Name: "kube-api-access", VolumeSource: corev1.VolumeSource{Projected: &corev1.ProjectedVolumeSource{}}},
+				{Name: "config", VolumeSource: corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{}}},
+				{Name: "scratch", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}},
+			},
 			Tolerations:    []corev1.Toleration{{Key: "k", Operator: corev1.TolerationOpExists}},
 		},
 		Status: corev1.PodStatus{
@@ -75,12 +81,15 @@ func TestCachedPodsAndNodesKeepWhatSchedulingReads(t *testing.T) {
 		t.Error("managed fields kept")
 	}
 	for _, c := range append(stripped.Spec.InitContainers, stripped.Spec.Containers...) {
-		if c.Command != nil || c.Args != nil || c.Env != nil || c.LivenessProbe != nil || c.ReadinessProbe != nil {
+		if c.Image != "" || c.Command != nil || c.Args != nil || c.Env != nil || c.LivenessProbe != nil || c.ReadinessProbe != nil {
 			t.Errorf("container %s keeps what no filter reads: %+v", c.Name, c)
 		}
 		if !c.Resources.Requests.Cpu().Equal(resource.MustParse("500m")) || len(c.Ports) != 1 || c.Ports[0].HostPort != 8080 {
 			t.Errorf("container %s lost its requests or host port: %+v", c.Name, c)
 		}
+	}
+	if len(stripped.Spec.Volumes) != 1 || stripped.Spec.Volumes[0].PersistentVolumeClaim == nil {
+		t.Errorf("volumes kept: %+v, want only the claim the volume plugins read", stripped.Spec.Volumes)
 	}
 	if len(stripped.Spec.NodeSelector) != 1 || len(stripped.Spec.Tolerations) != 1 || len(stripped.Status.Conditions) != 1 {
 		t.Errorf("the pod lost what scheduling reads: %+v", stripped.Spec)

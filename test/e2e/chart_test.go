@@ -13,6 +13,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/claimscale/claimscale/api/v1alpha1"
+	"github.com/claimscale/claimscale/internal/memlimit"
 	"github.com/claimscale/claimscale/internal/testenv"
 )
 
@@ -34,6 +35,27 @@ func helmTemplate(t *testing.T, args ...string) []*unstructured.Unstructured {
 	objects, err := testenv.DecodeManifests(out)
 	if err != nil {
 		t.Fatalf("helm output: %v", err)
+	}
+	return objects
+}
+
+// kustomize renders a kustomization with the pinned kubectl.
+func kustomize(t *testing.T, dir string) []*unstructured.Unstructured {
+	t.Helper()
+	root, err := testenv.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var stderr bytes.Buffer
+	cmd := exec.Command(filepath.Join(root, "bin", "kubectl"), "kustomize", dir)
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("kubectl kustomize %s: %v\n%s", dir, err, stderr.String())
+	}
+	objects, err := testenv.DecodeManifests(out)
+	if err != nil {
+		t.Fatalf("kustomize output: %v", err)
 	}
 	return objects
 }
@@ -156,13 +178,7 @@ func TestKustomizeInstallIsAccepted(t *testing.T) {
 	g := NewWithT(t)
 	root, err := testenv.RepoRoot()
 	g.Expect(err).NotTo(HaveOccurred())
-	var stderr bytes.Buffer
-	cmd := exec.Command(filepath.Join(root, "bin", "kubectl"), "kustomize", filepath.Join(root, "config", "default"))
-	cmd.Stderr = &stderr
-	out, err := cmd.Output()
-	g.Expect(err).NotTo(HaveOccurred(), stderr.String())
-	objects, err := testenv.DecodeManifests(out)
-	g.Expect(err).NotTo(HaveOccurred())
+	objects := kustomize(t, filepath.Join(root, "config", "default"))
 	kinds := map[string]int{}
 	for _, object := range objects {
 		kinds[object.GetKind()]++
@@ -178,4 +194,37 @@ func TestKustomizeInstallIsAccepted(t *testing.T) {
 		"CustomResourceDefinition": 3, "Namespace": 1, "ServiceAccount": 1, "ClusterRole": 2, "ClusterRoleBinding": 1,
 		"Role": 5, "RoleBinding": 5, "Deployment": 1, "Service": 1,
 	}))
+}
+
+// The controller sets Go's memory limit from the container's (see
+// internal/memlimit): both installs must hand it over, or a controller
+// near its limit is killed instead of collecting harder.
+func TestChartAndKustomizeHandTheContainersMemoryLimitToTheController(t *testing.T) {
+	g := NewWithT(t)
+	root, err := testenv.RepoRoot()
+	g.Expect(err).NotTo(HaveOccurred())
+	kustomized := kustomize(t, filepath.Join(root, "config", "default"))
+	for install, objects := range map[string][]*unstructured.Unstructured{"chart": helmTemplate(t), "kustomize": kustomized} {
+		found := false
+		for _, object := range objects {
+			if object.GetKind() != "Deployment" {
+				continue
+			}
+			containers, _, _ := unstructured.NestedSlice(object.Object, "spec", "template", "spec", "containers")
+			for _, container := range containers {
+				container := container.(map[string]any)
+				env, _, _ := unstructured.NestedSlice(container, "env")
+				for _, variable := range env {
+					variable := variable.(map[string]any)
+					if variable["name"] != memlimit.EnvContainerLimit {
+						continue
+					}
+					ref, _, _ := unstructured.NestedStringMap(variable, "valueFrom", "resourceFieldRef")
+					g.Expect(ref).To(Equal(map[string]string{"containerName": container["name"].(string), "resource": "limits.memory"}), install)
+					found = true
+				}
+			}
+		}
+		g.Expect(found).To(BeTrue(), "%s: no container is handed %s", install, memlimit.EnvContainerLimit)
+	}
 }

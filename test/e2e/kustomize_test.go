@@ -1,10 +1,8 @@
 package e2e
 
 import (
-	"bytes"
 	"context"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"testing"
 	"time"
@@ -31,13 +29,7 @@ func TestKustomizeClusterAPIComponentGrantsMachines(t *testing.T) {
 	g.Expect(os.WriteFile(filepath.Join(overlay, "kustomization.yaml"), []byte(
 		"resources:\n  - "+filepath.Join(relative, "config", "default")+"\n"+
 			"components:\n  - "+filepath.Join(relative, "config", "components", "clusterapi")+"\n"), 0o600)).To(Succeed())
-	var stderr bytes.Buffer
-	cmd := exec.Command(filepath.Join(root, "bin", "kubectl"), "kustomize", overlay)
-	cmd.Stderr = &stderr
-	out, err := cmd.Output()
-	g.Expect(err).NotTo(HaveOccurred(), stderr.String())
-	objects, err := testenv.DecodeManifests(out)
-	g.Expect(err).NotTo(HaveOccurred())
+	objects := kustomize(t, overlay)
 
 	serviceAccount := ""
 	for _, object := range objects {
