@@ -60,7 +60,7 @@ func TestCachedPodsAndNodesKeepWhatSchedulingReads(t *testing.T) {
 				{Name: "config", VolumeSource: corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{}}},
 				{Name: "scratch", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}},
 			},
-			Tolerations:    []corev1.Toleration{{Key: "k", Operator: corev1.TolerationOpExists}},
+			Tolerations: []corev1.Toleration{{Key: "k", Operator: corev1.TolerationOpExists}},
 		},
 		Status: corev1.PodStatus{
 			Conditions: []corev1.PodCondition{{Type: corev1.PodScheduled, Status: corev1.ConditionTrue}},

@@ -431,7 +431,7 @@ func (c *Controller) patchStatuses(ctx context.Context, writes []statusWrite, fa
 	wg.Wait()
 }
 
-// emptySince is when the round saw the node lose its last pod, if it did.
+// emptySince is when the node lost its last pod, if a round saw it happen.
 func (c *Controller) emptySince(node string) (time.Time, bool) {
 	return c.stability.emptySince(node)
 }

@@ -73,8 +73,8 @@ type round struct {
 // newRound classifies the candidates. stableSince is when each node's pods
 // last changed (or it was initialized, if later).
 //
-// emptySince says when a round saw a node lose its last pod; nil when
-// only the claims' Empty conditions count.
+// emptySince says when a node lost its last pod (stability.emptySince);
+// nil when only the claims' Empty conditions count.
 func newRound(s *state, candidates []*candidate, ledger *ledger, stableSince map[string]time.Time, emptySince func(node string) (time.Time, bool), memory *memory) *round {
 	r := &round{s: s, ledger: ledger, memory: memory, eligible: map[string]map[v1alpha1.DisruptionReason]int{}}
 	for _, c := range candidates {

@@ -59,8 +59,8 @@ func (r *round) waitForConsolidateAfter(c *candidate, what string, since time.Ti
 		what, since.UTC().Format(time.RFC3339), after, (after-r.s.now.Sub(since)).Round(time.Second)))
 }
 
-// emptySinceOf is when a round saw the node empty out, else when its
-// claim's Empty condition became true, else zero.
+// emptySinceOf is when the node emptied (stability.emptySince), else when
+// its claim's Empty condition became true, else zero.
 func emptySinceOf(c *candidate, empty *metav1.Condition, emptySince func(node string) (time.Time, bool)) time.Time {
 	if emptySince != nil {
 		if since, ok := emptySince(c.node.Name); ok {

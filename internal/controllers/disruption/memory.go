@@ -140,8 +140,9 @@ func (t *stability) emptiedAt(node string, busyAt, now time.Time) time.Time {
 	return now
 }
 
-// emptySince is when the node was seen to lose its last pod, if a round
-// saw that happen. The consolidateAfter clock of an empty node starts
+// emptySince is when the node lost its last pod (by the pod's own
+// timestamps when they are known, see emptiedAt), if a round saw it busy
+// and then empty. The consolidateAfter clock of an empty node starts
 // there, not when its claim's Empty condition is finally written, which
 // in a large cluster may be many writes later.
 func (t *stability) emptySince(node string) (time.Time, bool) {
