@@ -204,7 +204,7 @@ func TestChartAndKustomizeHandTheContainersMemoryLimitToTheController(t *testing
 	root, err := testenv.RepoRoot()
 	g.Expect(err).NotTo(HaveOccurred())
 	kustomized := kustomize(t, filepath.Join(root, "config", "default"))
-	for install, objects := range map[string][]*unstructured.Unstructured{"chart": helmTemplate(t), "kustomize": kustomized} {
+	for install, objects := range map[string][]*unstructured.Unstructured{"chart": helmTemplate(t, "--set", "clusterName=x"), "kustomize": kustomized} {
 		found := false
 		for _, object := range objects {
 			if object.GetKind() != "Deployment" {
