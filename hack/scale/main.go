@@ -50,6 +50,7 @@ type options struct {
 	nodeStatusReport          time.Duration
 	timeout                   time.Duration
 	controllerFlags           string
+	controllerEnv             string
 	controllerPath            string
 	memoryLimit               string
 	keepLogs                  bool
@@ -71,6 +72,7 @@ func main() {
 	flag.DurationVar(&opts.timeout, "timeout", 30*time.Minute, "give up after this long")
 	flag.StringVar(&opts.controllerPath, "controller", "bin/claimscale", "the controller binary, relative to the repository root (another build, to compare)")
 	flag.StringVar(&opts.controllerFlags, "controller-flags", "", "more flags for bin/claimscale, space-separated")
+	flag.StringVar(&opts.controllerEnv, "controller-env", "", "more environment for bin/claimscale only (not the control plane), NAME=value space-separated, e.g. GOGC=50")
 	flag.StringVar(&opts.memoryLimit, "memory-limit", "", "run the controller as the chart does under resources.limits.memory of this size (e.g. 200Mi): handed over as the chart hands it, the controller sets its Go memory limit from it; empty: no limit")
 	flag.BoolVar(&opts.keepLogs, "keep-logs", true, "keep the controller's log file")
 	flag.Parse()
@@ -392,6 +394,7 @@ func startController(ctx context.Context, root, kubeconfig string, opts options)
 		path = filepath.Join(root, path)
 	}
 	c.cmd = exec.CommandContext(ctx, path, args...)
+	c.cmd.Env = append(os.Environ(), strings.Fields(opts.controllerEnv)...)
 	if opts.memoryLimit != "" {
 		// What the chart's resourceFieldRef hands the container: the
 		// limit in bytes.
@@ -399,7 +402,7 @@ func startController(ctx context.Context, root, kubeconfig string, opts options)
 		if err != nil {
 			return nil, fmt.Errorf("-memory-limit: %w", err)
 		}
-		c.cmd.Env = append(os.Environ(), memlimit.EnvContainerLimit+"="+strconv.FormatInt(limit.Value(), 10))
+		c.cmd.Env = append(c.cmd.Env, memlimit.EnvContainerLimit+"="+strconv.FormatInt(limit.Value(), 10))
 	}
 	c.cmd.Stdout, c.cmd.Stderr = logFile, logFile
 	c.cmd.Cancel = func() error { return c.cmd.Process.Signal(os.Interrupt) }
@@ -571,6 +574,9 @@ func (r *result) print(out io.Writer) {
 		r.opts.shapeCPU, r.opts.shapeMemory, r.opts.consolidateAfter, r.opts.budget)
 	if r.opts.memoryLimit != "" {
 		fmt.Fprintf(out, "controller under a %s memory limit (handed over as the chart does)\n\n", r.opts.memoryLimit)
+	}
+	if r.opts.controllerEnv != "" {
+		fmt.Fprintf(out, "controller environment: %s\n\n", r.opts.controllerEnv)
 	}
 	w := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(w, "| figure\t| value\t|")
