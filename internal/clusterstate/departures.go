@@ -63,10 +63,7 @@ func (d *Departures) Watch(ctx context.Context, informers cache.Informers) error
 	}
 	if _, err := nodes.AddEventHandler(toolscache.ResourceEventHandlerFuncs{
 		DeleteFunc: func(obj any) {
-			if tombstone, ok := obj.(toolscache.DeletedFinalStateUnknown); ok {
-				obj = tombstone.Obj
-			}
-			if node, ok := obj.(*corev1.Node); ok {
+			if node, ok := withoutTombstone(obj).(*corev1.Node); ok {
 				d.mu.Lock()
 				delete(d.last, node.Name)
 				d.mu.Unlock()
@@ -90,10 +87,7 @@ func (d *Departures) updated(old, updated any) {
 // deleted notes a pod that went without first being seen to leave (a
 // forced deletion, or a watch that missed the update).
 func (d *Departures) deleted(obj any) {
-	if tombstone, ok := obj.(toolscache.DeletedFinalStateUnknown); ok {
-		obj = tombstone.Obj
-	}
-	pod, ok := obj.(*corev1.Pod)
+	pod, ok := withoutTombstone(obj).(*corev1.Pod)
 	if !ok || pod.Spec.NodeName == "" || !keepsNodeBusy(pod) {
 		return
 	}
@@ -142,4 +136,13 @@ func (d *Departures) leftAt(pod *corev1.Pod) time.Time {
 		return now
 	}
 	return at
+}
+
+// withoutTombstone is the object a deletion event is about, also when the
+// watch missed the deletion and the informer hands over its last state.
+func withoutTombstone(obj any) any {
+	if tombstone, ok := obj.(toolscache.DeletedFinalStateUnknown); ok {
+		return tombstone.Obj
+	}
+	return obj
 }

@@ -259,6 +259,9 @@ func (e *Environment) startExtras(opts Options, binDir string) error {
 // of the pinned kwok) that writes a Node's status over and over.
 const kwokHeartbeatStage = "  name: node-heartbeat\n"
 
+// kwokHeartbeatDelay is the heartbeat stage's delay.
+var kwokHeartbeatDelay = regexp.MustCompile(`(?m)^    durationMilliseconds: \d+\n    jitterDurationMilliseconds: \d+$`)
+
 // stagesReportingEvery writes a copy of kwok's stages whose node-heartbeat
 // stage writes a Node's status every interval (jittered by a tenth).
 func (e *Environment) stagesReportingEvery(path string, interval time.Duration) (string, error) {
@@ -272,11 +275,10 @@ func (e *Environment) stagesReportingEvery(path string, interval time.Duration) 
 		if !strings.Contains(document, kwokHeartbeatStage) {
 			continue
 		}
-		delay := regexp.MustCompile(`(?m)^    durationMilliseconds: \d+\n    jitterDurationMilliseconds: \d+$`)
-		if !delay.MatchString(document) {
+		if !kwokHeartbeatDelay.MatchString(document) {
 			return "", errors.New("kwok's node-heartbeat stage has no delay to change")
 		}
-		documents[i] = delay.ReplaceAllString(document, fmt.Sprintf("    durationMilliseconds: %d\n    jitterDurationMilliseconds: %d",
+		documents[i] = kwokHeartbeatDelay.ReplaceAllString(document, fmt.Sprintf("    durationMilliseconds: %d\n    jitterDurationMilliseconds: %d",
 			interval.Milliseconds(), (interval+interval/10).Milliseconds()))
 		found = true
 	}

@@ -24,38 +24,32 @@ func helmTemplate(t *testing.T, args ...string) []*unstructured.Unstructured {
 	if err != nil {
 		t.Fatal(err)
 	}
-	command := append([]string{"template", "claimscale", filepath.Join(root, "charts", "claimscale"), "--namespace", controllerNamespace}, args...)
-	var stderr bytes.Buffer
-	cmd := exec.Command(filepath.Join(root, "bin", "helm"), command...)
-	cmd.Stderr = &stderr
-	out, err := cmd.Output()
-	if err != nil {
-		t.Fatalf("helm %v: %v\n%s", command, err, stderr.String())
-	}
-	objects, err := testenv.DecodeManifests(out)
-	if err != nil {
-		t.Fatalf("helm output: %v", err)
-	}
-	return objects
+	return render(t, "helm", append([]string{"template", "claimscale", filepath.Join(root, "charts", "claimscale"), "--namespace", controllerNamespace}, args...)...)
 }
 
 // kustomize renders a kustomization with the pinned kubectl.
 func kustomize(t *testing.T, dir string) []*unstructured.Unstructured {
+	t.Helper()
+	return render(t, "kubectl", "kustomize", dir)
+}
+
+// render runs a pinned tool of bin/ and decodes the manifests it prints.
+func render(t *testing.T, tool string, args ...string) []*unstructured.Unstructured {
 	t.Helper()
 	root, err := testenv.RepoRoot()
 	if err != nil {
 		t.Fatal(err)
 	}
 	var stderr bytes.Buffer
-	cmd := exec.Command(filepath.Join(root, "bin", "kubectl"), "kustomize", dir)
+	cmd := exec.Command(filepath.Join(root, "bin", tool), args...)
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()
 	if err != nil {
-		t.Fatalf("kubectl kustomize %s: %v\n%s", dir, err, stderr.String())
+		t.Fatalf("%s %v: %v\n%s", tool, args, err, stderr.String())
 	}
 	objects, err := testenv.DecodeManifests(out)
 	if err != nil {
-		t.Fatalf("kustomize output: %v", err)
+		t.Fatalf("%s output: %v", tool, err)
 	}
 	return objects
 }

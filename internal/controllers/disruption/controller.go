@@ -418,7 +418,7 @@ func (c *Controller) patchStatuses(ctx context.Context, writes []statusWrite, fa
 		go func() {
 			defer wg.Done()
 			for w := range work {
-				if err := c.patchStatus(ctx, w.stored, w.claim); err != nil {
+				if err := c.patchStatus(ctx, w); err != nil {
 					log.FromContext(ctx).V(1).Info(failed, "nodeClaim", w.claim.Name, "error", err.Error())
 				}
 			}
@@ -535,17 +535,14 @@ func (c *Controller) orchestrate(ctx context.Context, s *state) (bool, error) {
 			s.now.Sub(marked.LastTransitionTime.Time) < staleMark {
 			continue
 		}
-		write, changed := c.statusChange(s, claim, func(claim *v1alpha1.NodeClaim) {
+		changed, err := c.writeStatus(ctx, s, claim, func(claim *v1alpha1.NodeClaim) {
 			c.setCondition(claim, v1alpha1.ConditionDisrupting, metav1.ConditionFalse, "Cancelled", "nothing replaces or deletes the claim any more")
 		})
-		if !changed {
-			continue
-		}
-		if err := c.patchStatus(ctx, write.stored, write.claim); err != nil {
+		if err != nil {
 			log.FromContext(ctx).V(1).Info("releasing a stale mark failed", "nodeClaim", claim.Name, "error", err.Error())
 			continue
 		}
-		acted = true
+		acted = acted || changed
 	}
 	return acted, nil
 }
@@ -585,13 +582,10 @@ func (c *Controller) cancel(ctx context.Context, s *state, group *replacementGro
 	log.FromContext(ctx).Info("replacement cancelled", "nodeClaims", claimNames(live), "reason", group.reason, "why", why)
 	incDecision(group.reason, "cancel", len(live))
 	for _, old := range live {
-		write, changed := c.statusChange(s, old, func(claim *v1alpha1.NodeClaim) {
+		if _, err := c.writeStatus(ctx, s, old, func(claim *v1alpha1.NodeClaim) {
 			c.setCondition(claim, v1alpha1.ConditionDisrupting, metav1.ConditionFalse, "Cancelled", why)
-		})
-		if changed {
-			if err := c.patchStatus(ctx, write.stored, write.claim); err != nil {
-				log.FromContext(ctx).V(1).Info("releasing a claim failed", "nodeClaim", old.Name, "error", err.Error())
-			}
+		}); err != nil {
+			log.FromContext(ctx).V(1).Info("releasing a claim failed", "nodeClaim", old.Name, "error", err.Error())
 		}
 		c.eventf(old, s.nodes[old.Status.NodeName], corev1.EventTypeNormal, "DisruptionCancelled", "Disrupt", "not replaced after all: "+why)
 	}
@@ -727,16 +721,12 @@ func (c *Controller) execute(ctx context.Context, s *state, cmd *command) error 
 // Consolidatable), before it is deleted: termination reads the reason. It
 // says whether the claim is marked.
 func (c *Controller) mark(ctx context.Context, s *state, claim *v1alpha1.NodeClaim, reason v1alpha1.DisruptionReason, message string) bool {
-	write, changed := c.statusChange(s, claim, func(claim *v1alpha1.NodeClaim) {
+	if _, err := c.writeStatus(ctx, s, claim, func(claim *v1alpha1.NodeClaim) {
 		c.setCondition(claim, v1alpha1.ConditionDisrupting, metav1.ConditionTrue, string(reason), message)
 		if reason == v1alpha1.DisruptionReasonUnderutilized {
 			c.setCondition(claim, v1alpha1.ConditionConsolidatable, metav1.ConditionTrue, v1alpha1.ConsolidatableReasonConsolidating, message)
 		}
-	})
-	if !changed {
-		return true
-	}
-	if err := c.patchStatus(ctx, write.stored, write.claim); err != nil {
+	}); err != nil {
 		log.FromContext(ctx).Info("marking a claim for disruption failed; deciding again next round", "nodeClaim", claim.Name, "error", err.Error())
 		return false
 	}
@@ -842,20 +832,28 @@ func (c *Controller) annotate(ctx context.Context, s *state, claim *v1alpha1.Nod
 	return nil
 }
 
-// patchStatus writes the claim's status when it changed; claim is the
-// round's own copy (statusChange), stored what the cache had. Other controllers
-// write other conditions of the same list; the optimistic lock makes a
-// concurrent write fail (and the next round try again) instead of erasing
-// theirs.
-func (c *Controller) patchStatus(ctx context.Context, stored, claim *v1alpha1.NodeClaim) error {
-	if slices.Equal(stored.Status.Conditions, claim.Status.Conditions) {
-		return nil
+// writeStatus applies change to the claim's conditions and, if that
+// changed them, writes them at once (statusChange, patchStatus). It says
+// whether there was anything to write.
+func (c *Controller) writeStatus(ctx context.Context, s *state, claim *v1alpha1.NodeClaim, change func(*v1alpha1.NodeClaim)) (bool, error) {
+	write, changed := c.statusChange(s, claim, change)
+	if !changed {
+		return false, nil
 	}
+	return true, c.patchStatus(ctx, write)
+}
+
+// patchStatus writes a change statusChange worked out: the round's own
+// copy of the claim, against the claim as it was before the change. Other
+// controllers write other conditions of the same list; the optimistic lock
+// makes a concurrent write fail (and the next round try again) instead of
+// erasing theirs. A failed write leaves the round's copy as it was.
+func (c *Controller) patchStatus(ctx context.Context, w statusWrite) error {
 	c.writes.Add(1)
-	patch := client.MergeFromWithOptions(stored, client.MergeFromWithOptimisticLock{})
-	if err := c.Kube.Status().Patch(ctx, claim, patch); err != nil {
-		*claim = *stored
-		return fmt.Errorf("writing status of claim %s: %w", claim.Name, err)
+	patch := client.MergeFromWithOptions(w.stored, client.MergeFromWithOptimisticLock{})
+	if err := c.Kube.Status().Patch(ctx, w.claim, patch); err != nil {
+		*w.claim = *w.stored
+		return fmt.Errorf("writing status of claim %s: %w", w.claim.Name, err)
 	}
 	return nil
 }
