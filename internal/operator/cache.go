@@ -25,8 +25,9 @@ import (
 // most of the controller's memory. Pods and nodes lose more (stripPod,
 // stripNode).
 func CacheOptions(namespace string) cache.Options {
+	pods := &sharedParts{}
 	return cache.Options{DefaultTransform: stripUnread, ByObject: map[client.Object]cache.ByObject{
-		&corev1.Pod{}:  {Transform: stripPod},
+		&corev1.Pod{}:  {Transform: pods.transform},
 		&corev1.Node{}: {Transform: stripNode},
 		// Node repair reads the kubelets' heartbeat Leases, and only those.
 		&coordinationv1.Lease{}: {Namespaces: map[string]cache.Config{corev1.NamespaceNodeLease: {}}},
@@ -65,7 +66,12 @@ func stripUnread(in any) (any, error) {
 // in-tree disks), not the ConfigMaps, Secrets, projected service account
 // tokens, downward API and emptyDirs nearly every pod carries. Of its
 // containers' statuses: names, resources (requests resized in place count
-// from there) and terminations (when a finished pod left its node).
+// from there) and terminations (when a finished pod left its node). Of its
+// conditions: all but the four readiness ones the kubelet writes (Ready,
+// ContainersReady, Initialized, PodReadyToStartContainers), which nothing
+// here reads; PodScheduled (pending, bound when) and the resize conditions
+// the scheduler's resource accounting reads stay. Its IPs, start time and
+// security context go too.
 // Nothing here writes a pod back: evictions and deletions name it only.
 func stripPod(in any) (any, error) {
 	in, _ = stripUnread(in)
@@ -73,12 +79,8 @@ func stripPod(in any) (any, error) {
 	if !ok {
 		return in, nil
 	}
-	for _, containers := range [][]corev1.Container{pod.Spec.InitContainers, pod.Spec.Containers} {
-		for i := range containers {
-			c := &containers[i]
-			*c = corev1.Container{Name: c.Name, Resources: c.Resources, Ports: c.Ports, RestartPolicy: c.RestartPolicy}
-		}
-	}
+	pod.Spec.InitContainers = strippedContainers(pod.Spec.InitContainers)
+	pod.Spec.Containers = strippedContainers(pod.Spec.Containers)
 	for i := range pod.Spec.EphemeralContainers {
 		c := &pod.Spec.EphemeralContainers[i].EphemeralContainerCommon
 		*c = corev1.EphemeralContainerCommon{Name: c.Name, Resources: c.Resources, Ports: c.Ports, RestartPolicy: c.RestartPolicy}
@@ -87,6 +89,10 @@ func stripPod(in any) (any, error) {
 		source := volume.VolumeSource
 		return source.ConfigMap != nil || source.Secret != nil || source.Projected != nil || source.DownwardAPI != nil || source.EmptyDir != nil
 	})
+	if len(pod.Spec.Volumes) == 0 {
+		pod.Spec.Volumes = nil
+	}
+	pod.Spec.SecurityContext = nil
 	for _, statuses := range [][]corev1.ContainerStatus{pod.Status.InitContainerStatuses, pod.Status.ContainerStatuses, pod.Status.EphemeralContainerStatuses} {
 		for i := range statuses {
 			status := &statuses[i]
@@ -96,7 +102,40 @@ func stripPod(in any) (any, error) {
 			}
 		}
 	}
+	pod.Status.Conditions = slices.DeleteFunc(pod.Status.Conditions, func(condition corev1.PodCondition) bool {
+		switch condition.Type {
+		case corev1.PodReady, corev1.ContainersReady, corev1.PodInitialized, corev1.PodReadyToStartContainers:
+			return true
+		}
+		return false
+	})
+	pod.Status.HostIP, pod.Status.HostIPs, pod.Status.PodIP, pod.Status.PodIPs = "", nil, "", nil
+	pod.Status.StartTime = nil
 	return pod, nil
+}
+
+// strippedContainers keeps of each container what scheduling reads, in a
+// slice of its own: the decoded one, sized for whole containers, is left
+// to the collector.
+func strippedContainers(containers []corev1.Container) []corev1.Container {
+	if len(containers) == 0 {
+		return nil
+	}
+	stripped := make([]corev1.Container, len(containers))
+	for i, c := range containers {
+		stripped[i] = corev1.Container{Name: c.Name, Resources: c.Resources, Ports: c.Ports, RestartPolicy: c.RestartPolicy}
+	}
+	return stripped
+}
+
+// transform strips a pod about to be cached and shares its common parts
+// with the pods cached before it.
+func (p *sharedParts) transform(in any) (any, error) {
+	in, _ = stripPod(in)
+	if pod, ok := in.(*corev1.Pod); ok {
+		p.pod(pod)
+	}
+	return in, nil
 }
 
 // stripNode drops the images a kubelet reports its node has pulled (up to

@@ -473,9 +473,9 @@ func sameClass(a, b *corev1.Pod) bool {
 	if !mapsEqual(sa.NodeSelector, sb.NodeSelector) ||
 		corev1helpers.PodPriority(a) != corev1helpers.PodPriority(b) ||
 		sa.HostNetwork != sb.HostNetwork ||
-		!(sa.Affinity == nil && sb.Affinity == nil || reflect.DeepEqual(sa.Affinity, sb.Affinity)) ||
-		!(len(sa.Tolerations) == 0 && len(sb.Tolerations) == 0 || reflect.DeepEqual(sa.Tolerations, sb.Tolerations)) ||
-		!(len(sa.TopologySpreadConstraints) == 0 && len(sb.TopologySpreadConstraints) == 0 ||
+		!(sa.Affinity == sb.Affinity || reflect.DeepEqual(sa.Affinity, sb.Affinity)) ||
+		!(sameSlice(sa.Tolerations, sb.Tolerations) || reflect.DeepEqual(sa.Tolerations, sb.Tolerations)) ||
+		!(sameSlice(sa.TopologySpreadConstraints, sb.TopologySpreadConstraints) ||
 			reflect.DeepEqual(sa.TopologySpreadConstraints, sb.TopologySpreadConstraints)) ||
 		!(len(sa.ResourceClaims) == 0 && len(sb.ResourceClaims) == 0 || reflect.DeepEqual(sa.ResourceClaims, sb.ResourceClaims)) ||
 		!resourceListsEqual(sa.Overhead, sb.Overhead) {
@@ -491,9 +491,25 @@ func sameClass(a, b *corev1.Pod) bool {
 	return volumesEqual(sa.Volumes, sb.Volumes) && statusResourcesEqual(a, b)
 }
 
+// sameSlice says whether two slices are one: empty both, or the same
+// elements. The informer's cache lets the pods of one ReplicaSet share
+// their containers, tolerations and labels, so comparing two of them is
+// mostly comparing pointers.
+func sameSlice[T any](a, b []T) bool {
+	return len(a) == len(b) && (len(a) == 0 || &a[0] == &b[0])
+}
+
+// sameMap says whether two maps are one (or both empty).
+func sameMap[M ~map[K]V, K comparable, V any](a, b M) bool {
+	return len(a) == len(b) && (len(a) == 0 || reflect.ValueOf(a).UnsafePointer() == reflect.ValueOf(b).UnsafePointer())
+}
+
 func mapsEqual(a, b map[string]string) bool {
 	if len(a) != len(b) {
 		return false
+	}
+	if sameMap(a, b) {
+		return true
 	}
 	for k, v := range a {
 		if w, ok := b[k]; !ok || w != v {
@@ -512,7 +528,7 @@ func resourceListsEqual(a, b corev1.ResourceList) bool {
 	if len(a) != len(b) {
 		return false
 	}
-	if len(a) == 0 {
+	if sameMap(a, b) {
 		return true
 	}
 	found := 0
@@ -546,6 +562,9 @@ func requirementsEqual(a, b corev1.ResourceRequirements) bool {
 func containersEqual(a, b []corev1.Container) bool {
 	if len(a) != len(b) {
 		return false
+	}
+	if sameSlice(a, b) {
+		return true
 	}
 	for i := range a {
 		ca, cb := &a[i], &b[i]

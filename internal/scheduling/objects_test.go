@@ -2,6 +2,8 @@ package scheduling
 
 import (
 	"fmt"
+	"slices"
+	"testing"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -246,5 +248,28 @@ func daemonSet(name, cpu, mem string) *appsv1.DaemonSet {
 				}},
 			}}},
 		}},
+	}
+}
+
+// Pods whose parts the informer's cache shares compare by pointer; a
+// shorter slice over the same elements, or another map, is still compared
+// by content.
+func TestSameClassTakesSharedPartsAsEqual(t *testing.T) {
+	tolerations := []corev1.Toleration{{Key: "a", Operator: corev1.TolerationOpExists}, {Key: "b", Operator: corev1.TolerationOpExists}}
+	first, second := pod("web-1", "1", "1Gi", owner("web")), pod("web-2", "1", "1Gi", owner("web"))
+	second.Labels, second.Spec.Containers = first.Labels, first.Spec.Containers
+	first.Spec.Tolerations, second.Spec.Tolerations = tolerations, tolerations
+	if !sameClass(first, second) {
+		t.Fatal("two pods sharing their parts are of different classes")
+	}
+	second.Spec.Tolerations = tolerations[:1]
+	if sameClass(first, second) {
+		t.Error("a pod tolerating less, over the same elements, is of the same class")
+	}
+	second.Spec.Tolerations = tolerations
+	second.Spec.Containers = slices.Clone(first.Spec.Containers)
+	second.Spec.Containers[0].Resources.Requests = corev1.ResourceList{corev1.ResourceCPU: q("2"), corev1.ResourceMemory: q("1Gi")}
+	if sameClass(first, second) {
+		t.Error("a pod requesting more in a container of its own is of the same class")
 	}
 }

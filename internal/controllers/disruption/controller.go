@@ -666,9 +666,10 @@ func (c *Controller) execute(ctx context.Context, s *state, cmd *command) error 
 		// cache, would spread them over many seconds.
 		work := make(chan *candidate)
 		var (
-			wg   sync.WaitGroup
-			mu   sync.Mutex
-			errs []error
+			wg      sync.WaitGroup
+			mu      sync.Mutex
+			errs    []error
+			deleted []*v1alpha1.NodeClaim
 		)
 		for range min(parallelStatusWrites, len(cmd.candidates)) {
 			wg.Add(1)
@@ -680,11 +681,14 @@ func (c *Controller) execute(ctx context.Context, s *state, cmd *command) error 
 					}
 					logger.Info("deleting node", "reason", cmd.reason, "nodeClaim", candidate.claim.Name, "node", candidate.node.Name, "why", cmd.message)
 					c.eventf(candidate.claim, candidate.node, corev1.EventTypeNormal, "Disrupting", "Disrupt", "deleting: "+cmd.message)
-					if err := c.delete(ctx, candidate.claim); err != nil {
-						mu.Lock()
+					err := c.deleteClaim(ctx, candidate.claim)
+					mu.Lock()
+					if err != nil {
 						errs = append(errs, err)
-						mu.Unlock()
+					} else {
+						deleted = append(deleted, candidate.claim)
 					}
+					mu.Unlock()
 				}
 			}()
 		}
@@ -693,7 +697,10 @@ func (c *Controller) execute(ctx context.Context, s *state, cmd *command) error 
 		}
 		close(work)
 		wg.Wait()
-		return errors.Join(errs...)
+		// Waiting for the cache once all are deleted, not after each
+		// deletion, keeps the writers writing: on a busy API server the
+		// watch runs a second or more behind.
+		return errors.Join(append(errs, c.waitForDeletions(ctx, deleted))...)
 	}
 	olds := strings.Join(cmd.names(), ",")
 	var made []string
@@ -737,14 +744,38 @@ func (c *Controller) mark(ctx context.Context, s *state, claim *v1alpha1.NodeCla
 // round counts disrupting claims from the cache, and would count one too
 // few and go over the budget.
 func (c *Controller) delete(ctx context.Context, claim *v1alpha1.NodeClaim) error {
+	if err := c.deleteClaim(ctx, claim); err != nil {
+		return err
+	}
+	return c.waitForDeletions(ctx, []*v1alpha1.NodeClaim{claim})
+}
+
+// deleteClaim asks the API server to delete a claim; its lifecycle does
+// the rest behind the termination finalizer.
+func (c *Controller) deleteClaim(ctx context.Context, claim *v1alpha1.NodeClaim) error {
 	c.writes.Add(1)
 	if err := c.Kube.Delete(ctx, claim); client.IgnoreNotFound(err) != nil {
 		return fmt.Errorf("deleting claim %s: %w", claim.Name, err)
 	}
+	return nil
+}
+
+// waitForDeletions waits until the cache has seen every claim deleted (or
+// gone), for at most cacheWait.
+func (c *Controller) waitForDeletions(ctx context.Context, claims []*v1alpha1.NodeClaim) error {
 	return wait.PollUntilContextTimeout(ctx, 20*time.Millisecond, cacheWait, true, func(ctx context.Context) (bool, error) {
-		var cached v1alpha1.NodeClaim
-		err := c.Kube.Get(ctx, client.ObjectKeyFromObject(claim), &cached)
-		return err != nil || !cached.DeletionTimestamp.IsZero(), client.IgnoreNotFound(err)
+		for len(claims) > 0 {
+			var cached v1alpha1.NodeClaim
+			err := c.Kube.Get(ctx, client.ObjectKeyFromObject(claims[0]), &cached)
+			if client.IgnoreNotFound(err) != nil {
+				return false, err
+			}
+			if err == nil && cached.DeletionTimestamp.IsZero() {
+				return false, nil
+			}
+			claims = claims[1:]
+		}
+		return true, nil
 	})
 }
 

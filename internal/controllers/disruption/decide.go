@@ -233,15 +233,16 @@ func (r *round) emptiness(ctx context.Context) (*command, error) {
 			r.holdForBudget(c, v1alpha1.DisruptionReasonEmpty)
 			continue
 		}
-		if settled, err := r.settled(ctx); err != nil || !settled {
-			return nil, err
-		}
+		// No settling here, unlike the methods that move pods: an empty
+		// node moves none, and the pods a drain is about to evict keep
+		// the room they have, as pending pods do. At a scale-down, empty
+		// nodes need not wait for a consolidation's drain to finish.
 		with := append(cmd.candidates[:len(cmd.candidates):len(cmd.candidates)], c)
 		if left, err := r.leavesPendingPodsOut(ctx, with); err != nil {
 			return nil, err
 		} else if left != "" {
-			// A pending pod is about to be placed on it, or needs the
-			// room it leaves on others.
+			// A pending pod (or one of a node being drained) is about to
+			// be placed on it, or needs the room it leaves on others.
 			r.refusals = append(r.refusals, refusal{candidate: c, reason: eventBlocked, note: left, condition: v1alpha1.ConsolidatableReasonPendingPods})
 			continue
 		}

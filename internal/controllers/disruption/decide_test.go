@@ -2,6 +2,7 @@ package disruption
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -446,5 +447,74 @@ func TestAPendingPodHoldsBackOnlyTheNodesItNeeds(t *testing.T) {
 		if reason := refusalReason(refused); reason != decisions.NodeReasonPendingPods {
 			t.Errorf("node %s is recorded as %q, want %q", name, reason, decisions.NodeReasonPendingPods)
 		}
+	}
+}
+
+// Empty nodes do not wait for a drain to finish, as the methods that move
+// pods do; the drained node's pods keep the room they have now, as pending
+// pods do.
+func TestEmptyNodesGoWhileANodeDrainsLeavingItsPodsRoom(t *testing.T) {
+	f := newFixture(c4).node("going", c4).pod("stranded", "going", "3").going("going").
+		node("a", c4).node("b", c4).node("c", c4).pod("p", "c", "2")
+	f.pool.Spec.Disruption.ConsolidationPolicy = v1alpha1.ConsolidationWhenEmpty
+	f.pool.Spec.Disruption.Budgets = []v1alpha1.Budget{{Nodes: "100%"}}
+	withCondition(f.claim("a"), v1alpha1.ConditionEmpty, "Empty", f.now.Add(-time.Minute))
+	withCondition(f.claim("b"), v1alpha1.ConditionEmpty, "Empty", f.now.Add(-time.Minute))
+	r := f.round(f.state())
+	cmd, err := r.decide(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The stranded pod fits on a or b, not on c: one of them stays.
+	if describe(cmd) != "Empty delete a" {
+		t.Fatalf("decided %q while going drains, want a deleted and b kept for its pod; refusals %v", describe(cmd), notes(r))
+	}
+	var kept *refusal
+	for i := range r.refusals {
+		if r.refusals[i].candidate.claim.Name == "b" {
+			kept = &r.refusals[i]
+		}
+	}
+	if kept == nil || kept.condition != v1alpha1.ConsolidatableReasonPendingPods || !strings.Contains(kept.note, "pod default/stranded first") {
+		t.Errorf("b's refusal: %+v, want PendingPods naming the drained node's pod", kept)
+	}
+	// Moving pods still waits for the drain.
+	if reason := r.s.unsettled(); reason != "1 pods on node going, which is going, still have to move" {
+		t.Errorf("unsettled: %q", reason)
+	}
+}
+
+// An empty node the budget holds keeps the same note, and with it the
+// same Consolidatable condition, while the pool shrinks: at a scale-down
+// of a thousand nodes a note with the budget's share of the pool in it
+// rewrote hundreds of claims each round.
+func TestTheBudgetsNoteStaysWhileThePoolShrinks(t *testing.T) {
+	heldNote := func(nodes int) string {
+		f := newFixture(c4)
+		f.pool.Spec.Disruption.ConsolidationPolicy = v1alpha1.ConsolidationWhenEmpty
+		f.pool.Spec.Disruption.Budgets = []v1alpha1.Budget{{Nodes: "20%"}}
+		for i := range nodes {
+			name := fmt.Sprintf("n%02d", i)
+			f.node(name, c4)
+			withCondition(f.claim(name), v1alpha1.ConditionEmpty, "Empty", f.now.Add(-time.Minute))
+		}
+		r := f.round(f.state())
+		if _, err := r.decide(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		for _, refused := range r.refusals {
+			if refused.candidate.claim.Name == fmt.Sprintf("n%02d", nodes-1) {
+				return refused.note
+			}
+		}
+		t.Fatalf("at %d nodes the last is not held: %v", nodes, notes(r))
+		return ""
+	}
+	atTwenty, atTen := heldNote(20), heldNote(10)
+	if atTwenty != atTen {
+		t.Errorf("the note of a node the budget holds changed as the pool shrank:\n%s\n%s", atTwenty, atTen)
+	}
+	if !strings.Contains(atTen, "disruption budget for Empty is taken by the nodes already going") {
+		t.Errorf("note %q does not say the budget is taken", atTen)
 	}
 }

@@ -74,11 +74,19 @@ func emptySinceOf(c *candidate, empty *metav1.Condition, emptySince func(node st
 }
 
 // budgetNote says that the candidate's pool budget for reason has none
-// left, with the budget's number.
+// left: it allows none now, or the nodes already going take it all.
+//
+// The note names no number that moves while nodes go: it becomes the
+// Consolidatable condition of every node the budget holds, and a note that
+// changed each round (the budget's share of a shrinking pool) rewrote
+// hundreds of claims each round of a large scale-down, taking the API
+// server's time from the deletions.
 func (r *round) budgetNote(c *candidate, reason v1alpha1.DisruptionReason) string {
 	pool := c.pool.pool.Name
-	return fmt.Sprintf("%s, but pool %s's disruption budget for %s allows %d disruptions now and none is left",
-		what(reason), pool, reason, r.ledger.allowedNow(pool, reason))
+	if r.ledger.allowedNow(pool, reason) == 0 {
+		return fmt.Sprintf("%s, but pool %s's disruption budget for %s allows 0 disruptions now", what(reason), pool, reason)
+	}
+	return fmt.Sprintf("%s, but pool %s's disruption budget for %s is taken by the nodes already going", what(reason), pool, reason)
 }
 
 func what(reason v1alpha1.DisruptionReason) string {

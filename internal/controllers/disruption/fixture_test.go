@@ -16,7 +16,10 @@ import (
 // fixture builds the objects a round decides on: one pool, its claims and
 // nodes, and pods, all in memory.
 type fixture struct {
-	now     time.Time
+	now time.Time
+	// leaving are the nodes going away: out of the snapshot, as
+	// provisioning's gather leaves them, their pods still on them.
+	leaving map[string]bool
 	pool    *v1alpha1.NodePool
 	others  []*v1alpha1.NodePool
 	shapes  []scheduling.Shape
@@ -120,6 +123,18 @@ func (f *fixture) pod(name, node, cpu string, mutate ...func(*corev1.Pod)) *fixt
 	return f
 }
 
+// going marks a node's claim deleted and its node drained, its pods not yet
+// evicted.
+func (f *fixture) going(name string) *fixture {
+	deleted := metav1.NewTime(f.now.Add(-time.Second))
+	f.claim(name).DeletionTimestamp = &deleted
+	if f.leaving == nil {
+		f.leaving = map[string]bool{}
+	}
+	f.leaving[name] = true
+	return f
+}
+
 func (f *fixture) claim(name string) *v1alpha1.NodeClaim {
 	for i := range f.claims {
 		if f.claims[i].Name == name {
@@ -139,8 +154,12 @@ func (f *fixture) state() *state {
 		input.Pools = append(input.Pools, scheduling.Pool{NodePool: other, Shapes: scheduling.Shapes{Fixed: f.shapes}})
 		pools = append(pools, *other)
 	}
+	var nodes []*corev1.Node
 	for i := range f.nodes {
-		input.Nodes = append(input.Nodes, &f.nodes[i])
+		nodes = append(nodes, &f.nodes[i])
+		if !f.leaving[f.nodes[i].Name] {
+			input.Nodes = append(input.Nodes, &f.nodes[i])
+		}
 	}
 	for i := range f.pods {
 		if f.pods[i].Spec.NodeName != "" {
@@ -157,7 +176,7 @@ func (f *fixture) state() *state {
 		}
 	}
 	return newState(f.now, objects{
-		input: input, pools: pools, claims: f.claims, nodes: input.Nodes,
+		input: input, pools: pools, claims: f.claims, nodes: nodes,
 		pods: pointers(f.pods), budgets: f.budgets,
 	})
 }

@@ -5,6 +5,10 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	resourcehelper "k8s.io/component-helpers/resource"
+
 	"github.com/claimscale/claimscale/internal/decisions"
 )
 
@@ -56,5 +60,31 @@ func TestFreeRoomDefersToTheSimulationWhereThePodsMightFit(t *testing.T) {
 	}
 	if s.simulations == 0 {
 		t.Fatal("decided without simulating")
+	}
+}
+
+// The sum of plain containers' requests is the general rule's answer.
+func TestRequestsOfAddsUpAsPodRequestsDoes(t *testing.T) {
+	container := func(cpu, memory string) corev1.Container {
+		return corev1.Container{Resources: corev1.ResourceRequirements{Requests: corev1.ResourceList{
+			corev1.ResourceCPU: resource.MustParse(cpu), corev1.ResourceMemory: resource.MustParse(memory),
+		}}}
+	}
+	always := corev1.ContainerRestartPolicyAlways
+	sidecar := container("100m", "64Mi")
+	sidecar.RestartPolicy = &always
+	for name, spec := range map[string]corev1.PodSpec{
+		"plain":             {Containers: []corev1.Container{container("500m", "1Gi"), container("250m", "512Mi")}},
+		"cpu only":          {Containers: []corev1.Container{{Resources: corev1.ResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("1")}}}}},
+		"nothing requested": {Containers: []corev1.Container{{}}},
+		"init larger":       {InitContainers: []corev1.Container{container("2", "4Gi")}, Containers: []corev1.Container{container("500m", "1Gi")}},
+		"sidecar":           {InitContainers: []corev1.Container{sidecar}, Containers: []corev1.Container{container("500m", "1Gi")}},
+		"overhead":          {Overhead: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("250m")}, Containers: []corev1.Container{container("500m", "1Gi")}},
+	} {
+		pod := &corev1.Pod{Spec: spec}
+		requests := resourcehelper.PodRequests(pod, resourcehelper.PodResourcesOptions{})
+		if got, want := requestsOf(pod), (room{requests.Cpu().MilliValue(), requests.Memory().Value()}); got != want {
+			t.Errorf("%s: requestsOf = %+v, want %+v", name, got, want)
+		}
 	}
 }

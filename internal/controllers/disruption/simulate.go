@@ -3,6 +3,7 @@ package disruption
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 
@@ -342,41 +343,64 @@ func (s *state) minNodesViolation(cmd *command) string {
 // being drained still have to find a place, and moving more pods meanwhile
 // would race them.
 func (s *state) unsettled() string {
-	nodes := make([]string, 0, len(s.podsByNode))
-	for node := range s.podsByNode {
-		nodes = append(nodes, node)
-	}
-	sort.Strings(nodes)
-	for _, node := range nodes {
-		if s.inSnapshot[node] {
-			continue
-		}
-		if n := len(workloadPods(s.podsByNode[node])); n > 0 {
-			return fmt.Sprintf("%d pods on node %s, which is going, still have to move", n, node)
-		}
+	if nodes := s.strandedNodes(); len(nodes) > 0 {
+		return fmt.Sprintf("%d pods on node %s, which is going, still have to move",
+			len(workloadPods(s.podsByNode[nodes[0]])), nodes[0])
 	}
 	return ""
 }
 
-// pendingWithRoom returns the unbound pods that fit on a node there is
-// (or one being made) now: the scheduler is about to place them, in a
-// large scale-up perhaps minutes from now, and a decision must leave them
-// that room. Pods that only a new node would take are provisioning's; they
-// hold nothing back. Worked out once per round.
+// strandedNodes are the nodes that are going (a claim being deleted, a
+// node being drained: no longer in the snapshot) with workload pods still
+// on them, sorted.
+func (s *state) strandedNodes() []string {
+	var nodes []string
+	for node, pods := range s.podsByNode {
+		if !s.inSnapshot[node] && len(workloadPods(pods)) > 0 {
+			nodes = append(nodes, node)
+		}
+	}
+	sort.Strings(nodes)
+	return nodes
+}
+
+// stranded returns, unbound, the workload pods of the stranded nodes: the
+// drain is about to evict them, and they will look for the room the other
+// nodes have.
+func (s *state) stranded() []*corev1.Pod {
+	var stranded []*corev1.Pod
+	for _, node := range s.strandedNodes() {
+		for _, pod := range workloadPods(s.podsByNode[node]) {
+			unbound := *pod
+			unbound.Spec.NodeName = ""
+			stranded = append(stranded, &unbound)
+		}
+	}
+	return stranded
+}
+
+// pendingWithRoom returns the pods waiting for a place that fit on a node
+// there is (or one being made) now: the unbound pods, which the scheduler
+// is about to place (in a large scale-up perhaps minutes from now), and
+// the stranded pods of nodes being drained, which their eviction is about
+// to make pending. A decision must leave them that room. Pods that only a
+// new node would take are provisioning's; they hold nothing back. Worked
+// out once per round.
 func (s *state) pendingWithRoom(ctx context.Context) ([]*corev1.Pod, error) {
 	if s.pending != nil {
 		return *s.pending, nil
 	}
-	if len(s.unbound) == 0 {
+	waiting := append(slices.Clip(s.unbound), s.stranded()...)
+	if len(waiting) == 0 {
 		return nil, nil
 	}
 	sim, err := s.simulator(ctx)
 	if err != nil {
 		return nil, err
 	}
-	result, err := sim.Solve(ctx, s.unbound)
+	result, err := sim.Solve(ctx, waiting)
 	if err != nil {
-		return nil, fmt.Errorf("placing %d unbound pods: %w", len(s.unbound), err)
+		return nil, fmt.Errorf("placing %d pods waiting for a place: %w", len(waiting), err)
 	}
 	pending := make([]*corev1.Pod, 0, len(result.Placements))
 	for _, placement := range result.Placements {
