@@ -79,8 +79,12 @@ func stripPod(in any) (any, error) {
 	if !ok {
 		return in, nil
 	}
-	pod.Spec.InitContainers = strippedContainers(pod.Spec.InitContainers)
-	pod.Spec.Containers = strippedContainers(pod.Spec.Containers)
+	for _, containers := range [][]corev1.Container{pod.Spec.InitContainers, pod.Spec.Containers} {
+		for i := range containers {
+			c := &containers[i]
+			*c = corev1.Container{Name: c.Name, Resources: c.Resources, Ports: c.Ports, RestartPolicy: c.RestartPolicy}
+		}
+	}
 	for i := range pod.Spec.EphemeralContainers {
 		c := &pod.Spec.EphemeralContainers[i].EphemeralContainerCommon
 		*c = corev1.EphemeralContainerCommon{Name: c.Name, Resources: c.Resources, Ports: c.Ports, RestartPolicy: c.RestartPolicy}
@@ -102,30 +106,17 @@ func stripPod(in any) (any, error) {
 			}
 		}
 	}
-	pod.Status.Conditions = slices.DeleteFunc(pod.Status.Conditions, func(condition corev1.PodCondition) bool {
+	// Copied out, so the decoded array of all five conditions goes.
+	pod.Status.Conditions = slices.Clone(slices.DeleteFunc(pod.Status.Conditions, func(condition corev1.PodCondition) bool {
 		switch condition.Type {
 		case corev1.PodReady, corev1.ContainersReady, corev1.PodInitialized, corev1.PodReadyToStartContainers:
 			return true
 		}
 		return false
-	})
+	}))
 	pod.Status.HostIP, pod.Status.HostIPs, pod.Status.PodIP, pod.Status.PodIPs = "", nil, "", nil
 	pod.Status.StartTime = nil
 	return pod, nil
-}
-
-// strippedContainers keeps of each container what scheduling reads, in a
-// slice of its own: the decoded one, sized for whole containers, is left
-// to the collector.
-func strippedContainers(containers []corev1.Container) []corev1.Container {
-	if len(containers) == 0 {
-		return nil
-	}
-	stripped := make([]corev1.Container, len(containers))
-	for i, c := range containers {
-		stripped[i] = corev1.Container{Name: c.Name, Resources: c.Resources, Ports: c.Ports, RestartPolicy: c.RestartPolicy}
-	}
-	return stripped
 }
 
 // transform strips a pod about to be cached and shares its common parts

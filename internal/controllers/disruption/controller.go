@@ -210,12 +210,24 @@ func (c *Controller) Reconcile(ctx context.Context) error {
 }
 
 func (c *Controller) round(ctx context.Context) (outcome, error) {
-	writes, remembered := c.writes.Load(), c.memory.remembered
-	c.providerDriftAsked = false
+	writes := c.writes.Load()
 	s, err := c.gather(ctx)
 	if err != nil {
 		return outcome{busy: true}, err
 	}
+	result, err := c.decideAndAct(ctx, s)
+	c.sendUnsent(ctx, s)
+	if c.writes.Load() != writes {
+		result.busy = true
+	}
+	return result, err
+}
+
+// decideAndAct is a round on the state gathered: the claims' conditions,
+// orchestration, a decision and, if there is one, acting on it.
+func (c *Controller) decideAndAct(ctx context.Context, s *state) (outcome, error) {
+	writes, remembered := c.writes.Load(), c.memory.remembered
+	c.providerDriftAsked = false
 	stableSince := c.observeStability(s)
 	c.updateClaims(ctx, s)
 	if acted, err := c.orchestrate(ctx, s); err != nil || acted {
@@ -227,7 +239,7 @@ func (c *Controller) round(ctx context.Context) (outcome, error) {
 	c.reportBudgetErrors(ctx, s, errs)
 	r := newRound(s, candidates, budgets, stableSince, c.emptySince, c.memory)
 	cmd, err := r.decide(ctx)
-	c.report(ctx, s, r, budgets, total)
+	c.report(s, r, budgets, total)
 	c.recordDecisions(s, r, cmd)
 	c.memory.prune(s.now)
 	c.events.prune(s.now)
@@ -318,7 +330,6 @@ func (c *Controller) podsAndNodes(ctx context.Context) ([]*corev1.Pod, []*corev1
 // cluster, and records the provider's settings hash on claims that lack
 // it. A failed write is tried again next round.
 func (c *Controller) updateClaims(ctx context.Context, s *state) {
-	var writes []statusWrite
 	for _, name := range sortedNames(s.claims) {
 		claim := s.claims[name]
 		if !claim.DeletionTimestamp.IsZero() {
@@ -351,7 +362,7 @@ func (c *Controller) updateClaims(ctx context.Context, s *state) {
 				c.eventf(claim, node, corev1.EventTypeNormal, "Drifted", "Drift", driftMessage)
 			}
 		}
-		write, changed := c.statusChange(s, claim, func(claim *v1alpha1.NodeClaim) {
+		c.deferStatus(s, claim, func(claim *v1alpha1.NodeClaim) {
 			if claim.Annotations[AnnotationReplaces] != "" {
 				// A replacement waits for the pods of the nodes it
 				// replaces; its emptiness counts from when it stops
@@ -374,11 +385,7 @@ func (c *Controller) updateClaims(ctx context.Context, s *state) {
 				c.setCondition(claim, v1alpha1.ConditionDrifted, metav1.ConditionFalse, "NotDrifted", "the claim matches its pool again")
 			}
 		})
-		if changed {
-			writes = append(writes, write)
-		}
 	}
-	c.patchStatuses(ctx, writes, "updating conditions failed")
 }
 
 // Claims whose status a round writes at once. After a scale-down a
@@ -402,9 +409,32 @@ func (c *Controller) statusChange(s *state, claim *v1alpha1.NodeClaim, change fu
 		return statusWrite{}, false
 	}
 	owned := s.own(claim)
-	stored := owned.DeepCopy()
+	stored := s.takeUnsent(owned.Name)
+	if stored == nil {
+		stored = owned.DeepCopy()
+	}
 	owned.Status.Conditions = scratch.Status.Conditions
 	return statusWrite{stored: stored, claim: owned}, true
+}
+
+// deferStatus changes a claim's status for the rest of the round to see,
+// and writes it at the round's end (sendUnsent), or with the next write to
+// the same claim. The conditions that only report (Empty, Drifted,
+// Consolidatable) wait so: written first, they held every decision back.
+// After a scale to zero a thousand claims turn Empty within a minute, and
+// on an API server busy with the deletions their writes took a round ten
+// seconds or more before it could remove a node; a node removed in the
+// same round has its Empty condition written with its Disrupting mark, in
+// one write instead of two.
+func (c *Controller) deferStatus(s *state, claim *v1alpha1.NodeClaim, change func(*v1alpha1.NodeClaim)) {
+	if write, changed := c.statusChange(s, claim, change); changed {
+		s.keepUnsent(write)
+	}
+}
+
+// sendUnsent writes the status changes the round deferred.
+func (c *Controller) sendUnsent(ctx context.Context, s *state) {
+	c.patchStatuses(ctx, s.takeAllUnsent(), "updating conditions failed")
 }
 
 // patchStatuses writes the claims' statuses in parallel. A failed write
@@ -781,9 +811,7 @@ func (c *Controller) waitForDeletions(ctx context.Context, claims []*v1alpha1.No
 
 // report turns the round's refusals into events (each at most every
 // eventRepeat) and Consolidatable conditions, and sets the metrics.
-func (c *Controller) report(ctx context.Context, s *state, r *round, budgets *ledger, total map[string]int) {
-	var writes []statusWrite
-	queued := map[*v1alpha1.NodeClaim]bool{}
+func (c *Controller) report(s *state, r *round, budgets *ledger, total map[string]int) {
 	for _, refused := range r.refusals {
 		claim := refused.candidate.claim
 		if !c.events.due(claim.UID, refused.reason, refused.note, s.now) {
@@ -799,18 +827,10 @@ func (c *Controller) report(ctx context.Context, s *state, r *round, budgets *le
 		if reason == "" {
 			continue
 		}
-		write, changed := c.statusChange(s, claim, func(claim *v1alpha1.NodeClaim) {
+		c.deferStatus(s, claim, func(claim *v1alpha1.NodeClaim) {
 			c.setCondition(claim, v1alpha1.ConditionConsolidatable, metav1.ConditionFalse, reason, message)
 		})
-		if !changed || queued[write.claim] {
-			// Nothing to write, or the write queued already carries this
-			// condition too.
-			continue
-		}
-		queued[write.claim] = true
-		writes = append(writes, write)
 	}
-	c.patchStatuses(ctx, writes, "updating Consolidatable failed")
 	c.setMetrics(s, r, budgets, total)
 }
 

@@ -24,6 +24,34 @@ func withCondition(claim *v1alpha1.NodeClaim, conditionType, reason string, sinc
 	})
 }
 
+// emptyFor gives the named claims an Empty condition a minute old.
+func (f *fixture) emptyFor(names ...string) *fixture {
+	for _, name := range names {
+		withCondition(f.claim(name), v1alpha1.ConditionEmpty, "Empty", f.now.Add(-time.Minute))
+	}
+	return f
+}
+
+// decideOnce runs one round on the fixture's state.
+func decideOnce(t *testing.T, f *fixture) (*command, *round) {
+	t.Helper()
+	r := f.round(f.state())
+	cmd, err := r.decide(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cmd, r
+}
+
+// refusalsByClaim is the round's refusals by the name of their claim.
+func refusalsByClaim(r *round) map[string]refusal {
+	byClaim := map[string]refusal{}
+	for _, refused := range r.refusals {
+		byClaim[refused.candidate.claim.Name] = refused
+	}
+	return byClaim
+}
+
 func TestRoundDecides(t *testing.T) {
 	tests := []struct {
 		name    string
@@ -355,20 +383,12 @@ func TestEmptyClockStartsWhenTheNodeLostItsPods(t *testing.T) {
 func TestRefusalsCarryTheConsolidatableReason(t *testing.T) {
 	f := newFixture(c4).node("a", c4).node("b", c4).node("c", c4).pod("p", "c", "1", doNotDisrupt)
 	f.pool.Spec.Disruption.Budgets = []v1alpha1.Budget{{Nodes: "1"}}
-	withCondition(f.claim("a"), v1alpha1.ConditionEmpty, "Empty", f.now.Add(-time.Minute))
-	withCondition(f.claim("b"), v1alpha1.ConditionEmpty, "Empty", f.now.Add(-time.Minute))
-	r := f.round(f.state())
-	cmd, err := r.decide(context.Background())
-	if err != nil {
-		t.Fatal(err)
-	}
+	f.emptyFor("a", "b")
+	cmd, r := decideOnce(t, f)
 	if describe(cmd) != "Empty delete a" {
 		t.Fatalf("decided %q, want one empty node within the budget of 1", describe(cmd))
 	}
-	got := map[string]refusal{}
-	for _, refused := range r.refusals {
-		got[refused.candidate.claim.Name] = refused
-	}
+	got := refusalsByClaim(r)
 	if b := got["b"]; b.condition != v1alpha1.ConsolidatableReasonDisruptionBudget || !b.quiet {
 		t.Errorf("empty node held by the budget: %+v, want a quiet DisruptionBudget refusal", b)
 	}
@@ -394,18 +414,11 @@ func TestRefusalsCarryTheConsolidatableReason(t *testing.T) {
 func TestUnderusedNodesHeldByTheBudgetSayDisruptionBudget(t *testing.T) {
 	f := newFixture(c4).node("a", c4).node("b", c4).pod("p", "a", "1").pod("q", "b", "1")
 	f.pool.Spec.Disruption.Budgets = []v1alpha1.Budget{{Nodes: "0"}}
-	r := f.round(f.state())
-	cmd, err := r.decide(context.Background())
-	if err != nil {
-		t.Fatal(err)
-	}
+	cmd, r := decideOnce(t, f)
 	if cmd != nil {
 		t.Fatalf("decided %q under a budget of 0", describe(cmd))
 	}
-	got := map[string]refusal{}
-	for _, refused := range r.refusals {
-		got[refused.candidate.claim.Name] = refused
-	}
+	got := refusalsByClaim(r)
 	for _, name := range []string{"a", "b"} {
 		refused := got[name]
 		if refused.condition != v1alpha1.ConsolidatableReasonDisruptionBudget || !refused.quiet {
@@ -427,18 +440,11 @@ func TestAPendingPodHoldsBackOnlyTheNodesItNeeds(t *testing.T) {
 	other.Spec.Template.Labels = map[string]string{"team": "b"}
 	f.otherPool(other).nodeOf(other, "b1", c4).nodeOf(other, "b2", c4).pod("q1", "b1", "1").pod("q2", "b2", "1")
 
-	r := f.round(f.state())
-	cmd, err := r.decide(context.Background())
-	if err != nil {
-		t.Fatal(err)
-	}
+	cmd, r := decideOnce(t, f)
 	if describe(cmd) != "Underutilized delete b1" {
 		t.Fatalf("decided %q, want the other pool's node to go; refusals %v", describe(cmd), notes(r))
 	}
-	kept := map[string]refusal{}
-	for _, refused := range r.refusals {
-		kept[refused.candidate.claim.Name] = refused
-	}
+	kept := refusalsByClaim(r)
 	for _, name := range []string{"a1", "a2"} {
 		refused, ok := kept[name]
 		if !ok || unconsolidatableCondition(refused) != v1alpha1.ConsolidatableReasonPendingPods {
@@ -458,24 +464,14 @@ func TestEmptyNodesGoWhileANodeDrainsLeavingItsPodsRoom(t *testing.T) {
 		node("a", c4).node("b", c4).node("c", c4).pod("p", "c", "2")
 	f.pool.Spec.Disruption.ConsolidationPolicy = v1alpha1.ConsolidationWhenEmpty
 	f.pool.Spec.Disruption.Budgets = []v1alpha1.Budget{{Nodes: "100%"}}
-	withCondition(f.claim("a"), v1alpha1.ConditionEmpty, "Empty", f.now.Add(-time.Minute))
-	withCondition(f.claim("b"), v1alpha1.ConditionEmpty, "Empty", f.now.Add(-time.Minute))
-	r := f.round(f.state())
-	cmd, err := r.decide(context.Background())
-	if err != nil {
-		t.Fatal(err)
-	}
+	f.emptyFor("a", "b")
+	cmd, r := decideOnce(t, f)
 	// The stranded pod fits on a or b, not on c: one of them stays.
 	if describe(cmd) != "Empty delete a" {
 		t.Fatalf("decided %q while going drains, want a deleted and b kept for its pod; refusals %v", describe(cmd), notes(r))
 	}
-	var kept *refusal
-	for i := range r.refusals {
-		if r.refusals[i].candidate.claim.Name == "b" {
-			kept = &r.refusals[i]
-		}
-	}
-	if kept == nil || kept.condition != v1alpha1.ConsolidatableReasonPendingPods || !strings.Contains(kept.note, "pod default/stranded first") {
+	kept, ok := refusalsByClaim(r)["b"]
+	if !ok || kept.condition != v1alpha1.ConsolidatableReasonPendingPods || !strings.Contains(kept.note, "pod default/stranded first") {
 		t.Errorf("b's refusal: %+v, want PendingPods naming the drained node's pod", kept)
 	}
 	// Moving pods still waits for the drain.
@@ -495,20 +491,14 @@ func TestTheBudgetsNoteStaysWhileThePoolShrinks(t *testing.T) {
 		f.pool.Spec.Disruption.Budgets = []v1alpha1.Budget{{Nodes: "20%"}}
 		for i := range nodes {
 			name := fmt.Sprintf("n%02d", i)
-			f.node(name, c4)
-			withCondition(f.claim(name), v1alpha1.ConditionEmpty, "Empty", f.now.Add(-time.Minute))
+			f.node(name, c4).emptyFor(name)
 		}
-		r := f.round(f.state())
-		if _, err := r.decide(context.Background()); err != nil {
-			t.Fatal(err)
+		_, r := decideOnce(t, f)
+		last, ok := refusalsByClaim(r)[fmt.Sprintf("n%02d", nodes-1)]
+		if !ok {
+			t.Fatalf("at %d nodes the last is not held: %v", nodes, notes(r))
 		}
-		for _, refused := range r.refusals {
-			if refused.candidate.claim.Name == fmt.Sprintf("n%02d", nodes-1) {
-				return refused.note
-			}
-		}
-		t.Fatalf("at %d nodes the last is not held: %v", nodes, notes(r))
-		return ""
+		return last.note
 	}
 	atTwenty, atTen := heldNote(20), heldNote(10)
 	if atTwenty != atTen {

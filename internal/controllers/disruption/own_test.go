@@ -71,3 +71,40 @@ func findCondition(claim *v1alpha1.NodeClaim, conditionType string) *metav1.Cond
 	}
 	return nil
 }
+
+// A deferred change waits for the round's end, unless a later write to the
+// same claim carries it: that write starts from the claim as stored before
+// both, so one patch holds the two.
+func TestADeferredChangeGoesWithTheNextWriteOrAtTheRoundsEnd(t *testing.T) {
+	f := newFixture(c4).node("a", c4).node("b", c4)
+	s := f.state()
+	before := s.claims["a"].DeepCopy()
+	c := &Controller{Clock: clocktesting.NewFakeClock(f.now)}
+	empty := func(claim *v1alpha1.NodeClaim) {
+		c.setCondition(claim, v1alpha1.ConditionEmpty, metav1.ConditionTrue, "Empty", "empty")
+	}
+	c.deferStatus(s, s.claims["a"], empty)
+	c.deferStatus(s, s.claims["b"], empty)
+	if findCondition(s.claims["a"], v1alpha1.ConditionEmpty) == nil {
+		t.Fatal("the round does not see its deferred change")
+	}
+
+	mark, changed := c.statusChange(s, s.claims["a"], func(claim *v1alpha1.NodeClaim) {
+		c.setCondition(claim, v1alpha1.ConditionDisrupting, metav1.ConditionTrue, "Empty", "deleting")
+	})
+	if !changed || len(mark.stored.Status.Conditions) != len(before.Status.Conditions) || findCondition(mark.stored, v1alpha1.ConditionEmpty) != nil {
+		t.Fatalf("the mark's write starts from %v, want the claim as stored before the deferred change", mark.stored.Status.Conditions)
+	}
+	if findCondition(mark.claim, v1alpha1.ConditionEmpty) == nil || findCondition(mark.claim, v1alpha1.ConditionDisrupting) == nil {
+		t.Fatalf("the mark's write does not carry both changes: %v", mark.claim.Status.Conditions)
+	}
+
+	unsent := s.takeAllUnsent()
+	if len(unsent) != 1 || unsent[0].claim.Name != "b" || findCondition(unsent[0].claim, v1alpha1.ConditionEmpty) == nil ||
+		findCondition(unsent[0].stored, v1alpha1.ConditionEmpty) != nil {
+		t.Fatalf("left for the round's end: %+v, want b's Empty alone", unsent)
+	}
+	if len(s.takeAllUnsent()) != 0 {
+		t.Fatal("the deferred changes were handed out twice")
+	}
+}

@@ -106,6 +106,10 @@ type state struct {
 	// own), by name.
 	ownedMu sync.Mutex
 	owned   map[string]*v1alpha1.NodeClaim
+	// unsent holds, by name, the claims whose status the round changed
+	// without writing it yet (see Controller.deferStatus), as they were
+	// before the first such change.
+	unsent map[string]*v1alpha1.NodeClaim
 }
 
 // own returns the round's own copy of a claim, to write to. The claims a
@@ -131,6 +135,40 @@ func (s *state) own(claim *v1alpha1.NodeClaim) *v1alpha1.NodeClaim {
 		s.claims[claim.Name] = owned
 	}
 	return owned
+}
+
+// takeUnsent returns the claim as it was before changes to its status the
+// round has not written yet, if there are any, and forgets them: the write
+// about to go carries them.
+func (s *state) takeUnsent(name string) *v1alpha1.NodeClaim {
+	s.ownedMu.Lock()
+	defer s.ownedMu.Unlock()
+	stored := s.unsent[name]
+	delete(s.unsent, name)
+	return stored
+}
+
+// keepUnsent notes a status change not to be written yet.
+func (s *state) keepUnsent(w statusWrite) {
+	s.ownedMu.Lock()
+	defer s.ownedMu.Unlock()
+	if s.unsent == nil {
+		s.unsent = map[string]*v1alpha1.NodeClaim{}
+	}
+	s.unsent[w.claim.Name] = w.stored
+}
+
+// takeAllUnsent returns the status changes not written yet, by claim
+// name, and forgets them.
+func (s *state) takeAllUnsent() []statusWrite {
+	s.ownedMu.Lock()
+	defer s.ownedMu.Unlock()
+	writes := make([]statusWrite, 0, len(s.unsent))
+	for _, name := range sortedNames(s.unsent) {
+		writes = append(writes, statusWrite{stored: s.unsent[name], claim: s.owned[name]})
+	}
+	s.unsent = nil
+	return writes
 }
 
 // current is the round's own copy of the claim if it has one, else the
