@@ -10,8 +10,9 @@
 //
 // The controller links the scheduler's plugins, every provider's SDK and
 // Cluster API's types: 55 to 62 MiB of its code is resident after a
-// 10,000-pod run, and the runtime holds a few MiB beyond its limit. So the
-// runtime gets the container's limit less codeReserve (72 MiB), or nine
+// 10,000-pod run, and in a burst of allocation the runtime goes up to 16
+// MiB past its limit before its collector catches up. So the
+// runtime gets the container's limit less codeReserve (80 MiB), or nine
 // tenths of it (the convention of github.com/KimMachineGun/automemlimit)
 // when that is less, and never less than half of it: at a small limit the
 // code's pages, which are clean, are the kernel's to drop under pressure
@@ -22,8 +23,9 @@
 // the collector ran without pause (0.4 cores with nothing to do). That was
 // when a cached pod held 5.4 KiB; at 1.5 KiB the live heap after the same
 // scale-up is about 60 MiB, and the same 136 MiB cost no CPU at all (less
-// over the run than nine tenths did, 0.016 cores idle) while the
-// controller's resident size stayed within the 200 MiB.
+// over the run than nine tenths did, 0.016 cores idle). At 128 MiB the
+// resident size peaked at 198 and 209 MiB in two runs, at 120 MiB at 183
+// (docs/tuning.md, runs 10 to 14).
 package memlimit
 
 import (
@@ -42,7 +44,7 @@ const (
 
 // codeReserve is what a container's limit keeps outside Go's: the
 // binary's resident code and the runtime's overshoot, with room.
-const codeReserve = 72 << 20
+const codeReserve = 80 << 20
 
 // Soft is the limit the runtime gets for a container limit of
 // containerLimit bytes: the limit less codeReserve, or nine tenths of it
