@@ -25,7 +25,7 @@
 // scale-up is about 60 MiB, and the same 136 MiB cost no CPU at all (less
 // over the run than nine tenths did, 0.016 cores idle). At 128 MiB the
 // resident size peaked at 198 and 209 MiB in two runs, at 120 MiB at 183
-// (docs/tuning.md, runs 10 to 14).
+// and 196 (docs/tuning.md, runs 10 to 15).
 package memlimit
 
 import (
