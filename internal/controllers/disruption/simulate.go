@@ -121,12 +121,17 @@ func (s *state) displaced(candidates []*candidate) (without map[string]bool, pod
 	}
 	for _, pod := range s.input.Pods {
 		if without[pod.Spec.NodeName] && isWorkload(pod) {
-			unbound := *pod
-			unbound.Spec.NodeName = ""
-			pods = append(pods, &unbound)
+			pods = append(pods, unbound(pod))
 		}
 	}
 	return without, pods
+}
+
+// unbound is a copy of a pod that must find a place again, pending.
+func unbound(pod *corev1.Pod) *corev1.Pod {
+	copied := *pod
+	copied.Spec.NodeName = ""
+	return &copied
 }
 
 // solveWithout asks which new nodes the candidates' pods (and those of
@@ -371,9 +376,7 @@ func (s *state) stranded() []*corev1.Pod {
 	var stranded []*corev1.Pod
 	for _, node := range s.strandedNodes() {
 		for _, pod := range workloadPods(s.podsByNode[node]) {
-			unbound := *pod
-			unbound.Spec.NodeName = ""
-			stranded = append(stranded, &unbound)
+			stranded = append(stranded, unbound(pod))
 		}
 	}
 	return stranded
