@@ -97,8 +97,8 @@ func (c *Controller) Pass(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	// Claims are read, and deleted by name: the cache's own objects, not
-	// copies.
+	// Claims are only read here: the cache's own objects, not copies. One
+	// that looks orphaned is read again from the API server before it goes.
 	var claims v1alpha1.NodeClaimList
 	if err := c.Kube.List(ctx, &claims, client.UnsafeDisableDeepCopy); err != nil {
 		return fmt.Errorf("listing claims: %w", err)
@@ -173,14 +173,23 @@ func (c *Controller) collectMachine(ctx context.Context, machines provider.Provi
 	return nil
 }
 
-func (c *Controller) collectClaim(ctx context.Context, claim *v1alpha1.NodeClaim, machineIDs map[string]bool) error {
-	if !claim.DeletionTimestamp.IsZero() || claim.Status.ProviderID == "" || machineIDs[claim.Status.ProviderID] {
+func (c *Controller) collectClaim(ctx context.Context, cached *v1alpha1.NodeClaim, machineIDs map[string]bool) error {
+	if !orphanCandidate(cached, machineIDs) {
 		return nil
 	}
-	if !meta.IsStatusConditionTrue(claim.Status.Conditions, v1alpha1.ConditionLaunched) ||
-		meta.IsStatusConditionTrue(claim.Status.Conditions, v1alpha1.ConditionFailed) {
-		// A failed claim's machine was deleted on purpose; the claim waits
-		// for whoever decides (cluster-autoscaler) to delete it.
+	// The cache may lag behind a claim that gave up: its Failed condition
+	// is written before its machine is deleted, so only the API server's
+	// copy, read after the machines were listed, tells a kept Failed claim
+	// from an orphan.
+	claim := &v1alpha1.NodeClaim{}
+	err := c.APIReader.Get(ctx, client.ObjectKeyFromObject(cached), claim)
+	if apierrors.IsNotFound(err) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("reading claim %s from the API server: %w", cached.Name, err)
+	}
+	if claim.UID != cached.UID || claim.Status.ProviderID != cached.Status.ProviderID || !orphanCandidate(claim, machineIDs) {
 		return nil
 	}
 	if claim.Status.NodeName != "" {
@@ -190,14 +199,34 @@ func (c *Controller) collectClaim(ctx context.Context, claim *v1alpha1.NodeClaim
 			return nil // a Ready node means the machine lives, whatever List said
 		}
 		if err != nil && !apierrors.IsNotFound(err) {
-			return err
+			return fmt.Errorf("getting node %s of claim %s: %w", claim.Status.NodeName, claim.Name, err)
 		}
+	}
+	// Only the copy judged above is deleted: a claim written since (Failed
+	// after all) conflicts, and the next pass judges it again.
+	uid, resourceVersion := claim.UID, claim.ResourceVersion
+	err = c.Kube.Delete(ctx, claim, client.Preconditions{UID: &uid, ResourceVersion: &resourceVersion})
+	if apierrors.IsNotFound(err) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("deleting claim %s whose machine is gone: %w", claim.Name, err)
 	}
 	message := fmt.Sprintf("machine %s no longer exists and the node is not Ready; deleting the claim", claim.Status.ProviderID)
 	log.FromContext(ctx).Info(message, "nodeClaim", claim.Name)
 	c.Recorder.Eventf(claim, nil, corev1.EventTypeWarning, "MachineGone", "GarbageCollect", message)
 	metrics.NodeClaimsTerminated.WithLabelValues(claim.Spec.NodePoolRef.Name, "machine_gone").Inc()
-	return client.IgnoreNotFound(c.Kube.Delete(ctx, claim))
+	return nil
+}
+
+// orphanCandidate says whether a claim looks orphaned: launched, its
+// machine not listed, and neither deleted nor Failed. A failed claim's
+// machine was deleted on purpose; the claim waits for whoever decides
+// (cluster-autoscaler) to delete it.
+func orphanCandidate(claim *v1alpha1.NodeClaim, machineIDs map[string]bool) bool {
+	return claim.DeletionTimestamp.IsZero() && claim.Status.ProviderID != "" && !machineIDs[claim.Status.ProviderID] &&
+		meta.IsStatusConditionTrue(claim.Status.Conditions, v1alpha1.ConditionLaunched) &&
+		!meta.IsStatusConditionTrue(claim.Status.Conditions, v1alpha1.ConditionFailed)
 }
 
 // collectTokens deletes expired and orphaned bootstrap tokens. A claim the

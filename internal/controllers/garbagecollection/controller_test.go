@@ -245,3 +245,95 @@ func TestOrphanedAndExpiredBootstrapTokensAreDeletedAndOthersKept(t *testing.T) 
 	}
 	s.g.Expect(names).To(ConsistOf("bootstrap-token-"+kept.ID, "bootstrap-token-abcdef"))
 }
+
+// staleCache is the cached client of a manager whose informer has not yet
+// seen the latest writes: it lists the claims it was given, and does
+// everything else on the API server.
+type staleCache struct {
+	client.Client
+	claims []v1alpha1.NodeClaim
+}
+
+func (c *staleCache) List(ctx context.Context, list client.ObjectList, opts ...client.ListOption) error {
+	if claims, ok := list.(*v1alpha1.NodeClaimList); ok {
+		claims.Items = append([]v1alpha1.NodeClaim(nil), c.claims...)
+		return nil
+	}
+	return c.Client.List(ctx, list, opts...)
+}
+
+// withStaleCache makes the controller list the claims as they are now,
+// whatever is written afterwards.
+func (s *scenario) withStaleCache(claims ...*v1alpha1.NodeClaim) {
+	stale := &staleCache{Client: env.Client}
+	for _, claim := range claims {
+		fresh := &v1alpha1.NodeClaim{}
+		s.g.Expect(env.Client.Get(s.ctx, client.ObjectKeyFromObject(claim), fresh)).To(Succeed())
+		stale.claims = append(stale.claims, *fresh)
+	}
+	s.c.Kube = stale
+}
+
+func (s *scenario) markFailed(name string) {
+	s.t.Helper()
+	claim := &v1alpha1.NodeClaim{}
+	s.g.Expect(env.Client.Get(s.ctx, client.ObjectKey{Name: name}, claim)).To(Succeed())
+	claim.SetCondition(v1alpha1.ConditionFailed, metav1.ConditionTrue, "RegistrationTimeout", "gave up", s.clock.Now())
+	s.g.Expect(env.Client.Status().Update(s.ctx, claim)).To(Succeed())
+}
+
+// A claim that gave up is marked Failed before its machine is deleted; a
+// pass whose cache still shows it Launched and not Failed, with the machine
+// already gone, must not take it for an orphan: cluster-autoscaler, not
+// garbage collection, deletes a kept Failed claim.
+func TestAClaimFailedOnTheAPIServerButNotYetInTheCacheIsKept(t *testing.T) {
+	s := newScenario(t)
+	claim := s.claim("gaveup", true, corev1.ConditionFalse)
+	s.withStaleCache(claim)
+	s.markFailed("gaveup")
+
+	s.pass()
+	s.g.Expect(s.deleting("gaveup")).To(BeFalse(), "the API server says Failed")
+}
+
+// The same stale cache, when the API server agrees the claim is orphaned:
+// it goes.
+func TestAClaimOrphanedInTheCacheAndOnTheAPIServerIsDeleted(t *testing.T) {
+	s := newScenario(t)
+	claim := s.claim("orphaned", true, corev1.ConditionFalse)
+	s.withStaleCache(claim)
+
+	s.pass()
+	s.g.Expect(s.deleting("orphaned")).To(BeTrue())
+	s.g.Expect(s.c.Recorder.(*events.FakeRecorder).Events).To(Receive(ContainSubstring("machine test://orphaned no longer exists")))
+}
+
+// hookedReader runs a hook after each read, as if another controller wrote
+// the object just after it was read.
+type hookedReader struct {
+	client.Reader
+	afterGet func(key client.ObjectKey)
+}
+
+func (r *hookedReader) Get(ctx context.Context, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+	err := r.Reader.Get(ctx, key, obj, opts...)
+	r.afterGet(key)
+	return err
+}
+
+// A claim written between its fresh read and its deletion (the lifecycle
+// marking it Failed) conflicts instead of being deleted as judged from the
+// older copy.
+func TestAClaimWrittenAfterItWasJudgedOrphanedIsKept(t *testing.T) {
+	s := newScenario(t)
+	s.claim("raced", true, "")
+	once := sync.Once{}
+	s.c.APIReader = &hookedReader{Reader: env.Client, afterGet: func(key client.ObjectKey) {
+		if key.Name == "raced" {
+			once.Do(func() { s.markFailed("raced") })
+		}
+	}}
+
+	s.pass()
+	s.g.Expect(s.deleting("raced")).To(BeFalse(), "the claim changed after it was read")
+}

@@ -147,7 +147,7 @@ func (c *Controller) reconcileNormal(ctx context.Context, claim *v1alpha1.NodeCl
 		}
 	}
 	if failed(claim) {
-		return reconcile.Result{}, nil
+		return c.reconcileFailed(ctx, claim)
 	}
 	stored := claim.DeepCopy()
 	ctx, after := withAfterStatus(ctx)

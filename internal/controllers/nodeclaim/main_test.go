@@ -132,8 +132,10 @@ func (p *recordingProvider) Shapes(context.Context, *v1alpha1.NodePool) ([]provi
 }
 
 // resolver hands out the one provider, or says the NodeProvider is gone.
+// wrapped, when set, is handed out instead: a double around provider.
 type resolver struct {
 	provider *recordingProvider
+	wrapped  provider.Provider
 	gone     bool
 }
 
@@ -147,6 +149,9 @@ func (r *resolver) ProviderNameOf(context.Context, *v1alpha1.NodeClaim) (string,
 func (r *resolver) ForProviderName(_ context.Context, name string) (provider.Provider, error) {
 	if r.gone {
 		return nil, &providers.ProviderNotFoundError{Provider: name}
+	}
+	if r.wrapped != nil {
+		return r.wrapped, nil
 	}
 	return r.provider, nil
 }
