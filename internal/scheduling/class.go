@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"reflect"
 	"runtime"
+	"slices"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -52,8 +53,8 @@ type podClass struct {
 	// that selects their own pods: each pod needs a node of its own.
 	exclusive bool
 
-	// where lists the nodes the class's pods are on: for pods already
-	// bound, and for pods placed in the current round.
+	// where lists the nodes the class's pods are placed on in the current
+	// round (for pods already bound, see Simulator.boundWhere).
 	where   []string
 	whereOn map[string]bool
 
@@ -145,6 +146,8 @@ func (p *podInfo) CalculateResource() fwk.PodResource { return p.cls.res }
 type classifier struct {
 	buckets map[uint64][]*podClass
 	classes []*podClass
+	// next numbers the classes: densely, as long as none is forgotten.
+	next int
 }
 
 func newClassifier() *classifier {
@@ -228,13 +231,24 @@ func (c *classifier) classifyPrinted(p *corev1.Pod, fp uint64) (*podClass, error
 			return cls, nil
 		}
 	}
-	cls, err := newPodClass(len(c.classes), p)
+	cls, err := newPodClass(c.next, p)
 	if err != nil {
 		return nil, err
 	}
+	c.next++
 	c.buckets[fp] = append(c.buckets[fp], cls)
 	c.classes = append(c.classes, cls)
 	return cls, nil
+}
+
+// forget drops a class that has no pods left; fp is its fingerprint.
+func (c *classifier) forget(cls *podClass, fp uint64) {
+	if bucket := slices.DeleteFunc(c.buckets[fp], func(other *podClass) bool { return other == cls }); len(bucket) > 0 {
+		c.buckets[fp] = bucket
+	} else {
+		delete(c.buckets, fp)
+	}
+	c.classes = slices.DeleteFunc(c.classes, func(other *podClass) bool { return other == cls })
 }
 
 func newPodClass(id int, p *corev1.Pod) (*podClass, error) {

@@ -53,12 +53,17 @@ func (r *round) buildView(run *classRun) {
 	}
 	// Pods are looked at a class at a time: members share labels and
 	// terms, so one check stands for all of them.
-	for _, group := range [][]*podClass{r.s.existing, r.placedClasses} {
-		for _, c := range group {
-			if cls.interacts(c.rep, c.info.GetRequiredAntiAffinityTerms(), r.s.nsLabels) {
-				for _, name := range c.where {
-					r.addToView(run, name)
-				}
+	for _, c := range r.s.existing {
+		if cls.interacts(c.rep, c.info.GetRequiredAntiAffinityTerms(), r.s.nsLabels) {
+			for _, name := range r.s.boundWhere(c) {
+				r.addToView(run, name)
+			}
+		}
+	}
+	for _, c := range r.placedClasses {
+		if cls.interacts(c.rep, c.info.GetRequiredAntiAffinityTerms(), r.s.nsLabels) {
+			for _, name := range c.where {
+				r.addToView(run, name)
 			}
 		}
 	}

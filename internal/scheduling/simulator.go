@@ -1,8 +1,10 @@
 package scheduling
 
 import (
+	"cmp"
 	"context"
 	"fmt"
+	"slices"
 	"sort"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -30,9 +32,15 @@ type Simulator struct {
 	// ref is the size dominant-resource shares are taken of.
 	ref vec
 	// existing are the classes of the pods bound to nodes; existingAnti
-	// their required anti-affinity terms.
+	// their required anti-affinity terms. With an Existing they are shared
+	// with other decisions: nothing may write to them.
 	existing     []*podClass
 	existingAnti [][]fwk.AffinityTerm
+	// existingInfos are the NodeInfos of the existing nodes as they were
+	// given, in the order of base; boundOn, built from them on first use,
+	// lists the nodes each existing class's pods are on.
+	existingInfos []fwk.NodeInfo
+	boundOn       map[*podClass][]string
 	// staticIDs number distinct node signatures for the static cache.
 	staticIDs map[string]int
 }
@@ -125,7 +133,12 @@ func New(ctx context.Context, c Cluster) (*Simulator, error) {
 		}
 		return s.pools[i].name < s.pools[j].name
 	})
-	if err := s.addExisting(c.Nodes, c.Pods); err != nil {
+	if c.Existing != nil && c.Existing.usable() {
+		err = s.addKept(c.Existing, c.Nodes)
+	} else {
+		err = s.addExisting(c.Nodes, c.Pods)
+	}
+	if err != nil {
 		return nil, err
 	}
 	if err := s.addInFlight(ctx, c.InFlight); err != nil {
@@ -165,26 +178,83 @@ func (s *Simulator) addExisting(nodes []*corev1.Node, pods []*corev1.Pod) error 
 			if err != nil {
 				return fmt.Errorf("pod %s/%s: %w", p.Namespace, p.Name, err)
 			}
-			cls.on(n.Name)
 			infos = append(infos, &podInfo{pod: p, cls: cls})
 		}
 		if err := s.snap.addNode(n, infos); err != nil {
 			return err
 		}
-		s.base = append(s.base, &simNode{
-			name:     n.Name,
-			kind:     existingNode,
-			labels:   n.Labels,
-			staticID: s.staticID(nodeSignature(n)),
-		})
+		s.addExistingNode(n, s.snap.lookup(n.Name), nodeSignature(n))
 	}
-	s.existing = cl.classes
-	for _, c := range s.existing {
+	s.setExistingClasses(cl.classes)
+	return nil
+}
+
+// addKept starts the snapshot from the NodeInfos an Existing keeps, in a
+// layer of its own that the simulation never writes to: they are shared
+// with other decisions.
+func (s *Simulator) addKept(existing *Existing, nodes []*corev1.Node) error {
+	sorted := make([]*corev1.Node, 0, len(nodes))
+	for _, n := range nodes {
+		if n.DeletionTimestamp == nil {
+			sorted = append(sorted, n)
+		}
+	}
+	slices.SortFunc(sorted, func(a, b *corev1.Node) int { return cmp.Compare(a.Name, b.Name) })
+	view, err := existing.view(sorted)
+	if err != nil {
+		return err
+	}
+	for i, n := range sorted {
+		if err := s.snap.addNodeInfo(view.infos[i]); err != nil {
+			return err
+		}
+		s.addExistingNode(n, view.infos[i], view.sigs[i])
+	}
+	s.snap.freeze()
+	s.setExistingClasses(view.classes)
+	return nil
+}
+
+func (s *Simulator) addExistingNode(n *corev1.Node, ni fwk.NodeInfo, sig string) {
+	s.base = append(s.base, &simNode{
+		name:     n.Name,
+		kind:     existingNode,
+		labels:   n.Labels,
+		staticID: s.staticID(sig),
+	})
+	s.existingInfos = append(s.existingInfos, ni)
+}
+
+func (s *Simulator) setExistingClasses(classes []*podClass) {
+	s.existing = classes
+	for _, c := range classes {
 		if terms := c.info.GetRequiredAntiAffinityTerms(); len(terms) > 0 {
 			s.existingAnti = append(s.existingAnti, terms)
 		}
 	}
-	return nil
+}
+
+// boundWhere lists the existing nodes a class's bound pods are on, in node
+// order. It is worked out once, for every class, when first asked: only
+// pods with affinity or spread constraints ask, and a class kept by an
+// Existing is shared, so it cannot carry the list itself.
+func (s *Simulator) boundWhere(cls *podClass) []string {
+	if s.boundOn == nil {
+		s.boundOn = map[*podClass][]string{}
+		for _, ni := range s.existingInfos {
+			name := ni.Node().Name
+			for _, pi := range ni.GetPods() {
+				info, ok := pi.(*podInfo)
+				if !ok {
+					continue
+				}
+				if where := s.boundOn[info.cls]; len(where) == 0 || where[len(where)-1] != name {
+					s.boundOn[info.cls] = append(where, name)
+				}
+			}
+		}
+	}
+	return s.boundOn[cls]
 }
 
 func (s *Simulator) addInFlight(ctx context.Context, claims []InFlight) error {

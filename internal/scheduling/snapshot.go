@@ -26,6 +26,10 @@ import (
 // A Snapshot is not safe for concurrent use.
 type Snapshot struct {
 	layers []*layer
+	// frozen layers at the bottom are shared with other snapshots (see
+	// freeze): changes copy their nodes, and Revert and Commit stop above
+	// them.
+	frozen int
 
 	// Caches of the lists plugins ask for, rebuilt on demand after a change.
 	listValid     bool
@@ -73,7 +77,7 @@ func (s *Snapshot) Fork() {
 // Revert drops every change since the last Fork. Without a fork it does
 // nothing.
 func (s *Snapshot) Revert() {
-	if len(s.layers) == 1 {
+	if len(s.layers) <= s.frozen+1 {
 		return
 	}
 	s.layers = s.layers[:len(s.layers)-1]
@@ -83,7 +87,7 @@ func (s *Snapshot) Revert() {
 // Commit keeps the changes since the last Fork, folding them into the layer
 // below. Without a fork it does nothing.
 func (s *Snapshot) Commit() {
-	if len(s.layers) == 1 {
+	if len(s.layers) <= s.frozen+1 {
 		return
 	}
 	top, below := s.layers[len(s.layers)-1], s.layers[len(s.layers)-2]
@@ -160,22 +164,38 @@ func (s *Snapshot) AddNode(node *corev1.Node, pods ...*corev1.Pod) error {
 }
 
 func (s *Snapshot) addNode(node *corev1.Node, pods []fwk.PodInfo) error {
-	if s.lookup(node.Name) != nil {
-		return fmt.Errorf("node %s already in snapshot", node.Name)
-	}
 	ni := framework.NewNodeInfo()
 	ni.SetNode(node)
 	for _, p := range pods {
 		ni.AddPodInfo(p)
 	}
-	top := s.layers[len(s.layers)-1]
-	if !top.removed[node.Name] {
-		top.names = append(top.names, node.Name)
+	return s.addNodeInfo(ni)
+}
+
+// addNodeInfo adds a node as a NodeInfo built elsewhere, which the snapshot
+// takes as its own.
+func (s *Snapshot) addNodeInfo(ni *framework.NodeInfo) error {
+	name := ni.Node().Name
+	if s.lookup(name) != nil {
+		return fmt.Errorf("node %s already in snapshot", name)
 	}
-	delete(top.removed, node.Name)
-	top.nodes[node.Name] = ni
+	top := s.layers[len(s.layers)-1]
+	if !top.removed[name] {
+		top.names = append(top.names, name)
+	}
+	delete(top.removed, name)
+	top.nodes[name] = ni
 	s.invalidate()
 	return nil
+}
+
+// freeze makes every layer so far one that is never written to again, nor
+// reverted or committed: its NodeInfos may be shared with other
+// snapshots. Changes from then on go to a layer above, copying a node on
+// its first change as for a fork.
+func (s *Snapshot) freeze() {
+	s.Fork()
+	s.frozen = len(s.layers) - 1
 }
 
 // RemoveNode removes a node and its pods.

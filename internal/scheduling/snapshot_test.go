@@ -210,3 +210,26 @@ func TestBatchOfSimplePodsAddsLikeOneByOne(t *testing.T) {
 		}
 	}
 }
+
+// A frozen layer is shared with other snapshots: changes made without a
+// fork go above it, and neither Revert nor Commit reaches it.
+func TestSnapshotNeverWritesAFrozenLayer(t *testing.T) {
+	s := NewSnapshot()
+	must(t, s.AddNode(node("n1", "4", "8Gi", nil)))
+	shared, _ := s.NodeInfos().Get("n1")
+	s.freeze()
+	must(t, s.AddPod(pod("a", "1", "1Gi"), "n1"))
+	must(t, s.AddNode(node("n2", "4", "8Gi", nil)))
+	s.Revert()
+	s.Commit()
+	if len(shared.GetPods()) != 0 {
+		t.Errorf("the frozen NodeInfo of n1 holds %d pods, want 0", len(shared.GetPods()))
+	}
+	if podCount(t, s, "n1") != 1 || !slices.Equal(nodeNames(t, s), []string{"n1", "n2"}) {
+		t.Errorf("the changes above the frozen layer were lost: %d pods on n1, nodes %v", podCount(t, s, "n1"), nodeNames(t, s))
+	}
+	must(t, s.RemoveNode("n1"))
+	if _, err := s.NodeInfos().Get("n1"); err == nil {
+		t.Error("n1 removed above the frozen layer is still listed")
+	}
+}

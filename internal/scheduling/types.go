@@ -18,6 +18,11 @@ type Cluster struct {
 	// Pods bound to those nodes (spec.nodeName set). Terminated pods and
 	// pods of unknown nodes are ignored.
 	Pods []*corev1.Pod
+	// Existing, when set and told of every object, gives the NodeInfos of
+	// Nodes with their pods instead of Pods: kept up to date by the
+	// informers' handlers, they are built again only where something
+	// changed. Pods is then not read.
+	Existing *Existing
 	// InFlight claims: launched, not yet a Node. Each becomes a phantom
 	// node built from its pool's template, so a booting machine absorbs
 	// pods instead of being bought twice. A claim named like one of Nodes

@@ -16,6 +16,7 @@ import (
 
 	"github.com/claimscale/claimscale/api/v1alpha1"
 	"github.com/claimscale/claimscale/internal/clusterstate"
+	"github.com/claimscale/claimscale/internal/scheduling"
 	"github.com/claimscale/claimscale/pkg/provider"
 )
 
@@ -145,12 +146,22 @@ func BenchmarkProvisioningRoundOn1000FullNodes(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
+	// What the handlers were told as the cluster came up.
+	existing := scheduling.NewExisting()
+	existing.SetSynced(func() bool { return true })
+	for _, node := range nodeStore.List() {
+		existing.SetNode(node.(*corev1.Node))
+	}
+	for _, pod := range podStore.List() {
+		existing.SetPod(pod.(*corev1.Pod))
+	}
 	for _, source := range []struct {
 		name    string
 		objects ObjectSource
 	}{
 		{"listed", nil},
-		{"from the informers' stores", clusterstate.ObjectsOf(podStore, nodeStore)},
+		{"from the informers' stores", clusterstate.ObjectsOf(podStore, nodeStore, nil)},
+		{"kept by the informers' handlers", clusterstate.ObjectsOf(podStore, nodeStore, existing)},
 	} {
 		b.Run(source.name, func(b *testing.B) {
 			p := &Provisioner{

@@ -47,10 +47,13 @@ type ProviderResolver interface {
 	ForProviderName(ctx context.Context, name string) (provider.Provider, error)
 }
 
-// ObjectSource gives every pod and node of the cluster, read only.
+// ObjectSource gives every pod and node of the cluster, read only, and
+// the nodes with their pods as the scheduling simulation starts from them
+// (nil: built from the pods each time).
 type ObjectSource interface {
 	Pods() []*corev1.Pod
 	Nodes() []*corev1.Node
+	Existing() *scheduling.Existing
 }
 
 // CapacityChecker says where a pool may open nodes after capacity errors:
@@ -216,6 +219,9 @@ func (p *Provisioner) gather(ctx context.Context) (scheduling.Input, map[string]
 	if err != nil {
 		return input, nil, err
 	}
+	if p.Objects != nil {
+		input.Existing = p.Objects.Existing()
+	}
 	var claimList v1alpha1.NodeClaimList
 	if err := p.Kube.List(ctx, &claimList, client.UnsafeDisableDeepCopy); err != nil {
 		return input, nil, fmt.Errorf("listing claims: %w", err)
@@ -248,6 +254,7 @@ func (p *Provisioner) gather(ctx context.Context) (scheduling.Input, map[string]
 		}
 		input.Nodes = append(input.Nodes, node)
 	}
+	input.Pods = make([]*corev1.Pod, 0, len(pods))
 	for _, pod := range pods {
 		switch {
 		case pod.Spec.NodeName != "":
