@@ -223,11 +223,16 @@ func run(opts options) error {
 	// Consolidation may have removed a node since (a last, partly filled
 	// one): count from the nodes there are now.
 	before := w.snapshot().nodes
-	scaledDown := time.Now()
+	// One call for every Deployment, as a user scaling an application
+	// down would: ten calls one after another spread the scale-down over
+	// seconds, and no node empties before the last Deployment's turn.
+	scale := []string{"scale", "--replicas=0"}
 	for i := range opts.deployments {
-		if _, err := kubectl("", "scale", "deployment", deploymentName(i), "--replicas=0"); err != nil {
-			return err
-		}
+		scale = append(scale, "deployment/"+deploymentName(i))
+	}
+	scaledDown := time.Now()
+	if _, err := kubectl("", scale...); err != nil {
+		return err
 	}
 	if err := waitFor(ctx, "the first node removed", func() (bool, error) {
 		s := w.snapshot()
