@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
+	fwk "k8s.io/kube-scheduler/framework"
 	"k8s.io/kubernetes/pkg/scheduler/framework"
 
 	"github.com/claimscale/claimscale/api/v1alpha1"
@@ -246,4 +247,47 @@ func TestAnExistingNotYetSyncedIsNotUsed(t *testing.T) {
 	if got := len(sim.existingInfos[0].GetPods()); got != 0 {
 		t.Fatalf("%d pods on the first node, want the kept none", got)
 	}
+}
+
+// Decisions read what they were given while handlers go on writing (run
+// with -race): a view never changes under the decision holding it.
+func TestDecisionsReadKeptNodesWhileHandlersWrite(t *testing.T) {
+	c := fullCluster(40)
+	existing := keptFrom(c)
+	kept := c
+	kept.Pods, kept.Existing = nil, existing
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for i := range 400 {
+			p := pod(fmt.Sprintf("churn-%d", i), "100m", "128Mi", owner("churn"), label("app", "churn"), onNode(c.Nodes[i%40].Name))
+			existing.SetPod(p)
+			existing.SetNode(c.Nodes[(i+1)%40].DeepCopy())
+			if i%2 == 0 {
+				existing.DeletePod(p)
+			}
+		}
+	}()
+	for range 20 {
+		sim, err := New(context.Background(), kept)
+		if err != nil {
+			t.Fatal(err)
+		}
+		before := describeInfos(asNodeInfos(sim.existingInfos))
+		if _, err := sim.Solve(context.Background(), pods(15, "late", "800m", "1Gi")); err != nil {
+			t.Fatal(err)
+		}
+		if after := describeInfos(asNodeInfos(sim.existingInfos)); after != before {
+			t.Fatalf("the decision's nodes changed under it:\nbefore %s\nafter  %s", before, after)
+		}
+	}
+	<-done
+}
+
+func asNodeInfos(infos []fwk.NodeInfo) []*framework.NodeInfo {
+	out := make([]*framework.NodeInfo, len(infos))
+	for i, ni := range infos {
+		out[i] = ni.(*framework.NodeInfo)
+	}
+	return out
 }
