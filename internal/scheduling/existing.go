@@ -170,7 +170,10 @@ func (e *Existing) dropIfEmpty(name string, kept *keptNode) {
 // last pod.
 func (e *Existing) release(infos []*podInfo) {
 	for _, info := range infos {
-		m := e.members[info.cls]
+		m, ok := e.members[info.cls]
+		if !ok {
+			continue // not counted: nothing to take back
+		}
 		if m.pods--; m.pods == 0 {
 			delete(e.members, info.cls)
 			e.classes.forget(info.cls, m.fingerprint)
@@ -205,22 +208,16 @@ func (e *Existing) view(nodes []*corev1.Node) (keptView, error) {
 		case kept.node == nil:
 			// Its pods are known, the node not yet: built for this
 			// decision alone.
-			infos, err := e.classify(kept)
-			if err != nil {
+			if err := e.classify(kept); err != nil {
 				return keptView{}, err
 			}
-			e.release(kept.infos)
-			kept.infos = infos
-			v.infos[i], v.sigs[i] = nodeInfoOf(node, infos), nodeSignature(node)
+			v.infos[i], v.sigs[i] = nodeInfoOf(node, kept.infos), nodeSignature(node)
 			continue
 		case kept.info == nil:
-			infos, err := e.classify(kept)
-			if err != nil {
+			if err := e.classify(kept); err != nil {
 				return keptView{}, err
 			}
-			e.release(kept.infos)
-			kept.infos = infos
-			kept.info = nodeInfoOf(kept.node, infos)
+			kept.info = nodeInfoOf(kept.node, kept.infos)
 			e.builds++
 		}
 		if node == kept.node {
@@ -239,11 +236,12 @@ func (e *Existing) view(nodes []*corev1.Node) (keptView, error) {
 	return v, nil
 }
 
-// classify sorts a node's pods into classes, by namespace and name so a
-// node is always built the same way. A pod that did not change keeps its
-// class; the classes of the new list are counted in before the old one is
-// counted out, so a class shared by both is not forgotten in between.
-func (e *Existing) classify(kept *keptNode) ([]*podInfo, error) {
+// classify sorts a node's pods into classes (kept.infos), by namespace
+// and name so a node is always built the same way. A pod that did not
+// change keeps its class; the classes of the new list are counted in
+// before the old one is counted out, so a class shared by both is not
+// forgotten in between.
+func (e *Existing) classify(kept *keptNode) error {
 	byPod := make(map[*corev1.Pod]*podInfo, len(kept.infos))
 	for _, info := range kept.infos {
 		byPod[info.pod] = info
@@ -264,7 +262,7 @@ func (e *Existing) classify(kept *keptNode) ([]*podInfo, error) {
 			cls, err := e.classes.classifyPrinted(pod, fp)
 			if err != nil {
 				e.release(infos[:i])
-				return nil, err
+				return err
 			}
 			infos[i] = &podInfo{pod: pod, cls: cls}
 			if _, ok := e.members[cls]; !ok {
@@ -273,7 +271,9 @@ func (e *Existing) classify(kept *keptNode) ([]*podInfo, error) {
 		}
 		e.members[infos[i].cls].pods++
 	}
-	return infos, nil
+	e.release(kept.infos)
+	kept.infos = infos
+	return nil
 }
 
 func nodeInfoOf(node *corev1.Node, infos []*podInfo) *framework.NodeInfo {

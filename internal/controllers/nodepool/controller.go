@@ -244,10 +244,18 @@ func (c *Controller) unusedBootstrap(ctx context.Context, pool *v1alpha1.NodePoo
 // InUse counts the claims that are not being deleted and totals their
 // capacity (the shape's, until the machine reports its own).
 func InUse(claims []v1alpha1.NodeClaim) (int, corev1.ResourceList) {
+	pointers := make([]*v1alpha1.NodeClaim, len(claims))
+	for i := range claims {
+		pointers[i] = &claims[i]
+	}
+	return InUseOf(pointers)
+}
+
+// InUseOf is InUse of claims held by pointer, such as the cache's own.
+func InUseOf(claims []*v1alpha1.NodeClaim) (int, corev1.ResourceList) {
 	cpu, memory := resource.Quantity{}, resource.Quantity{}
 	nodes := 0
-	for i := range claims {
-		claim := &claims[i]
+	for _, claim := range claims {
 		if !claim.DeletionTimestamp.IsZero() {
 			continue
 		}

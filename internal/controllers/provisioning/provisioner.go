@@ -267,9 +267,10 @@ func (p *Provisioner) gather(ctx context.Context) (scheduling.Input, map[string]
 		input.DaemonSets = append(input.DaemonSets, &daemonSets.Items[i])
 	}
 
-	claimsByPool := map[string][]v1alpha1.NodeClaim{}
+	// By pointer: a claim is a kilobyte, and a round reads every one.
+	claimsByPool := map[string][]*v1alpha1.NodeClaim{}
 	for i := range claimList.Items {
-		claim := claimList.Items[i]
+		claim := &claimList.Items[i]
 		claimsByPool[claim.Spec.NodePoolRef.Name] = append(claimsByPool[claim.Spec.NodePoolRef.Name], claim)
 	}
 	open, closed := p.usablePools(ctx, poolList.Items, claimsByPool)
@@ -350,7 +351,7 @@ func PodsAndNodes(ctx context.Context, objects ObjectSource, reader client.Reade
 // provider failed is still simulated from its last good picture with every
 // shape closed (closed), so the machines it is booting count and are not
 // bought twice elsewhere; it gets no new claims.
-func (p *Provisioner) usablePools(ctx context.Context, pools []v1alpha1.NodePool, claimsByPool map[string][]v1alpha1.NodeClaim) (open, closed map[string]scheduling.Pool) {
+func (p *Provisioner) usablePools(ctx context.Context, pools []v1alpha1.NodePool, claimsByPool map[string][]*v1alpha1.NodeClaim) (open, closed map[string]scheduling.Pool) {
 	var (
 		mu sync.Mutex
 		wg sync.WaitGroup
@@ -427,10 +428,10 @@ func (p *Provisioner) lastGood(pool *v1alpha1.NodePool) (scheduling.Pool, bool) 
 
 // closedPool is last with the pool's current claims and every shape
 // closed to new nodes.
-func closedPool(last scheduling.Pool, pool *v1alpha1.NodePool, claims []v1alpha1.NodeClaim) scheduling.Pool {
+func closedPool(last scheduling.Pool, pool *v1alpha1.NodePool, claims []*v1alpha1.NodeClaim) scheduling.Pool {
 	closed := last
 	closed.NodePool = pool
-	nodes, resources := nodepool.InUse(claims)
+	nodes, resources := nodepool.InUseOf(claims)
 	closed.InUse = scheduling.Usage{Nodes: int64(nodes), CPU: resources[corev1.ResourceCPU], Memory: resources[corev1.ResourceMemory]}
 	closed.Unavailable = nil
 	for _, shape := range last.Shapes.Fixed {
@@ -442,7 +443,7 @@ func closedPool(last scheduling.Pool, pool *v1alpha1.NodePool, claims []v1alpha1
 	return closed
 }
 
-func (p *Provisioner) schedulingPool(ctx context.Context, pool *v1alpha1.NodePool, claims []v1alpha1.NodeClaim) (scheduling.Pool, error) {
+func (p *Provisioner) schedulingPool(ctx context.Context, pool *v1alpha1.NodePool, claims []*v1alpha1.NodeClaim) (scheduling.Pool, error) {
 	machines, err := p.Providers.ForProviderName(ctx, pool.Spec.ProviderRef.Name)
 	if err != nil {
 		return scheduling.Pool{}, err
@@ -459,7 +460,7 @@ func (p *Provisioner) schedulingPool(ctx context.Context, pool *v1alpha1.NodePoo
 	if err := p.Kube.Get(ctx, client.ObjectKey{Name: pool.Spec.ProviderRef.Name}, &nodeProvider); err != nil {
 		return scheduling.Pool{}, err
 	}
-	nodes, resources := nodepool.InUse(claims)
+	nodes, resources := nodepool.InUseOf(claims)
 	shapeNames := make([]string, 0, len(offered))
 	for _, shape := range offered {
 		shapeNames = append(shapeNames, shape.Name)
@@ -705,7 +706,7 @@ type claimIndex struct {
 }
 
 func newClaimIndex(claims []v1alpha1.NodeClaim) claimIndex {
-	index := claimIndex{byProviderID: map[string]*v1alpha1.NodeClaim{}, byName: map[string]*v1alpha1.NodeClaim{}}
+	index := claimIndex{byProviderID: make(map[string]*v1alpha1.NodeClaim, len(claims)), byName: make(map[string]*v1alpha1.NodeClaim, 2*len(claims))}
 	for i := range claims {
 		claim := &claims[i]
 		if !claim.DeletionTimestamp.IsZero() {
