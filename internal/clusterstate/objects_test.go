@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+	"github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -101,11 +102,5 @@ func must(t *testing.T, err error) {
 
 func eventually(t *testing.T, what string, condition func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for !condition() {
-		if time.Now().After(deadline) {
-			t.Fatalf("not within 20 s: %s", what)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	gomega.NewWithT(t).Eventually(condition).WithTimeout(20*time.Second).WithPolling(50*time.Millisecond).Should(gomega.BeTrue(), what)
 }
