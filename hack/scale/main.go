@@ -220,9 +220,10 @@ func run(opts options) error {
 	r.idleCores = (cpuAfter - cpuBefore) / opts.idleWindow.Seconds()
 
 	logf("scaling every Deployment to 0")
-	// Consolidation may have removed a node since (a last, partly filled
-	// one): count from the nodes there are now.
-	before := w.snapshot().nodes
+	// The first removal is the first of the nodes there are now to go: a
+	// node consolidation adds meanwhile (a replacement) must not hide it,
+	// as counting the nodes did.
+	before := w.nodeNames()
 	// One call for every Deployment, as a user scaling an application
 	// down would: ten calls one after another spread the scale-down over
 	// seconds, and no node empties before the last Deployment's turn.
@@ -237,7 +238,7 @@ func run(opts options) error {
 	if err := waitFor(ctx, "the first node removed", func() (bool, error) {
 		s := w.snapshot()
 		logProgress(scaledDown, s)
-		return s.nodes < before, nil
+		return w.anyGone(before), nil
 	}); err != nil {
 		return err
 	}

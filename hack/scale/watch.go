@@ -158,3 +158,25 @@ func (w *watcher) snapshot() snapshot {
 	}
 	return s
 }
+
+// nodeNames names the nodes there are now.
+func (w *watcher) nodeNames() map[string]bool {
+	var nodes corev1.NodeList
+	_ = w.cache.List(context.Background(), &nodes, client.UnsafeDisableDeepCopy)
+	names := make(map[string]bool, len(nodes.Items))
+	for i := range nodes.Items {
+		names[nodes.Items[i].Name] = true
+	}
+	return names
+}
+
+// anyGone says whether one of the nodes named is no longer there.
+func (w *watcher) anyGone(names map[string]bool) bool {
+	now := w.nodeNames()
+	for name := range names {
+		if !now[name] {
+			return true
+		}
+	}
+	return false
+}
