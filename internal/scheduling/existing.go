@@ -275,12 +275,3 @@ func (e *Existing) classify(kept *keptNode) error {
 	kept.infos = infos
 	return nil
 }
-
-func nodeInfoOf(node *corev1.Node, infos []*podInfo) *framework.NodeInfo {
-	ni := framework.NewNodeInfo()
-	ni.SetNode(node)
-	for _, info := range infos {
-		ni.AddPodInfo(info)
-	}
-	return ni
-}

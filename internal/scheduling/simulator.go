@@ -165,13 +165,8 @@ func (s *Simulator) addExisting(nodes []*corev1.Node, pods []*corev1.Pod) error 
 		}
 		byNode[p.Spec.NodeName] = append(byNode[p.Spec.NodeName], withUID(p))
 	}
-	sorted := append([]*corev1.Node(nil), nodes...)
-	sort.Slice(sorted, func(i, j int) bool { return sorted[i].Name < sorted[j].Name })
 	cl := newClassifier()
-	for _, n := range sorted {
-		if n.DeletionTimestamp != nil {
-			continue
-		}
+	for _, n := range liveNodesByName(nodes) {
 		infos := make([]fwk.PodInfo, 0, len(byNode[n.Name]))
 		for _, p := range byNode[n.Name] {
 			cls, err := cl.classify(p)
@@ -193,13 +188,7 @@ func (s *Simulator) addExisting(nodes []*corev1.Node, pods []*corev1.Pod) error 
 // layer of its own that the simulation never writes to: they are shared
 // with other decisions.
 func (s *Simulator) addKept(existing *Existing, nodes []*corev1.Node) error {
-	sorted := make([]*corev1.Node, 0, len(nodes))
-	for _, n := range nodes {
-		if n.DeletionTimestamp == nil {
-			sorted = append(sorted, n)
-		}
-	}
-	slices.SortFunc(sorted, func(a, b *corev1.Node) int { return cmp.Compare(a.Name, b.Name) })
+	sorted := liveNodesByName(nodes)
 	view, err := existing.view(sorted)
 	if err != nil {
 		return err
@@ -213,6 +202,19 @@ func (s *Simulator) addKept(existing *Existing, nodes []*corev1.Node) error {
 	s.snap.freeze()
 	s.setExistingClasses(view.classes)
 	return nil
+}
+
+// liveNodesByName is the nodes not being deleted, by name: the nodes a
+// decision simulates, in the order it goes through them.
+func liveNodesByName(nodes []*corev1.Node) []*corev1.Node {
+	live := make([]*corev1.Node, 0, len(nodes))
+	for _, n := range nodes {
+		if n.DeletionTimestamp == nil {
+			live = append(live, n)
+		}
+	}
+	slices.SortFunc(live, func(a, b *corev1.Node) int { return cmp.Compare(a.Name, b.Name) })
+	return live
 }
 
 func (s *Simulator) addExistingNode(n *corev1.Node, ni fwk.NodeInfo, sig string) {

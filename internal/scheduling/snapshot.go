@@ -164,12 +164,17 @@ func (s *Snapshot) AddNode(node *corev1.Node, pods ...*corev1.Pod) error {
 }
 
 func (s *Snapshot) addNode(node *corev1.Node, pods []fwk.PodInfo) error {
+	return s.addNodeInfo(nodeInfoOf(node, pods))
+}
+
+// nodeInfoOf is a new NodeInfo of the node and pods.
+func nodeInfoOf[P fwk.PodInfo](node *corev1.Node, pods []P) *framework.NodeInfo {
 	ni := framework.NewNodeInfo()
 	ni.SetNode(node)
 	for _, p := range pods {
 		ni.AddPodInfo(p)
 	}
-	return s.addNodeInfo(ni)
+	return ni
 }
 
 // addNodeInfo adds a node as a NodeInfo built elsewhere, which the snapshot
