@@ -54,6 +54,8 @@ type options struct {
 	controllerPath            string
 	memoryLimit               string
 	keepLogs                  bool
+	controlPlaneLog           string
+	controlPlaneVerbosity     int
 }
 
 func main() {
@@ -75,6 +77,8 @@ func main() {
 	flag.StringVar(&opts.controllerEnv, "controller-env", "", "more environment for bin/claimscale only (not the control plane), NAME=value space-separated, e.g. GOGC=50")
 	flag.StringVar(&opts.memoryLimit, "memory-limit", "", "run the controller as the chart does under resources.limits.memory of this size (e.g. 200Mi): handed over as the chart hands it, the controller sets its Go memory limit from it; empty: no limit")
 	flag.BoolVar(&opts.keepLogs, "keep-logs", true, "keep the controller's log file")
+	flag.StringVar(&opts.controlPlaneLog, "control-plane-log", "", "write the output of kube-controller-manager, kube-scheduler and kwok to this file; empty: discard it")
+	flag.IntVar(&opts.controlPlaneVerbosity, "control-plane-v", 0, "klog level of kube-controller-manager and kube-scheduler (2: every ReplicaSet's pod creations and deletions, every binding)")
 	flag.Parse()
 	// The watcher's informers log through controller-runtime; their
 	// retries are not this program's output.
@@ -103,7 +107,16 @@ func run(opts options) error {
 		statusEvery = opts.nodeStatusReport.String() + " and a Lease every 10 s, as kubelets"
 	}
 	logf("starting the control plane: kube-apiserver, etcd, kube-controller-manager and kube-scheduler at client QPS 5000, kwok (node status every %s)", statusEvery)
-	env, err := testenv.Start(testenv.Options{ControllerManager: true, Scheduler: true, Kwok: true, ClientQPS: 5000, NodeStatusReport: opts.nodeStatusReport})
+	envOpts := testenv.Options{ControllerManager: true, Scheduler: true, Kwok: true, ClientQPS: 5000, NodeStatusReport: opts.nodeStatusReport, Verbosity: opts.controlPlaneVerbosity}
+	if opts.controlPlaneLog != "" {
+		controlPlaneLog, err := os.Create(opts.controlPlaneLog)
+		if err != nil {
+			return fmt.Errorf("creating the control plane's log: %w", err)
+		}
+		defer controlPlaneLog.Close()
+		envOpts.Logs = controlPlaneLog
+	}
+	env, err := testenv.Start(envOpts)
 	if err != nil {
 		return err
 	}
@@ -175,7 +188,7 @@ func run(opts options) error {
 		return err
 	}
 	up := w.snapshot()
-	r.claims, r.lowerBound, r.partlyFilled, r.perNode = up.claims, up.lowerBound, up.partlyFilled, up.perNode
+	r.claims, r.lowerBound, r.partlyFilled, r.perNode, r.going = up.claims, up.lowerBound, up.partlyFilled, up.perNode, up.going
 
 	// Consolidation may still act on what scale-up left (a last, partly
 	// filled node, nodes whose pods moved), and looks at each node once its
@@ -193,6 +206,7 @@ func run(opts options) error {
 	}); err != nil {
 		return err
 	}
+	r.settledClaims, r.settledPartlyFilled = last.claims, last.partlyFilled
 	logf("measuring the controller's CPU for %s with nothing to do (%d nodes)", opts.idleWindow, last.nodes)
 	r.idleNodes = last.nodes
 	cpuBefore, err := ctl.cpuSeconds()
@@ -563,15 +577,18 @@ type result struct {
 	opts                             options
 	firstClaim, allRunning           time.Duration
 	claims, lowerBound, partlyFilled int
-	perNode                          int
-	idleCores, totalCPU              float64
-	idleNodes                        int
-	idleReconciles                   string
-	firstRemoved, allRemoved         time.Duration
-	claimsMade, nodesMade            int
-	launched                         float64
-	peakRSS, peakAnon                int64
-	errorLines, conflictLines        int
+	perNode, going                   int
+	// settled… are counted once consolidation has had its say, as the
+	// idle measurement starts.
+	settledClaims, settledPartlyFilled int
+	idleCores, totalCPU                float64
+	idleNodes                          int
+	idleReconciles                     string
+	firstRemoved, allRemoved           time.Duration
+	claimsMade, nodesMade              int
+	launched                           float64
+	peakRSS, peakAnon                  int64
+	errorLines, conflictLines          int
 }
 
 func (r *result) print(out io.Writer) {
@@ -592,8 +609,9 @@ func (r *result) print(out io.Writer) {
 	}
 	row("apply → first claim", "%s", seconds(r.firstClaim))
 	row("apply → all pods Running", "%s", seconds(r.allRunning))
-	row("claims vs the lower bound", "%d vs %d (%+.1f %%)", r.claims, r.lowerBound, 100*float64(r.claims-r.lowerBound)/float64(r.lowerBound))
+	row("claims vs the lower bound", "%d vs %d (%+.1f %%), %d of them being removed", r.claims, r.lowerBound, 100*float64(r.claims-r.lowerBound)/float64(r.lowerBound), r.going)
 	row("nodes left partly filled", "%d (fewer than %d pods)", r.partlyFilled, r.perNode)
+	row("once consolidation settled: claims / partly filled", "%d / %d", r.settledClaims, r.settledPartlyFilled)
 	row("controller peak RSS", "%d MiB (anonymous %d MiB, the rest mapped code)", r.peakRSS>>20, r.peakAnon>>20)
 	row("controller CPU, whole run", "%.1f s", r.totalCPU)
 	row("controller CPU, idle", "%.3f cores over %s at %d nodes", r.idleCores, r.opts.idleWindow, r.idleNodes)

@@ -41,6 +41,9 @@ type snapshot struct {
 	claimWrites           int
 	perNode, lowerBound   int
 	partlyFilled          int
+	// going are the claims being deleted: a consolidation under way
+	// counts its nodes among the claims and the partly filled.
+	going int
 }
 
 func newWatcher(env *testenv.Environment, _ *controller) *watcher {
@@ -109,6 +112,11 @@ func (w *watcher) snapshot() snapshot {
 	_ = w.cache.List(ctx, &claims, client.UnsafeDisableDeepCopy)
 	var s snapshot
 	s.nodes, s.claims = len(nodes.Items), len(claims.Items)
+	for i := range claims.Items {
+		if !claims.Items[i].DeletionTimestamp.IsZero() {
+			s.going++
+		}
+	}
 	perNodePods := map[string]int{}
 	workload := 0
 	for i := range pods.Items {

@@ -45,6 +45,10 @@ type Options struct {
 	Kwok bool
 	// Logs receives the output of the extra processes; nil discards it.
 	Logs io.Writer
+	// Verbosity is the klog level (--v) of the controller manager and the
+	// scheduler: 2 logs each ReplicaSet's pod creations and deletions and
+	// each binding, to tell where a slow scale-up or scale-down waits.
+	Verbosity int
 	// ClientQPS, when set, is the client QPS and burst of the controller
 	// manager and the scheduler. Their defaults (20 and 50) make a
 	// Deployment of thousands of pods a matter of minutes; kwok's own
@@ -216,13 +220,13 @@ func (e *Environment) startExtras(opts Options, binDir string) error {
 			"--use-service-account-credentials=false",
 			"--concurrent-deployment-syncs=10",
 			"--concurrent-replicaset-syncs=10",
-		}, qpsFlags(opts.ClientQPS)...)
+		}, componentFlags(opts)...)
 		if err := e.startComponent(logs, filepath.Join(binDir, "kube-controller-manager"), args...); err != nil {
 			return err
 		}
 	}
 	if opts.Scheduler {
-		if err := e.startComponent(logs, filepath.Join(binDir, "kube-scheduler"), qpsFlags(opts.ClientQPS)...); err != nil {
+		if err := e.startComponent(logs, filepath.Join(binDir, "kube-scheduler"), componentFlags(opts)...); err != nil {
 			return err
 		}
 	}
@@ -310,11 +314,17 @@ func (e *Environment) startComponent(logs io.Writer, path string, args ...string
 	}, args...)...)
 }
 
-func qpsFlags(qps int) []string {
-	if qps <= 0 {
-		return nil
+// componentFlags are the client QPS and log level flags the controller
+// manager and the scheduler share.
+func componentFlags(opts Options) []string {
+	var flags []string
+	if opts.ClientQPS > 0 {
+		flags = append(flags, "--kube-api-qps="+strconv.Itoa(opts.ClientQPS), "--kube-api-burst="+strconv.Itoa(opts.ClientQPS))
 	}
-	return []string{"--kube-api-qps=" + strconv.Itoa(qps), "--kube-api-burst=" + strconv.Itoa(qps)}
+	if opts.Verbosity > 0 {
+		flags = append(flags, "--v="+strconv.Itoa(opts.Verbosity))
+	}
+	return flags
 }
 
 // KwokNodeAnnotation marks a Node for kwok to run (value "fake").
