@@ -9,6 +9,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/claimscale/claimscale/api/v1alpha1"
+	"github.com/claimscale/claimscale/internal/scheduling"
 )
 
 func TestSortByDisruptionCost(t *testing.T) {
@@ -153,5 +154,21 @@ func TestBlocker(t *testing.T) {
 				t.Fatalf("blocker %q, want %q", got, tt.want)
 			}
 		})
+	}
+}
+
+// Prices summed in floating point (0.2 three times) read as the prices
+// people set, not 0.6000000000000001.
+func TestConsolidationMessageRoundsSummedPrices(t *testing.T) {
+	candidateOf := func(name string) *candidate {
+		return &candidate{claim: &v1alpha1.NodeClaim{ObjectMeta: metav1.ObjectMeta{Name: name}}, price: 0.2}
+	}
+	cmd := &command{
+		candidates:   []*candidate{candidateOf("a"), candidateOf("b"), candidateOf("c")},
+		replacements: []scheduling.NewNode{{Pool: "pool", Shape: scheduling.Shape{Name: "c2", Price: 0.2}}},
+	}
+	want := "the pods of 3 underused nodes (a, b, c) fit on one cheaper node: c2 of pool pool at 0.2/h instead of 0.6/h"
+	if got := consolidationMessage(cmd); got != want {
+		t.Errorf("consolidationMessage = %q, want %q", got, want)
 	}
 }

@@ -190,7 +190,7 @@ func (s *state) consolidation(ctx context.Context, candidates []*candidate) (*co
 			// No replacement can be cheaper: spare building a snapshot
 			// without the candidates, which at ten thousand pods is
 			// most of an idle cluster's CPU.
-			return nil, verdict{decisions.NodeReasonNotCheaper, fmt.Sprintf("its pods fit only on a new node, and the cheapest (%s of pool %s at %g/h) is not cheaper than %g/h",
+			return nil, verdict{decisions.NodeReasonNotCheaper, fmt.Sprintf("its pods fit only on a new node, and the cheapest (%s of pool %s at %.6g/h) is not cheaper than %.6g/h",
 				floor.Shape.Name, floor.Pool, floor.Shape.Price, totalPrice(candidates))}, nil
 		}
 		if largest, ok := s.largestNewNode(); ok && s.outgrows(candidates, pending, largest) {
@@ -208,7 +208,7 @@ func (s *state) consolidation(ctx context.Context, candidates []*candidate) (*co
 		case len(result.NewNodes) == 1:
 			replacement := result.NewNodes[0]
 			if price, total := replacement.Shape.Price, totalPrice(candidates); price >= total {
-				return nil, verdict{decisions.NodeReasonNotCheaper, fmt.Sprintf("its pods fit only on a new node, and the cheapest (%s of pool %s at %g/h) is not cheaper than %g/h",
+				return nil, verdict{decisions.NodeReasonNotCheaper, fmt.Sprintf("its pods fit only on a new node, and the cheapest (%s of pool %s at %.6g/h) is not cheaper than %.6g/h",
 					replacement.Shape.Name, replacement.Pool, price, total)}, nil
 			}
 			cmd.replacements = result.NewNodes
@@ -233,7 +233,7 @@ func consolidationMessage(cmd *command) string {
 		return subject + " on the other nodes"
 	}
 	replacement := cmd.replacements[0]
-	return fmt.Sprintf("%s on one cheaper node: %s of pool %s at %g/h instead of %g/h", subject,
+	return fmt.Sprintf("%s on one cheaper node: %s of pool %s at %.6g/h instead of %.6g/h", subject,
 		replacement.Shape.Name, replacement.Pool, replacement.Shape.Price, totalPrice(cmd.candidates))
 }
 
