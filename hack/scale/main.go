@@ -34,6 +34,7 @@ import (
 
 	"github.com/go-logr/logr"
 	"k8s.io/apimachinery/pkg/api/resource"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/claimscale/claimscale/internal/memlimit"
@@ -171,9 +172,14 @@ func run(opts options) error {
 		return err
 	}
 	r.firstClaim = time.Since(applied)
+	lastPoke := time.Now()
 	if err := waitFor(ctx, "every pod Running", func() (bool, error) {
 		s := w.snapshot()
 		logProgress(applied, s)
+		if time.Since(lastPoke) >= 10*time.Second {
+			lastPoke = time.Now()
+			r.kwokMissed += pokeMissedByKwok(ctx, env.Client, w)
+		}
 		return s.running == opts.pods, nil
 	}); err != nil {
 		return err
@@ -581,14 +587,17 @@ type result struct {
 	// settled… are counted once consolidation has had its say, as the
 	// idle measurement starts.
 	settledClaims, settledPartlyFilled int
-	idleCores, totalCPU                float64
-	idleNodes                          int
-	idleReconciles                     string
-	firstRemoved, allRemoved           time.Duration
-	claimsMade, nodesMade              int
-	launched                           float64
-	peakRSS, peakAnon                  int64
-	errorLines, conflictLines          int
+	// kwokMissed counts the pods kwok left Pending on their node until
+	// touched (watcher.missedByKwok).
+	kwokMissed                int
+	idleCores, totalCPU       float64
+	idleNodes                 int
+	idleReconciles            string
+	firstRemoved, allRemoved  time.Duration
+	claimsMade, nodesMade     int
+	launched                  float64
+	peakRSS, peakAnon         int64
+	errorLines, conflictLines int
 }
 
 func (r *result) print(out io.Writer) {
@@ -612,6 +621,7 @@ func (r *result) print(out io.Writer) {
 	row("claims vs the lower bound", "%d vs %d (%+.1f %%), %d of them being removed", r.claims, r.lowerBound, 100*float64(r.claims-r.lowerBound)/float64(r.lowerBound), r.going)
 	row("nodes left partly filled", "%d (fewer than %d pods)", r.partlyFilled, r.perNode)
 	row("once consolidation settled: claims / partly filled", "%d / %d", r.settledClaims, r.settledPartlyFilled)
+	row("pods kwok left Pending until touched", "%d", r.kwokMissed)
 	row("controller peak RSS", "%d MiB (anonymous %d MiB, the rest mapped code)", r.peakRSS>>20, r.peakAnon>>20)
 	row("controller CPU, whole run", "%.1f s", r.totalCPU)
 	row("controller CPU, idle", "%.3f cores over %s at %d nodes", r.idleCores, r.opts.idleWindow, r.idleNodes)
@@ -660,4 +670,24 @@ func waitFor(ctx context.Context, what string, done func() (bool, error)) error 
 
 func logf(format string, args ...any) {
 	fmt.Printf("%s  %s\n", time.Now().UTC().Format("15:04:05"), fmt.Sprintf(format, args...))
+}
+
+// pokeMissedByKwok annotates the pods kwok missed (watcher.missedByKwok),
+// which kwok then plays, and says how many there were.
+func pokeMissedByKwok(ctx context.Context, kube client.Client, w *watcher) int {
+	missed := w.missedByKwok(time.Minute)
+	for _, pod := range missed {
+		patch := client.MergeFrom(pod.DeepCopy())
+		if pod.Annotations == nil {
+			pod.Annotations = map[string]string{}
+		}
+		pod.Annotations["scale.claimscale.io/missed-by-kwok"] = time.Now().UTC().Format(time.RFC3339)
+		if err := kube.Patch(ctx, pod, patch); err != nil {
+			logf("touching pod %s, which kwok left Pending: %v", pod.Name, err)
+		}
+	}
+	if len(missed) > 0 {
+		logf("touched %d pods bound for over a minute that kwok left Pending", len(missed))
+	}
+	return len(missed)
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"math"
 	"sync"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	toolscache "k8s.io/client-go/tools/cache"
@@ -187,4 +188,40 @@ func (w *watcher) anyGone(names map[string]bool) bool {
 		}
 	}
 	return false
+}
+
+// missedByKwok are the pods bound to a node for longer than after that
+// are still Pending. kwok v0.8.0 drops a pod's events while it does not
+// manage the pod's node yet, and lists a node's pods once when it starts
+// managing it: a pod bound in between is never played (run 22: ten pods
+// bound a second after their node was made, Pending for minutes, Running
+// within seconds of an unrelated update).
+func (w *watcher) missedByKwok(after time.Duration) []*corev1.Pod {
+	select {
+	case <-w.ready:
+	default:
+		return nil
+	}
+	var pods corev1.PodList
+	_ = w.cache.List(context.Background(), &pods, client.InNamespace("default"), client.UnsafeDisableDeepCopy)
+	var missed []*corev1.Pod
+	for i := range pods.Items {
+		pod := &pods.Items[i]
+		if pod.Spec.NodeName == "" || pod.Status.Phase != corev1.PodPending || !pod.DeletionTimestamp.IsZero() {
+			continue
+		}
+		if bound := boundAt(pod); !bound.IsZero() && time.Since(bound) > after {
+			missed = append(missed, pod.DeepCopy())
+		}
+	}
+	return missed
+}
+
+func boundAt(pod *corev1.Pod) time.Time {
+	for _, condition := range pod.Status.Conditions {
+		if condition.Type == corev1.PodScheduled && condition.Status == corev1.ConditionTrue {
+			return condition.LastTransitionTime.Time
+		}
+	}
+	return time.Time{}
 }
