@@ -172,13 +172,17 @@ func run(opts options) error {
 		return err
 	}
 	r.firstClaim = time.Since(applied)
-	lastPoke := time.Now()
+	// A pod kwok missed is only told from one kwok has not got to yet
+	// once nothing has started for a while.
+	lastRunning, lastStarted := 0, time.Now()
 	if err := waitFor(ctx, "every pod Running", func() (bool, error) {
 		s := w.snapshot()
 		logProgress(applied, s)
-		if time.Since(lastPoke) >= 10*time.Second {
-			lastPoke = time.Now()
+		if s.running != lastRunning {
+			lastRunning, lastStarted = s.running, time.Now()
+		} else if time.Since(lastStarted) >= time.Minute {
 			r.kwokMissed += pokeMissedByKwok(ctx, env.Client, w)
+			lastStarted = time.Now()
 		}
 		return s.running == opts.pods, nil
 	}); err != nil {
@@ -212,7 +216,10 @@ func run(opts options) error {
 	}); err != nil {
 		return err
 	}
-	r.settledClaims, r.settledPartlyFilled = last.claims, last.partlyFilled
+	// Counted now, not from the last snapshot that saw a claim change:
+	// pods may have come or gone since without any claim changing.
+	settled := w.snapshot()
+	r.settledClaims, r.settledPartlyFilled = settled.claims, settled.partlyFilled
 	logf("measuring the controller's CPU for %s with nothing to do (%d nodes)", opts.idleWindow, last.nodes)
 	r.idleNodes = last.nodes
 	cpuBefore, err := ctl.cpuSeconds()
@@ -673,7 +680,9 @@ func logf(format string, args ...any) {
 }
 
 // pokeMissedByKwok annotates the pods kwok missed (watcher.missedByKwok),
-// which kwok then plays, and says how many there were.
+// which kwok then plays, and says how many there were. It is called once
+// no pod has started for a minute: under load kwok takes that long to
+// start pods it has not missed.
 func pokeMissedByKwok(ctx context.Context, kube client.Client, w *watcher) int {
 	missed := w.missedByKwok(time.Minute)
 	for _, pod := range missed {

@@ -194,8 +194,8 @@ func (w *watcher) anyGone(names map[string]bool) bool {
 // are still Pending. kwok v0.8.0 drops a pod's events while it does not
 // manage the pod's node yet, and lists a node's pods once when it starts
 // managing it: a pod bound in between is never played (run 22: ten pods
-// bound a second after their node was made, Pending for minutes, Running
-// within seconds of an unrelated update).
+// bound a second after their node was made, Pending for minutes while
+// every other pod ran, Running within seconds of an update).
 func (w *watcher) missedByKwok(after time.Duration) []*corev1.Pod {
 	select {
 	case <-w.ready:
