@@ -24,8 +24,11 @@
 // when a cached pod held 5.4 KiB; at 1.5 KiB the live heap after the same
 // scale-up is about 60 MiB, and the same 136 MiB cost no CPU at all (less
 // over the run than nine tenths did, 0.016 cores idle). At 128 MiB the
-// resident size peaked at 198 and 209 MiB in two runs, at 120 MiB at 183
-// and 196 (docs/tuning.md, runs 10 to 15).
+// resident size peaked at 198 and 209 MiB in two runs, at 120 MiB between
+// 180 and 201 over eleven runs (docs/tuning.md, runs 10 to 24). 110 MiB
+// was tried once more (run 25) and peaked higher, at 206 MiB, with a third
+// more CPU, which says the peak near the end of a scale-up is mostly live
+// memory, not garbage a lower limit would collect sooner.
 package memlimit
 
 import (
