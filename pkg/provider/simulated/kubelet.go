@@ -76,7 +76,9 @@ func (k *bootstrapKubelet) join(ctx context.Context) (client.Client, error) {
 	}
 	bootstrapConfig := rest.AnonymousClientConfig(k.config)
 	bootstrapConfig.BearerToken = token[0]
-	bootstrapClient, err := client.New(bootstrapConfig, client.Options{Scheme: k.kube.Scheme()})
+	// The registrar's own mapper: a client of its own would ask the API
+	// server for its discovery documents, once for every machine.
+	bootstrapClient, err := client.New(bootstrapConfig, client.Options{Scheme: k.kube.Scheme(), Mapper: k.kube.RESTMapper()})
 	if err != nil {
 		return nil, err
 	}
@@ -99,7 +101,7 @@ func (k *bootstrapKubelet) join(ctx context.Context) (client.Client, error) {
 	nodeConfig := rest.AnonymousClientConfig(k.config)
 	nodeConfig.CertData = csr.Status.Certificate
 	nodeConfig.KeyData = pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: keyDER})
-	return client.New(nodeConfig, client.Options{Scheme: k.kube.Scheme()})
+	return client.New(nodeConfig, client.Options{Scheme: k.kube.Scheme(), Mapper: k.kube.RESTMapper()})
 }
 
 // request creates (or finds) the machine's certificate signing request,
