@@ -13,6 +13,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/claimscale/claimscale/api/v1alpha1"
+	"github.com/claimscale/claimscale/internal/metrics"
 	"github.com/claimscale/claimscale/internal/testenv"
 )
 
@@ -210,18 +211,9 @@ func (w *watcher) missedByKwok(after time.Duration) []*corev1.Pod {
 		if pod.Spec.NodeName == "" || pod.Status.Phase != corev1.PodPending || !pod.DeletionTimestamp.IsZero() {
 			continue
 		}
-		if bound := boundAt(pod); !bound.IsZero() && time.Since(bound) > after {
+		if bound := metrics.BoundAt(pod); !bound.IsZero() && time.Since(bound) > after {
 			missed = append(missed, pod.DeepCopy())
 		}
 	}
 	return missed
-}
-
-func boundAt(pod *corev1.Pod) time.Time {
-	for _, condition := range pod.Status.Conditions {
-		if condition.Type == corev1.PodScheduled && condition.Status == corev1.ConditionTrue {
-			return condition.LastTransitionTime.Time
-		}
-	}
-	return time.Time{}
 }

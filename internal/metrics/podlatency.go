@@ -140,7 +140,7 @@ func (l *PodLatency) observe(obj any) {
 	tracked := *e.Value.(*provisionedPod)
 	l.forget(pod.UID)
 	l.mu.Unlock()
-	bound := boundAt(pod)
+	bound := BoundAt(pod)
 	if bound.IsZero() {
 		bound = time.Now()
 		if l.Clock != nil {
@@ -158,11 +158,11 @@ func (l *PodLatency) forget(uid types.UID) {
 	}
 }
 
-// boundAt is when the API server bound the pod: its binding subresource
-// sets PodScheduled=True stamped with the time of the binding
-// (k8s.io/kubernetes pkg/registry/core/pod/storage, setPodHostAndAnnotations,
-// through pkg/api/pod.UpdatePodCondition).
-func boundAt(pod *corev1.Pod) time.Time {
+// BoundAt is when the API server bound the pod, zero if it has not: its
+// binding subresource sets PodScheduled=True stamped with the time of the
+// binding (k8s.io/kubernetes pkg/registry/core/pod/storage,
+// setPodHostAndAnnotations, through pkg/api/pod.UpdatePodCondition).
+func BoundAt(pod *corev1.Pod) time.Time {
 	for _, condition := range pod.Status.Conditions {
 		if condition.Type == corev1.PodScheduled && condition.Status == corev1.ConditionTrue {
 			return condition.LastTransitionTime.Time

@@ -9,6 +9,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/claimscale/claimscale/api/v1alpha1"
+	"github.com/claimscale/claimscale/internal/metrics"
 )
 
 // memory remembers the decisions that found nothing to do for a claim
@@ -162,13 +163,11 @@ func (t *stability) prune(seen map[string]bool) {
 	}
 }
 
-// boundAt is when the pod was bound to its node, as its PodScheduled
-// condition says, else when it was made.
+// boundAt is when the pod was bound to its node (metrics.BoundAt), else
+// when it was made.
 func boundAt(pod *corev1.Pod) time.Time {
-	for _, condition := range pod.Status.Conditions {
-		if condition.Type == corev1.PodScheduled && condition.Status == corev1.ConditionTrue {
-			return condition.LastTransitionTime.Time
-		}
+	if bound := metrics.BoundAt(pod); !bound.IsZero() {
+		return bound
 	}
 	return pod.CreationTimestamp.Time
 }
