@@ -200,11 +200,14 @@ func zoneOfClaim(claim *v1alpha1.NodeClaim, node *corev1.Node) string {
 	return ""
 }
 
+// formatPrice writes a price to six significant digits, as the
+// controller's messages do: a decision's price and saving are sums, and
+// 0.2 three times is 0.6000000000000001 in floating point.
 func formatPrice(price float64) string {
 	if price == 0 {
 		return "-"
 	}
-	return strconv.FormatFloat(price, 'f', -1, 64)
+	return strconv.FormatFloat(price, 'g', 6, 64)
 }
 
 func orDash(s string) string {
