@@ -38,6 +38,7 @@ func main() {
 		printVersion        bool
 		secureMetrics       bool
 		simulatedProvider   bool
+		simulatedKubelets   bool
 		dryRun              bool
 		grpcOptions         externalgrpc.Options
 		bootstrapOptions    operator.BootstrapOptions
@@ -48,6 +49,7 @@ func main() {
 	flag.StringVar(&metricsAddress, "metrics-bind-address", ":8443", "address of the metrics endpoint (0 disables it)")
 	flag.BoolVar(&secureMetrics, "metrics-secure", true, "serve metrics over HTTPS, to callers the API server authenticates and authorizes for GET /metrics; false serves plain HTTP to anyone who reaches the address (bind it to localhost then)")
 	flag.BoolVar(&simulatedProvider, "simulated-provider", false, "offer the simulated provider (NodeProviders of type simulated), for demos and tests: it creates Node objects and keeps machines in ConfigMaps")
+	flag.BoolVar(&simulatedKubelets, "simulated-kubelets", true, "with --simulated-provider: register the simulated machines' Nodes from this process, playing their kubelets; false leaves that to another process running the simulated registrar, as real kubelets run on their machines (make scale does, to measure the controller alone)")
 	flag.StringVar(&healthAddress, "health-probe-bind-address", ":8081", "address of the health and readiness probes")
 	flag.StringVar(&profilingAddress, "profiling-bind-address", "", "address of Go's pprof endpoints (/debug/pprof), to profile the controller (off when empty; bind it to localhost)")
 	flag.BoolVar(&leaderElect, "leader-elect", true, "elect a leader so only one replica acts")
@@ -98,7 +100,7 @@ func main() {
 		Mode: operator.Mode(mode), ClusterName: clusterName, Namespace: namespace,
 		BatchIdle: batchIdle, BatchMax: batchMax, GCInterval: gcInterval, GCGracePeriod: gcGrace,
 		Registry: registry, ExternalGRPC: grpcOptions, Bootstrap: bootstrapOptions,
-		DryRun: dryRun,
+		DryRun: dryRun, SimulatedKubeletsElsewhere: !simulatedKubelets,
 	}, metrics, healthAddress, profilingAddress, leaderElect, leaderElectionNS); err != nil {
 		logger.Error(err, "exiting")
 		os.Exit(1)

@@ -3,7 +3,8 @@
 // kube-controller-manager and kube-scheduler at client QPS 5,000 as kwok's
 // own tooling runs them, kwok with nodes that report as kubelets do), runs
 // bin/claimscale with the simulated provider as a process of its own so
-// its memory and CPU can be read, applies N pods in M Deployments (two
+// its memory and CPU can be read (the simulated machines' kubelets join
+// from this program, as real ones join from their machines), applies N pods in M Deployments (two
 // with a zone spread) to one pool of one 8 cpu / 32 Gi shape, scales them
 // to zero, and prints what a user of a large cluster asks: how long, how
 // many nodes against the lower bound, how much memory and CPU, how many
@@ -41,6 +42,13 @@ import (
 	"github.com/claimscale/claimscale/internal/testenv"
 )
 
+// The controller's namespace and cluster name, which the simulated
+// kubelets must share to find its machines.
+const (
+	controllerNamespace = "claimscale-system"
+	clusterName         = "scale"
+)
+
 type options struct {
 	pods, deployments, spread int
 	podCPU, podMemory         string
@@ -57,6 +65,7 @@ type options struct {
 	keepLogs                  bool
 	controlPlaneLog           string
 	controlPlaneVerbosity     int
+	kubeletsInController      bool
 }
 
 func main() {
@@ -80,6 +89,7 @@ func main() {
 	flag.BoolVar(&opts.keepLogs, "keep-logs", true, "keep the controller's log file")
 	flag.StringVar(&opts.controlPlaneLog, "control-plane-log", "", "write the output of kube-controller-manager, kube-scheduler and kwok to this file; empty: discard it")
 	flag.IntVar(&opts.controlPlaneVerbosity, "control-plane-v", 0, "klog level of kube-controller-manager and kube-scheduler (2: every ReplicaSet's pod creations and deletions, every binding)")
+	flag.BoolVar(&opts.kubeletsInController, "kubelets-in-controller", false, "play the simulated machines' kubelets inside the controller, as the demo and the chart do, so their joins count as the controller's memory and CPU; by default this program plays them, as real kubelets run on their machines")
 	flag.Parse()
 	// The watcher's informers log through controller-runtime; their
 	// retries are not this program's output.
@@ -137,7 +147,7 @@ func run(opts options) error {
 		}
 		return out, nil
 	}
-	if _, err := kubectl("", "create", "namespace", "claimscale-system"); err != nil {
+	if _, err := kubectl("", "create", "namespace", controllerNamespace); err != nil {
 		return err
 	}
 
@@ -147,6 +157,13 @@ func run(opts options) error {
 	}
 	defer ctl.stop()
 	go ctl.sampleAnon(ctx)
+	if !opts.kubeletsInController {
+		go func() {
+			if err := runKubelets(ctx, env.Config, env.Scheme, controllerNamespace, clusterName); err != nil {
+				logf("the simulated kubelets stopped: %v", err)
+			}
+		}()
+	}
 	logf("controller pid %d, log %s, kubeconfig %s", ctl.cmd.Process.Pid, ctl.logPath, env.KubeconfigPath)
 
 	if _, err := kubectl(poolManifest(opts), "apply", "-f", "-"); err != nil {
@@ -418,9 +435,12 @@ func startController(ctx context.Context, root, kubeconfig string, opts options)
 		return nil, err
 	}
 	c := &controller{logPath: logFile.Name(), metricsAddr: "127.0.0.1:" + strconv.Itoa(port), keepLogs: opts.keepLogs}
-	args := []string{"--kubeconfig", kubeconfig, "--cluster-name", "scale", "--namespace", "claimscale-system",
+	args := []string{"--kubeconfig", kubeconfig, "--cluster-name", clusterName, "--namespace", controllerNamespace,
 		"--leader-elect=false", "--metrics-bind-address", c.metricsAddr, "--metrics-secure=false",
 		"--health-probe-bind-address", "0", "--simulated-provider"}
+	if !opts.kubeletsInController {
+		args = append(args, "--simulated-kubelets=false")
+	}
 	args = append(args, strings.Fields(opts.controllerFlags)...)
 	path := opts.controllerPath
 	if !filepath.IsAbs(path) {
@@ -613,6 +633,9 @@ func (r *result) print(out io.Writer) {
 		r.opts.shapeCPU, r.opts.shapeMemory, r.opts.consolidateAfter, r.opts.budget)
 	if r.opts.memoryLimit != "" {
 		fmt.Fprintf(out, "controller under a %s memory limit (handed over as the chart does)\n\n", r.opts.memoryLimit)
+	}
+	if r.opts.kubeletsInController {
+		fmt.Fprint(out, "simulated kubelets joining inside the controller: their TLS handshakes count as its memory and CPU\n\n")
 	}
 	if r.opts.controllerEnv != "" {
 		fmt.Fprintf(out, "controller environment: %s\n\n", r.opts.controllerEnv)

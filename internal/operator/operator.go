@@ -67,6 +67,12 @@ type Options struct {
 	Registry *provider.Registry
 	// Simulated configures the simulated provider's registrar.
 	Simulated simulated.Config
+	// SimulatedKubeletsElsewhere leaves the simulated machines' Nodes to a
+	// registrar in another process (simulated.NewRegistrar): it plays
+	// their kubelets, which on real machines run outside the controller,
+	// and their certificate handshakes are not the controller's memory
+	// and CPU. make scale runs it so.
+	SimulatedKubeletsElsewhere bool
 	// Clock for every timeout and window; nil is the real clock.
 	Clock clock.WithTicker
 	// CapacityClock times capacity backoffs only; nil is Clock. End-to-end
@@ -261,7 +267,7 @@ func Setup(ctx context.Context, mgr manager.Manager, opts Options) (*Operator, e
 	// it stands in for the machines themselves, so it runs on every replica.
 	// Without the simulated provider it does not run: it would need rights
 	// to create Nodes and write ConfigMaps that nothing else needs.
-	if slices.Contains(opts.Registry.Types(), v1alpha1.ProviderTypeSimulated) {
+	if slices.Contains(opts.Registry.Types(), v1alpha1.ProviderTypeSimulated) && !opts.SimulatedKubeletsElsewhere {
 		if opts.Simulated.RESTConfig == nil {
 			opts.Simulated.RESTConfig = mgr.GetConfig()
 		}

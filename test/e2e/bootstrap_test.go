@@ -26,6 +26,7 @@ import (
 
 	"github.com/claimscale/claimscale/api/v1alpha1"
 	"github.com/claimscale/claimscale/internal/bootstrap"
+	"github.com/claimscale/claimscale/pkg/provider/simulated"
 )
 
 // A pool with a bootstrap section joins its nodes the way kubeadm's nodes
@@ -110,6 +111,45 @@ func TestBootstrapTokenJoinsTheNode(t *testing.T) {
 		"the token's secret": string(secret.Data["token-secret"]),
 		"the user data":      "kubeadm.k8s.io/v1beta4",
 	})
+}
+
+// A controller run with its simulated kubelets elsewhere (make scale's, so
+// the kubelets' joins are not counted as the controller's memory and CPU)
+// launches the machine but registers no Node; a registrar of the test's
+// own, standing in for the kubelet on the machine, joins it with the
+// claim's bootstrap token, and the claim and its pod proceed.
+func TestSimulatedKubeletsJoinFromOutsideTheController(t *testing.T) {
+	startOperator(t, operatorOptions{simulatedKubeletsElsewhere: true})
+	s := newScenario(t, "kubelets-elsewhere")
+	defer s.cleanup()
+	s.createProvider(v1alpha1.SimulatedSettings{})
+	s.createPool(func(pool *v1alpha1.NodePool) {
+		pool.Spec.Template.Bootstrap = &v1alpha1.Bootstrap{Method: v1alpha1.JoinKubeadm}
+	})
+	s.createDeployment("elsewhere", 1, "1", nil)
+
+	s.g.Eventually(func() int { return len(s.machines()) }).Should(Equal(1))
+	// Its boot delay is a second; the controller's own registrar would
+	// register it within a poll (250 ms) after that.
+	s.g.Consistently(func() int { return len(s.nodes()) }, 3*time.Second).Should(BeZero(),
+		"no Node registers while nothing plays the kubelets")
+
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	kubelets := simulated.NewRegistrar(env.Client, controllerNamespace, clusterName, simulated.Config{RESTConfig: env.Config})
+	go func() { _ = kubelets.Start(ctx) }()
+	s.g.Eventually(s.readyClaims).Should(Equal(1))
+	s.g.Eventually(func() int { return s.runningPods("elsewhere") }).Should(Equal(1))
+	node := s.nodes()[0]
+	s.g.Expect(node.Spec.ProviderID).To(Equal(simulated.ProviderID(s.machines()[0].Name)))
+	claim := s.claims()[0]
+	s.g.Expect(claim.Status.BootstrapToken).NotTo(BeNil())
+	tokenID := claim.Status.BootstrapToken.ID
+	var csr certificatesv1.CertificateSigningRequest
+	s.g.Expect(env.Client.Get(s.ctx, client.ObjectKey{Name: "node-csr-" + claim.Name + "-" + tokenID}, &csr)).To(Succeed(),
+		"the node joined with its token, through a certificate request")
+	t.Cleanup(func() { _ = env.Client.Delete(context.Background(), &csr) })
+	s.g.Expect(csr.Spec.Username).To(Equal("system:bootstrap:" + tokenID))
 }
 
 // A token stops working when it expires, whether or not its Secret is

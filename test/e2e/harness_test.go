@@ -120,6 +120,9 @@ type operatorOptions struct {
 	metricsAddress string
 	// dryRun decides without acting.
 	dryRun bool
+	// simulatedKubeletsElsewhere leaves the simulated machines' Nodes to
+	// a registrar the test runs, as make scale's controller does.
+	simulatedKubeletsElsewhere bool
 }
 
 // startOperator runs claimscale's controllers against the test control
@@ -163,8 +166,9 @@ func startOperator(t *testing.T, opts operatorOptions) (stop func()) {
 		GCInterval: time.Second, GCGracePeriod: opts.gcGracePeriod,
 		Registry: opts.registry, ExternalGRPC: opts.externalGRPC,
 		CapacityClock: opts.capacityClock, WarmCapacityClock: opts.warmCapacityClock,
-		ExternalScalerInterval: 250 * time.Millisecond,
-		DryRun:                 opts.dryRun,
+		ExternalScalerInterval:     250 * time.Millisecond,
+		DryRun:                     opts.dryRun,
+		SimulatedKubeletsElsewhere: opts.simulatedKubeletsElsewhere,
 	}); err != nil {
 		cancel()
 		t.Fatal(err)
