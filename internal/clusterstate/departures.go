@@ -7,6 +7,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
 	toolscache "k8s.io/client-go/tools/cache"
 	"k8s.io/utils/clock"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
@@ -28,21 +29,52 @@ import (
 type Departures struct {
 	clock clock.PassiveClock
 	mu    sync.Mutex
-	last  map[string]time.Time
+	nodes map[string]*nodeDepartures
 }
+
+type nodeDepartures struct {
+	last time.Time
+	// pods are the pods seen leaving lately, by when they left.
+	pods map[types.UID]time.Time
+	// pruneAbove is the size of pods past which the departures older
+	// than departureMemory are forgotten; it doubles with what stays, so
+	// a node a hundred pods leave at once is not scanned a hundred times.
+	pruneAbove int
+}
+
+// departureMemory is how long a pod's departure is kept for LastLeft's
+// gone. A caller asks about the pods it saw on the node a round before,
+// in a cache seconds behind; one that asks later, or about more pods than
+// are kept, learns only the last departure.
+const departureMemory = 2 * time.Minute
+
+// minPruneAbove: a node with few departures is not pruned at all.
+const minPruneAbove = 16
 
 // NewDepartures returns Departures that has seen none; clock tells the
 // time of a departure a pod's timestamps do not (a pod deleted at once).
 func NewDepartures(clock clock.PassiveClock) *Departures {
-	return &Departures{clock: clock, last: map[string]time.Time{}}
+	return &Departures{clock: clock, nodes: map[string]*nodeDepartures{}}
 }
 
-// LastLeft is when a pod last left the node, if one was seen to.
-func (d *Departures) LastLeft(node string) (time.Time, bool) {
+// LastLeft is when a pod last left the node, if one was seen to and each
+// of gone was seen leaving it. A caller that saw gone on the node in a
+// cache lagging behind their deletions learns when the node emptied: no
+// departure it could have missed is later than the one known, short of
+// one not handled yet.
+func (d *Departures) LastLeft(node string, gone ...types.UID) (time.Time, bool) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	left, ok := d.last[node]
-	return left, ok
+	n := d.nodes[node]
+	if n == nil {
+		return time.Time{}, false
+	}
+	for _, uid := range gone {
+		if _, ok := n.pods[uid]; !ok {
+			return time.Time{}, false
+		}
+	}
+	return n.last, true
 }
 
 // Watch follows the pods leaving their nodes, and forgets nodes that go.
@@ -65,7 +97,7 @@ func (d *Departures) Watch(ctx context.Context, informers cache.Informers) error
 		DeleteFunc: func(obj any) {
 			if node, ok := withoutTombstone(obj).(*corev1.Node); ok {
 				d.mu.Lock()
-				delete(d.last, node.Name)
+				delete(d.nodes, node.Name)
 				d.mu.Unlock()
 			}
 		},
@@ -81,7 +113,7 @@ func (d *Departures) updated(old, updated any) {
 	if !okBefore || !okAfter || after.Spec.NodeName == "" || !keepsNodeBusy(before) || keepsNodeBusy(after) {
 		return
 	}
-	d.left(after.Spec.NodeName, d.leftAt(after))
+	d.left(after.Spec.NodeName, after.UID, d.leftAt(after))
 }
 
 // deleted notes a pod that went without first being seen to leave (a
@@ -91,14 +123,34 @@ func (d *Departures) deleted(obj any) {
 	if !ok || pod.Spec.NodeName == "" || !keepsNodeBusy(pod) {
 		return
 	}
-	d.left(pod.Spec.NodeName, d.leftAt(pod))
+	d.left(pod.Spec.NodeName, pod.UID, d.leftAt(pod))
 }
 
-func (d *Departures) left(node string, at time.Time) {
+func (d *Departures) left(node string, uid types.UID, at time.Time) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if at.After(d.last[node]) {
-		d.last[node] = at
+	n := d.nodes[node]
+	if n == nil {
+		n = &nodeDepartures{pods: map[types.UID]time.Time{}, pruneAbove: minPruneAbove}
+		d.nodes[node] = n
+	}
+	if earlier, ok := n.pods[uid]; ok && !at.Before(earlier) {
+		// Seen leaving before (a tombstone of its state before): the
+		// first time stays.
+		return
+	}
+	n.pods[uid] = at
+	if at.After(n.last) {
+		n.last = at
+	}
+	if len(n.pods) > n.pruneAbove {
+		horizon := d.clock.Now().Add(-departureMemory)
+		for uid, left := range n.pods {
+			if left.Before(horizon) {
+				delete(n.pods, uid)
+			}
+		}
+		n.pruneAbove = max(minPruneAbove, 2*len(n.pods))
 	}
 }
 

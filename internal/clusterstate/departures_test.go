@@ -1,11 +1,13 @@
 package clusterstate
 
 import (
+	"fmt"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	toolscache "k8s.io/client-go/tools/cache"
 	clocktesting "k8s.io/utils/clock/testing"
 )
@@ -66,5 +68,53 @@ func TestDeparturesTellWhenThePodsThemselvesLeft(t *testing.T) {
 		if left, ok := departures.LastLeft(node); ok {
 			t.Errorf("%s: a departure at %s was noted, but no pod of its workload left", node, left)
 		}
+	}
+}
+
+// A caller that saw pods on a node learns the node's last departure only
+// once each of them has been seen leaving; departures older than
+// departureMemory are forgotten once a node has many.
+func TestDeparturesTellWhetherThePodsSeenHaveLeft(t *testing.T) {
+	now := time.Date(2026, 11, 27, 10, 0, 0, 0, time.UTC)
+	clock := clocktesting.NewFakePassiveClock(now)
+	departures := NewDepartures(clock)
+	pod := func(uid string) *corev1.Pod {
+		return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: uid, Namespace: "default", UID: types.UID(uid)}, Spec: corev1.PodSpec{NodeName: "node"}}
+	}
+	departures.deleted(pod("a"))
+	if left, ok := departures.LastLeft("node", "a"); !ok || !left.Equal(now) {
+		t.Errorf("a left at %s (%t), want %s", left, ok, now)
+	}
+	if left, ok := departures.LastLeft("node", "a", "b"); ok {
+		t.Errorf("b was not seen leaving, yet the node's last departure is %s", left)
+	}
+	clock.SetTime(now.Add(time.Second))
+	departures.deleted(pod("b"))
+	if left, ok := departures.LastLeft("node", "a", "b"); !ok || !left.Equal(now.Add(time.Second)) {
+		t.Errorf("a and b left, the last at %s (%t), want %s", left, ok, now.Add(time.Second))
+	}
+	// A tombstone of b's state before it left, handled late: b left when
+	// it was first seen to.
+	clock.SetTime(now.Add(2 * time.Second))
+	departures.deleted(toolscache.DeletedFinalStateUnknown{Obj: pod("b")})
+	if left, _ := departures.LastLeft("node"); !left.Equal(now.Add(time.Second)) {
+		t.Errorf("a second sighting of b leaving moved the last departure to %s", left)
+	}
+
+	// Much later, many pods leave at once: the old departures go, the
+	// new ones all stay.
+	later := now.Add(departureMemory + time.Minute)
+	clock.SetTime(later)
+	var recent []types.UID
+	for i := range 3 * minPruneAbove {
+		uid := fmt.Sprintf("later-%d", i)
+		departures.deleted(pod(uid))
+		recent = append(recent, types.UID(uid))
+	}
+	if _, ok := departures.LastLeft("node", "a"); ok {
+		t.Error("a departure older than departureMemory is still kept")
+	}
+	if left, ok := departures.LastLeft("node", recent...); !ok || !left.Equal(later) {
+		t.Errorf("the pods that left at once: last at %s (%t), want %s", left, ok, later)
 	}
 }

@@ -2,7 +2,7 @@ package disruption
 
 import (
 	"hash/fnv"
-	"sort"
+	"slices"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -70,11 +70,13 @@ type stability struct {
 
 // departures is what stability needs of clusterstate.Departures.
 type departures interface {
-	LastLeft(node string) (time.Time, bool)
+	LastLeft(node string, gone ...types.UID) (time.Time, bool)
 }
 
 type podSet struct {
-	hash  uint64
+	hash uint64
+	// pods are the workload pods the round saw.
+	pods  []types.UID
 	since time.Time
 	// witnessed: a round saw the pods change to these, so since is when
 	// they did (to a round's interval), not a guess from timestamps.
@@ -90,11 +92,11 @@ func newStability() *stability { return &stability{nodes: map[string]podSet{}} }
 // these. A node seen for the first time (after a restart, say) counts from
 // its initialization or its last pod's binding, whichever is later.
 func (t *stability) observe(node string, pods []*corev1.Pod, initialized, now time.Time) time.Time {
-	uids := make([]string, 0, len(pods))
+	uids := make([]types.UID, 0, len(pods))
 	for _, pod := range pods {
-		uids = append(uids, string(pod.UID))
+		uids = append(uids, pod.UID)
 	}
-	sort.Strings(uids)
+	slices.Sort(uids)
 	hasher := fnv.New64a()
 	for _, uid := range uids {
 		_, _ = hasher.Write([]byte(uid))
@@ -118,24 +120,30 @@ func (t *stability) observe(node string, pods []*corev1.Pod, initialized, now ti
 	case previous.hash != hash:
 		since, witnessed = now, true
 		if len(pods) == 0 {
-			since = t.emptiedAt(node, previous.seen, now)
+			since = t.emptiedAt(node, previous, now)
 		}
 	default:
 		since, witnessed = previous.since, previous.witnessed
 	}
-	t.nodes[node] = podSet{hash: hash, since: since, witnessed: witnessed, empty: len(pods) == 0, seen: now}
+	t.nodes[node] = podSet{hash: hash, pods: uids, since: since, witnessed: witnessed, empty: len(pods) == 0, seen: now}
 	return since
 }
 
-// emptiedAt is when a node a round saw busy at busyAt and sees empty now
-// lost its last pod: when its last pod left by the pod's own timestamps if
-// that falls between the two looks, else now. A departure before busyAt
-// was not the last one, and the last one was not seen.
-func (t *stability) emptiedAt(node string, busyAt, now time.Time) time.Time {
+// emptiedAt is when a node a round saw busy and sees empty now lost its
+// last pod, by the pods' own timestamps: the last departure from the node
+// once each pod that round saw there has been seen to leave (however
+// long before the look the cache was behind their deletions), else the
+// last departure if it came after that look, else now. A departure before
+// the look, with a pod the look saw not yet seen leaving, was not the
+// last one.
+func (t *stability) emptiedAt(node string, busy podSet, now time.Time) time.Time {
 	if t.departures == nil {
 		return now
 	}
-	if left, ok := t.departures.LastLeft(node); ok && left.After(busyAt) && !left.After(now) {
+	if left, ok := t.departures.LastLeft(node, busy.pods...); ok && len(busy.pods) > 0 && !left.After(now) {
+		return left
+	}
+	if left, ok := t.departures.LastLeft(node); ok && left.After(busy.seen) && !left.After(now) {
 		return left
 	}
 	return now

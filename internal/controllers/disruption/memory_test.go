@@ -1,6 +1,7 @@
 package disruption
 
 import (
+	"slices"
 	"testing"
 	"time"
 
@@ -89,30 +90,58 @@ func TestEventMemo(t *testing.T) {
 	}
 }
 
-type departuresAt map[string]time.Time
+// departuresAt is, per node, the last departure and the pods seen leaving.
+type departuresAt map[string]struct {
+	at   time.Time
+	gone []types.UID
+}
 
-func (d departuresAt) LastLeft(node string) (time.Time, bool) {
+func (d departuresAt) LastLeft(node string, gone ...types.UID) (time.Time, bool) {
 	left, ok := d[node]
-	return left, ok
+	if !ok {
+		return time.Time{}, false
+	}
+	for _, uid := range gone {
+		if !slices.Contains(left.gone, uid) {
+			return time.Time{}, false
+		}
+	}
+	return left.at, true
 }
 
 // An emptied node's clock starts when its last pod left, by the pod's own
-// timestamps, not when a round first sees it empty; a departure from
-// before the last look that saw pods cannot be the last one.
+// timestamps, not when a round first sees it empty. That holds too when
+// the round that last saw the pod there looked after it had left, through
+// a cache behind its deletion, as after a scale to zero. A departure from
+// before that look is the last one only once the pod the look saw has been
+// seen leaving.
 func TestEmptyNodesCountFromTheirLastPodsDeparture(t *testing.T) {
 	start := time.Date(2026, 11, 23, 10, 0, 0, 0, time.UTC)
 	busy := []*corev1.Pod{{ObjectMeta: metav1.ObjectMeta{UID: "a"}}}
-	left := departuresAt{"n": start.Add(3 * time.Second), "stale": start.Add(-time.Minute)}
+	type departure = struct {
+		at   time.Time
+		gone []types.UID
+	}
 	tracker := newStability()
-	tracker.departures = left
-	for _, node := range []string{"n", "stale", "unknown"} {
+	tracker.departures = departuresAt{
+		"after-the-look":          departure{at: start.Add(3 * time.Second)},
+		"before-the-look":         departure{at: start.Add(-10 * time.Second), gone: []types.UID{"a"}},
+		"other-pod-before":        departure{at: start.Add(-time.Minute), gone: []types.UID{"b"}},
+		"after-now":               departure{at: start.Add(time.Minute), gone: []types.UID{"a"}},
+		"after-the-look-and-gone": departure{at: start.Add(5 * time.Second), gone: []types.UID{"a"}},
+	}
+	nodes := []string{"after-the-look", "before-the-look", "other-pod-before", "after-now", "after-the-look-and-gone", "unknown"}
+	for _, node := range nodes {
 		tracker.observe(node, busy, start.Add(-time.Hour), start)
 		tracker.observe(node, nil, start.Add(-time.Hour), start.Add(20*time.Second))
 	}
 	for node, want := range map[string]time.Time{
-		"n":       start.Add(3 * time.Second),
-		"stale":   start.Add(20 * time.Second),
-		"unknown": start.Add(20 * time.Second),
+		"after-the-look":          start.Add(3 * time.Second),
+		"before-the-look":         start.Add(-10 * time.Second),
+		"other-pod-before":        start.Add(20 * time.Second),
+		"after-now":               start.Add(20 * time.Second),
+		"after-the-look-and-gone": start.Add(5 * time.Second),
+		"unknown":                 start.Add(20 * time.Second),
 	} {
 		if since, ok := tracker.emptySince(node); !ok || !since.Equal(want) {
 			t.Errorf("node %s: empty since %s (%t), want %s", node, since, ok, want)
