@@ -155,7 +155,13 @@ func Setup(ctx context.Context, mgr manager.Manager, opts Options) (*Operator, e
 		return nil, fmt.Errorf("serving decisions: %w", err)
 	}
 	templates := &provisioning.TemplateCheck{Kube: mgr.GetClient()}
-	recorder := func(name string) events.EventRecorder { return newEventRecorder(mgr.GetEventRecorder(name)) }
+	broadcaster, err := startEventBroadcaster(ctx, mgr)
+	if err != nil {
+		return nil, err
+	}
+	recorder := func(name string) events.EventRecorder {
+		return newEventRecorder(broadcaster.NewRecorder(mgr.GetScheme(), name))
+	}
 
 	bootstrapper, err := newBootstrapper(mgr, opts)
 	if err != nil {
