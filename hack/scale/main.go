@@ -4,9 +4,9 @@
 // own tooling runs them, kwok with nodes that report as kubelets do), runs
 // bin/claimscale with the simulated provider as a process of its own so
 // its memory and CPU can be read (the simulated machines' kubelets join
-// from this program, as real ones join from their machines), applies N pods in M Deployments (two
-// with a zone spread) to one pool of one 8 cpu / 32 Gi shape, scales them
-// to zero, and prints what a user of a large cluster asks: how long, how
+// from this program, as real ones join from their machines), applies N
+// pods in M Deployments (two with a zone spread) to one pool of one
+// 8 cpu / 32 Gi shape, scales them to zero, and prints what a user of a large cluster asks: how long, how
 // many nodes against the lower bound, how much memory and CPU, how many
 // errors and conflicts, how long the scale-down took. Run it with `make scale` (SCALE_FLAGS="-pods 10000").
 package main

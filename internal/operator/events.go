@@ -46,9 +46,9 @@ func truncateNote(note string) string {
 
 // maxEventWrites bounds the event writes in flight. client-go's events
 // broadcaster sends each event from a goroutine of its own, at once. After
-// a 10,000-pod scale-up, one disruption round found a thousand full nodes
-// unconsolidatable and said so on each: a thousand requests together, more
-// than the API server's streams per HTTP/2 connection, and Go's transport
+// a 10,000-pod scale-up, one disruption round turned the refusals of a
+// thousand claims into events: a thousand requests together, more than
+// the API server's streams per HTTP/2 connection, and Go's transport
 // dialled a TLS connection for nearly every request above them (1,500
 // handshakes and 84 MB allocated in 15 s, the controller's peak memory).
 // Events wait their turn instead; they only report.
