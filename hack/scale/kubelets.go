@@ -5,15 +5,12 @@ import (
 	"fmt"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/rest"
-	"sigs.k8s.io/controller-runtime/pkg/cache"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
+	"github.com/claimscale/claimscale/internal/operator"
 	"github.com/claimscale/claimscale/pkg/provider/simulated"
 )
 
@@ -37,12 +34,9 @@ func runKubelets(ctx context.Context, config *rest.Config, scheme *runtime.Schem
 		Scheme:                 scheme,
 		Metrics:                metricsserver.Options{BindAddress: "0"},
 		HealthProbeBindAddress: "0",
-		Cache: cache.Options{ByObject: map[client.Object]cache.ByObject{
-			&corev1.ConfigMap{}: {Namespaces: map[string]cache.Config{namespace: {}}},
-			&corev1.Secret{}: {Namespaces: map[string]cache.Config{namespace: {
-				LabelSelector: labels.SelectorFromSet(labels.Set{simulated.LabelMachine: "true"}),
-			}}},
-		}},
+		// The controller's own: machines and their user data where it
+		// keeps them.
+		Cache: operator.CacheOptions(namespace),
 	})
 	if err != nil {
 		return fmt.Errorf("building the simulated kubelets' manager: %w", err)

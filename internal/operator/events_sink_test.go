@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	. "github.com/onsi/gomega"
 	eventsv1 "k8s.io/api/events/v1"
 )
 
@@ -73,13 +74,9 @@ func TestEventWritesWaitForAFreeSlot(t *testing.T) {
 			}
 		}()
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	for next.inFlight.Load() < 4 && time.Now().Before(deadline) {
-		time.Sleep(10 * time.Millisecond)
-	}
-	if got := next.inFlight.Load(); got != 4 {
-		t.Fatalf("%d writes in flight while the API server holds them, want 4", got)
-	}
+	g := NewWithT(t)
+	g.Eventually(next.inFlight.Load).WithTimeout(10*time.Second).Should(BeEquivalentTo(4),
+		"writes in flight while the API server holds them")
 	close(next.open)
 	wg.Wait()
 	if got := next.maximum.Load(); got != 4 {
@@ -96,10 +93,7 @@ func TestEventWriteWaitingForASlotEndsWithItsContext(t *testing.T) {
 	defer close(next.open)
 	sink := newBoundedEventSink(next, 1)
 	go func() { _, _ = sink.Create(context.Background(), &eventsv1.Event{}) }()
-	deadline := time.Now().Add(10 * time.Second)
-	for next.inFlight.Load() < 1 && time.Now().Before(deadline) {
-		time.Sleep(10 * time.Millisecond)
-	}
+	NewWithT(t).Eventually(next.inFlight.Load).WithTimeout(10 * time.Second).Should(BeEquivalentTo(1))
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	if _, err := sink.Create(ctx, &eventsv1.Event{}); !errors.Is(err, context.Canceled) {
