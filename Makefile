@@ -25,8 +25,14 @@ help: ## Show the targets.
 	@grep -E '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  %-12s %s\n", $$1, $$2}'
 
 .PHONY: tools
-tools: ## Build the control-plane and generator binaries into bin/ (once per machine).
-	hack/tools.sh
+tools: ## Build every tool the tests use into bin/ (once per machine).
+	hack/tools.sh test
+
+# Each target builds only the tools it uses: the demo and `make up` need the
+# control plane and kwok, not the generators, helm, Prometheus or Cluster API.
+.PHONY: tools-demo
+tools-demo: ## Build the local control plane's binaries (kube-*, etcd, kubectl, kwok) into bin/.
+	hack/tools.sh demo
 
 bin/controller-gen:
 	hack/tools.sh controller-gen
@@ -74,7 +80,8 @@ build: ## Build bin/claimscale, the kubectl plugin bin/kubectl-claimscale and th
 	go build -o $(BIN)/claimscale-provider-example ./cmd/claimscale-provider-example
 
 .PHONY: lint-chart
-lint-chart: tools ## helm lint the chart with its default and externalgrpc values.
+lint-chart: ## helm lint the chart with its default and externalgrpc values.
+	hack/tools.sh chart
 	$(BIN)/helm lint --strict charts/claimscale --set clusterName=ci
 	$(BIN)/helm lint --strict charts/claimscale -f charts/claimscale/values-externalgrpc.yaml
 	$(BIN)/helm lint --strict charts/claimscale --set clusterName=ci --set metrics.serviceMonitor.enabled=true --set metrics.prometheusRule.enabled=true --set metrics.dashboards.enabled=true
@@ -88,9 +95,9 @@ bench: ## Run the benchmarks.
 	go test -run '^$$' -bench . -benchmem -timeout 30m ./internal/...
 
 .PHONY: scale
-scale: tools build ## Measure claimscale at scale on a local control plane (SCALE_FLAGS="-pods 10000 -deployments 10").
+scale: tools-demo build ## Measure claimscale at scale on a local control plane (SCALE_FLAGS="-pods 10000 -deployments 10").
 	go run ./hack/scale $(SCALE_FLAGS)
 
 .PHONY: demo
-demo: tools build ## Run the demo on a local control plane.
+demo: tools-demo build ## Run the demo on a local control plane.
 	go run ./hack/demo

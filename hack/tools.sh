@@ -2,7 +2,11 @@
 # Builds the control-plane and code-generation binaries from pinned Go
 # modules, once per version, into a per-user cache, and links them into bin/.
 # Nothing is downloaded but Go modules, so a fresh machine needs only the
-# module proxy. Usage: hack/tools.sh [name...]   (default: all)
+# module proxy.
+#
+# Usage: hack/tools.sh [name or group...]   (default: all)
+# Groups: demo (what a local control plane with kwok needs), generate
+# (controller-gen and the protobuf generators), chart (helm), test (all).
 set -euo pipefail
 
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -22,25 +26,70 @@ PROMETHEUS_VERSION=v0.316.0 # the Go module version of Prometheus 3.x, see hack/
 
 cache="${XDG_CACHE_HOME:-$HOME/.cache}/claimscale/tools"
 mkdir -p "$cache"
-# One build at a time per machine: parallel make targets and test packages
-# all call this script.
-exec 9>"$cache/.lock"
-flock 9
 
 ldflags_kube="-s -w -X k8s.io/component-base/version.gitVersion=$KUBE_VERSION -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=37 -X k8s.io/component-base/version.gitTreeState=clean"
 
-# provide NAME VERSION BUILD-COMMAND...: runs the build into the cache dir
-# unless the cached binary exists, then links it into bin/.
+# cached NAME VERSION: the cache path of a tool's binary.
+cached() { echo "$cache/$1/$2/$1"; }
+
+# provide NAME VERSION MODULE BUILD-COMMAND...: runs the build into the
+# cache unless the cached binary exists, then links it into bin/. Each tool
+# has its own lock, so parallel make targets and test packages that ask for
+# different tools build them at the same time, and the same tool only once.
 provide() {
-  local name=$1 version=$2; shift 2
+  local name=$1 version=$2 module=$3; shift 3
   local dir="$cache/$name/$version"
-  if [ ! -e "$dir/$name" ]; then
-    echo "building $name $version (first time on this machine; cached afterwards)" >&2
-    mkdir -p "$dir.tmp"
-    OUT="$dir.tmp" "$@"
-    rm -rf "$dir" && mv "$dir.tmp" "$dir"
-  fi
+  mkdir -p "$cache/.locks"
+  (
+    exec 9>"$cache/.locks/$name-$version"
+    flock 9
+    if [ ! -e "$dir/$name" ]; then
+      echo "building $name $version from $module (first time on this machine; cached afterwards)" >&2
+      rm -rf "$dir.tmp" && mkdir -p "$dir.tmp"
+      if ! OUT="$dir.tmp" "$@"; then
+        echo "hack/tools.sh: building $name from module $module failed" >&2
+        exit 1
+      fi
+      rm -rf "$dir" && mv "$dir.tmp" "$dir"
+    fi
+  )
   ln -sf "$dir/$name" "$bin/$name"
+}
+
+# The Kubernetes commands share most of their packages: one `go build` for
+# all that are missing compiles each shared package once.
+kube_commands() {
+  local missing=() cmd
+  for cmd in "$@"; do
+    [ -e "$(cached "$cmd" "$KUBE_VERSION")" ] || missing+=("$cmd")
+  done
+  if [ ${#missing[@]} -gt 1 ]; then
+    local lock="$cache/.locks/kubernetes-$KUBE_VERSION"
+    mkdir -p "$cache/.locks"
+    (
+      exec 9>"$lock"
+      flock 9
+      local out="$cache/kubernetes-$KUBE_VERSION.tmp" pkgs=() todo=()
+      for cmd in "${missing[@]}"; do
+        [ -e "$(cached "$cmd" "$KUBE_VERSION")" ] || { todo+=("$cmd"); pkgs+=("k8s.io/kubernetes/cmd/$cmd"); }
+      done
+      [ ${#todo[@]} -gt 0 ] || exit 0
+      echo "building ${todo[*]} $KUBE_VERSION from module k8s.io/kubernetes (first time on this machine; cached afterwards)" >&2
+      rm -rf "$out" && mkdir -p "$out"
+      if ! (cd "$root/hack/tools" && CGO_ENABLED=0 go build -trimpath -ldflags "$ldflags_kube" -o "$out/" "${pkgs[@]}"); then
+        echo "hack/tools.sh: building ${todo[*]} from module k8s.io/kubernetes@$KUBE_VERSION failed" >&2
+        exit 1
+      fi
+      for cmd in "${todo[@]}"; do
+        mkdir -p "$cache/$cmd/$KUBE_VERSION"
+        mv "$out/$cmd" "$cache/$cmd/$KUBE_VERSION/$cmd"
+      done
+      rm -rf "$out"
+    )
+  fi
+  for cmd in "$@"; do
+    provide "$cmd" "$KUBE_VERSION" "k8s.io/kubernetes@$KUBE_VERSION" build_kube "$cmd"
+  done
 }
 
 build_kube() { # $1: command name under k8s.io/kubernetes/cmd
@@ -77,23 +126,61 @@ install_module() { # $1: package@version
   GOBIN="$OUT" CGO_ENABLED=0 go install -trimpath -ldflags "-s -w" "$1"
 }
 
-want=("$@")
-[ ${#want[@]} -eq 0 ] && want=(kube-apiserver etcd kubectl kube-scheduler kube-controller-manager kwok kwok-stages.yaml controller-gen buf protoc-gen-go protoc-gen-go-grpc helm cluster-api-manager promtool prometheus)
-
-for tool in "${want[@]}"; do
-  case "$tool" in
-    kube-apiserver|kube-scheduler|kube-controller-manager|kubectl) provide "$tool" "$KUBE_VERSION" build_kube "$tool" ;;
-    etcd) provide etcd "$ETCD_VERSION" build_etcd ;;
-    kwok) provide kwok "$KWOK_VERSION" install_module "sigs.k8s.io/kwok/cmd/kwok@$KWOK_VERSION" ;;
-    kwok-stages.yaml) provide kwok-stages.yaml "$KWOK_VERSION" build_kwok_stages ;;
-    controller-gen) provide controller-gen "$CONTROLLER_TOOLS_VERSION" install_module "sigs.k8s.io/controller-tools/cmd/controller-gen@$CONTROLLER_TOOLS_VERSION" ;;
-    protoc-gen-go) provide protoc-gen-go "$PROTOC_GEN_GO_VERSION" install_module "google.golang.org/protobuf/cmd/protoc-gen-go@$PROTOC_GEN_GO_VERSION" ;;
-    protoc-gen-go-grpc) provide protoc-gen-go-grpc "$PROTOC_GEN_GO_GRPC_VERSION" install_module "google.golang.org/grpc/cmd/protoc-gen-go-grpc@$PROTOC_GEN_GO_GRPC_VERSION" ;;
+one() {
+  case "$1" in
+    kube-apiserver|kube-scheduler|kube-controller-manager|kubectl) kube_commands "$1" ;;
+    etcd) provide etcd "$ETCD_VERSION" "go.etcd.io/etcd/server/v3@$ETCD_VERSION" build_etcd ;;
+    kwok) provide kwok "$KWOK_VERSION" "sigs.k8s.io/kwok@$KWOK_VERSION" install_module "sigs.k8s.io/kwok/cmd/kwok@$KWOK_VERSION" ;;
+    kwok-stages.yaml) provide kwok-stages.yaml "$KWOK_VERSION" "sigs.k8s.io/kwok@$KWOK_VERSION" build_kwok_stages ;;
+    controller-gen) provide controller-gen "$CONTROLLER_TOOLS_VERSION" "sigs.k8s.io/controller-tools@$CONTROLLER_TOOLS_VERSION" install_module "sigs.k8s.io/controller-tools/cmd/controller-gen@$CONTROLLER_TOOLS_VERSION" ;;
+    protoc-gen-go) provide protoc-gen-go "$PROTOC_GEN_GO_VERSION" "google.golang.org/protobuf@$PROTOC_GEN_GO_VERSION" install_module "google.golang.org/protobuf/cmd/protoc-gen-go@$PROTOC_GEN_GO_VERSION" ;;
+    protoc-gen-go-grpc) provide protoc-gen-go-grpc "$PROTOC_GEN_GO_GRPC_VERSION" "google.golang.org/grpc/cmd/protoc-gen-go-grpc@$PROTOC_GEN_GO_GRPC_VERSION" install_module "google.golang.org/grpc/cmd/protoc-gen-go-grpc@$PROTOC_GEN_GO_GRPC_VERSION" ;;
     # buf compiles .protos in pure Go, so generating code needs no protoc.
-    buf) provide buf "$BUF_VERSION" install_module "github.com/bufbuild/buf/cmd/buf@$BUF_VERSION" ;;
-    cluster-api-manager) provide cluster-api-manager "$CLUSTER_API_VERSION" build_capi ;;
-    helm) provide helm "$HELM_VERSION" install_module "helm.sh/helm/v3/cmd/helm@$HELM_VERSION" ;;
-    prometheus|promtool) provide "$tool" "$PROMETHEUS_VERSION" build_prometheus "$tool" ;;
-    *) echo "unknown tool $tool" >&2; exit 2 ;;
+    buf) provide buf "$BUF_VERSION" "github.com/bufbuild/buf@$BUF_VERSION" install_module "github.com/bufbuild/buf/cmd/buf@$BUF_VERSION" ;;
+    cluster-api-manager) provide cluster-api-manager "$CLUSTER_API_VERSION" "sigs.k8s.io/cluster-api@$CLUSTER_API_VERSION" build_capi ;;
+    helm) provide helm "$HELM_VERSION" "helm.sh/helm/v3@$HELM_VERSION" install_module "helm.sh/helm/v3/cmd/helm@$HELM_VERSION" ;;
+    prometheus|promtool) provide "$1" "$PROMETHEUS_VERSION" "github.com/prometheus/prometheus@$PROMETHEUS_VERSION" build_prometheus "$1" ;;
+    *) echo "hack/tools.sh: unknown tool $1" >&2; return 2 ;;
+  esac
+}
+
+demo_tools=(kube-apiserver etcd kubectl kube-scheduler kube-controller-manager kwok kwok-stages.yaml)
+generate_tools=(controller-gen buf protoc-gen-go protoc-gen-go-grpc)
+want=()
+for arg in "${@:-test}"; do
+  case "$arg" in
+    demo) want+=("${demo_tools[@]}") ;;
+    generate) want+=("${generate_tools[@]}") ;;
+    chart) want+=(helm) ;;
+    test) want+=("${demo_tools[@]}" "${generate_tools[@]}" helm cluster-api-manager promtool prometheus) ;;
+    *) want+=("$arg") ;;
   esac
 done
+
+# The Kubernetes commands asked for are built together first in the
+# background; the other tools are independent modules and build beside it,
+# two at a time (the go command already runs a build's packages in parallel).
+kube=() others=()
+for tool in "${want[@]}"; do
+  case "$tool" in
+    kube-apiserver|kube-scheduler|kube-controller-manager|kubectl) kube+=("$tool") ;;
+    *) others+=("$tool") ;;
+  esac
+done
+pids=()
+if [ ${#kube[@]} -gt 0 ]; then
+  kube_commands "${kube[@]}" & pids+=($!)
+fi
+failed=0
+running=()
+for tool in "${others[@]}"; do
+  one "$tool" & running+=($!)
+  if [ ${#running[@]} -ge 2 ]; then
+    wait "${running[0]}" || failed=1
+    running=("${running[@]:1}")
+  fi
+done
+for pid in "${running[@]}" "${pids[@]}"; do
+  wait "$pid" || failed=1
+done
+exit $failed
