@@ -101,3 +101,15 @@ scale: tools-demo build ## Measure claimscale at scale on a local control plane 
 .PHONY: demo
 demo: tools-demo build ## Run the demo on a local control plane.
 	go run ./hack/demo
+
+# `make up` keeps the demo's cluster running for trying things by hand; its
+# kubeconfig, process ids and logs are in .up/.
+UP_DIR := $(CURDIR)/.up
+
+.PHONY: up
+up: tools-demo build ## Start a local control plane with claimscale (simulated provider) and leave it running.
+	go run ./hack/demo -up $(UP_DIR)
+
+.PHONY: down
+down: ## Stop everything `make up` started.
+	go run ./hack/demo -down $(UP_DIR)

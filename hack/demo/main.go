@@ -8,12 +8,10 @@ package main
 
 import (
 	"context"
+	"flag"
 	"fmt"
 	"os"
-	"os/exec"
 	"os/signal"
-	"path/filepath"
-	"strings"
 	"syscall"
 	"time"
 
@@ -25,7 +23,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/claimscale/claimscale/api/v1alpha1"
-	"github.com/claimscale/claimscale/internal/testenv"
 )
 
 const (
@@ -35,7 +32,23 @@ const (
 )
 
 func main() {
-	if err := run(); err != nil {
+	up := flag.String("up", "", "start the local cluster in the background and keep it running; its state (kubeconfig, process ids, logs) goes into this directory")
+	down := flag.String("down", "", "stop the local cluster whose state is in this directory")
+	serve := flag.String("serve", "", "(internal) run the local cluster in the foreground until SIGTERM, state in this directory")
+	flag.StringVar(&controllerBinary, "controller", "", "the claimscale binary to run (default bin/claimscale)")
+	flag.Parse()
+	var err error
+	switch {
+	case *up != "":
+		err = startInBackground(*up)
+	case *down != "":
+		err = stopBackground(*down)
+	case *serve != "":
+		err = serveLocalCluster(*serve)
+	default:
+		err = run()
+	}
+	if err != nil {
 		fmt.Fprintln(os.Stderr, "demo:", err)
 		os.Exit(1)
 	}
@@ -47,69 +60,14 @@ func run() error {
 	ctx, cancel := context.WithTimeout(ctx, deadline)
 	defer cancel()
 
-	root, err := testenv.RepoRoot()
+	local, err := startLocalCluster(ctx, os.TempDir())
+	if local != nil {
+		defer local.Stop()
+	}
 	if err != nil {
 		return err
 	}
-	step("starting a local control plane: kube-apiserver, etcd, kube-controller-manager, kube-scheduler, kwok")
-	env, err := testenv.Start(testenv.Options{ControllerManager: true, Scheduler: true, Kwok: true})
-	if err != nil {
-		return err
-	}
-	defer func() {
-		step("stopping the control plane")
-		if err := env.Stop(); err != nil {
-			fmt.Fprintln(os.Stderr, "demo:", err)
-		}
-	}()
-	kubectl := func(args ...string) error {
-		cmd := exec.CommandContext(ctx, filepath.Join(root, "bin", "kubectl"), append([]string{"--kubeconfig", env.KubeconfigPath}, args...)...)
-		cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr
-		fmt.Printf("$ kubectl %s\n", strings.Join(args, " "))
-		return cmd.Run()
-	}
-	kube := env.Client
-
-	step("starting claimscale (bin/claimscale, simulated provider)")
-	if err := kube.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "claimscale-system"}}); err != nil {
-		return err
-	}
-	logPath := filepath.Join(os.TempDir(), "claimscale-demo.log")
-	logFile, err := os.Create(logPath)
-	if err != nil {
-		return err
-	}
-	defer logFile.Close()
-	controller := exec.CommandContext(ctx, filepath.Join(root, "bin", "claimscale"),
-		"--kubeconfig", env.KubeconfigPath, "--cluster-name", "demo", "--namespace", "claimscale-system",
-		"--leader-elect=false", "--metrics-bind-address", "0", "--health-probe-bind-address", "0", "--simulated-provider")
-	controller.Stdout, controller.Stderr = logFile, logFile
-	controller.Cancel = func() error { return controller.Process.Signal(os.Interrupt) }
-	if err := controller.Start(); err != nil {
-		return fmt.Errorf("starting bin/claimscale (run `make build`): %w", err)
-	}
-	fmt.Printf("controller logs: %s\n", logPath)
-	defer func() {
-		_ = controller.Process.Signal(os.Interrupt)
-		_ = controller.Wait()
-	}()
-
-	step("applying the simulated NodeProvider and the NodePool 'general'")
-	if err := kubectl("apply", "-f", filepath.Join(root, "config", "samples", "simulated.yaml")); err != nil {
-		return err
-	}
-	if err := waitFor(ctx, "the pool to be Ready", func() (bool, string) {
-		var pool v1alpha1.NodePool
-		if err := kube.Get(ctx, client.ObjectKey{Name: "general"}, &pool); err != nil {
-			return false, err.Error()
-		}
-		return meta.IsStatusConditionTrue(pool.Status.Conditions, v1alpha1.ConditionReady), ""
-	}); err != nil {
-		return err
-	}
-	if err := kubectl("get", "nodeproviders,nodepools"); err != nil {
-		return err
-	}
+	kube, kubectl := local.env.Client, local.kubectl(ctx)
 
 	step(fmt.Sprintf("creating a Deployment of %d pods × 1 cpu; the cluster has no nodes", replicas))
 	deployment := demoDeployment()
