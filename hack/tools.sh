@@ -57,7 +57,12 @@ provide() {
 }
 
 # The Kubernetes commands share most of their packages: one `go build` for
-# all that are missing compiles each shared package once.
+# all that are missing compiles each shared package once. They are built
+# with the go command's defaults (no -trimpath, cgo as the machine has it),
+# the same as `go build` and `go test` of claimscale itself, whose module
+# pins the same Kubernetes: then the Kubernetes packages compiled here are
+# the ones claimscale's build and tests find in the build cache, and a cold
+# machine compiles them once, not twice.
 kube_commands() {
   local missing=() cmd
   for cmd in "$@"; do
@@ -76,7 +81,7 @@ kube_commands() {
       [ ${#todo[@]} -gt 0 ] || exit 0
       echo "building ${todo[*]} $KUBE_VERSION from module k8s.io/kubernetes (first time on this machine; cached afterwards)" >&2
       rm -rf "$out" && mkdir -p "$out"
-      if ! (cd "$root/hack/tools" && CGO_ENABLED=0 go build -trimpath -ldflags "$ldflags_kube" -o "$out/" "${pkgs[@]}"); then
+      if ! (cd "$root/hack/tools" && go build -ldflags "$ldflags_kube" -o "$out/" "${pkgs[@]}"); then
         echo "hack/tools.sh: building ${todo[*]} from module k8s.io/kubernetes@$KUBE_VERSION failed" >&2
         exit 1
       fi
@@ -93,7 +98,7 @@ kube_commands() {
 }
 
 build_kube() { # $1: command name under k8s.io/kubernetes/cmd
-  (cd "$root/hack/tools" && CGO_ENABLED=0 go build -trimpath -ldflags "$ldflags_kube" -o "$OUT/$1" "k8s.io/kubernetes/cmd/$1")
+  (cd "$root/hack/tools" && go build -ldflags "$ldflags_kube" -o "$OUT/$1" "k8s.io/kubernetes/cmd/$1")
 }
 build_etcd() {
   (cd "$root/hack/etcd" && CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o "$OUT/etcd" go.etcd.io/etcd/server/v3)
