@@ -62,7 +62,7 @@ type ObjectSource interface {
 // CapacityChecker says where a pool may open nodes after capacity errors:
 // which of its zones and shapes are backed off (see capacity.Backoff.Narrow).
 type CapacityChecker interface {
-	Narrow(pool string, zones, shapes []string) (available, unavailable []string)
+	Narrow(pool string, zones, shapes []string) (available, unavailable []string, unavailableIn map[string][]string)
 }
 
 // DefaultProviderCallTimeout bounds each provider call of a round: a
@@ -605,8 +605,8 @@ func (p *Provisioner) schedulingPool(ctx context.Context, pool *v1alpha1.NodePoo
 	if len(providerZones) > 0 {
 		zones = providerZones
 	}
-	zones, unavailable := p.Capacity.Narrow(pool.Name, zones, shapeNames)
-	p.Decisions.RecordPoolOffer(decisions.PoolOffer{Pool: pool.Name, Shapes: offerShapes(offered), Zones: zones, Unavailable: unavailable})
+	zones, unavailable, unavailableIn := p.Capacity.Narrow(pool.Name, zones, shapeNames)
+	p.Decisions.RecordPoolOffer(decisions.PoolOffer{Pool: pool.Name, Shapes: offerShapes(offered), Zones: zones, Unavailable: unavailable, UnavailableIn: unavailableIn})
 	return scheduling.Pool{
 		NodePool: pool,
 		Shapes:   shapes,
@@ -614,7 +614,8 @@ func (p *Provisioner) schedulingPool(ctx context.Context, pool *v1alpha1.NodePoo
 		InUse: scheduling.Usage{
 			Nodes: int64(nodes), CPU: resources[corev1.ResourceCPU], Memory: resources[corev1.ResourceMemory],
 		},
-		Unavailable: unavailable,
+		Unavailable:   unavailable,
+		UnavailableIn: unavailableIn,
 	}, nil
 }
 
