@@ -77,6 +77,9 @@ func badInputCases() []rejection {
 
 		// Percentages above 100 %.
 		{"eviction threshold of 150 percent", pool(templateWith("    kubelet:\n      evictionHard: {memory.available: \"150%\"}\n")), "evictionHard: a percentage must be at most 100%"},
+		{"memory eviction threshold of 100 percent", pool(templateWith("    kubelet:\n      evictionHard: {memory.available: \"100%\"}\n")), "memory.available of 100% leaves the node no allocatable memory"},
+		{"memory eviction threshold of 100.0 percent", pool(templateWith("    kubelet:\n      evictionHard: {memory.available: \"100.0%\"}\n")), "memory.available of 100% leaves the node no allocatable memory"},
+		{"one hostname for every node", pool(templateWith("    labels: {kubernetes.io/hostname: worker}\n")), "kubernetes.io/hostname may not be set"},
 		{"eviction threshold of 100.5 percent", pool(templateWith("    kubelet:\n      evictionHard: {nodefs.available: \"100.5%\"}\n")), "evictionHard: a percentage must be at most 100%"},
 		{"budget of 101 percent", pool(budget("nodes: \"101%\"")), "budget nodes must be a count of at most 9 digits, such as 3, or a percentage of at most 100%"},
 
@@ -142,7 +145,7 @@ func TestBoundaryValuesAreAccepted(t *testing.T) {
 		{"pool name of 57 characters", poolNamed(strings.Repeat("a", 57), oneShape)},
 		{"labels a kubelet may set", poolNamed("labels", templateWith("    labels: {node.kubernetes.io/role: worker, topology.kubernetes.io/zone: z1, kubernetes.io/arch: amd64, example.com/team: a, team: \"\"}\n"))},
 		{"one taint key with two effects", poolNamed("taints", templateWith("    taints: [{key: dedicated, value: a, effect: NoSchedule}, {key: dedicated, value: a, effect: NoExecute}]\n    startupTaints: [{key: node.cilium.io/agent-not-ready, value: \"true\", effect: NoSchedule}]\n"))},
-		{"eviction thresholds at their bounds", poolNamed("eviction", templateWith("    kubelet:\n      evictionHard: {memory.available: \"100%\", nodefs.available: 1Pi, imagefs.available: \"0.5%\"}\n"))},
+		{"eviction thresholds at their bounds", poolNamed("eviction", templateWith("    kubelet:\n      evictionHard: {memory.available: \"99.9%\", nodefs.available: 1Pi, imagefs.available: \"0.5%\"}\n"))},
 		{"resources at their bounds", poolNamed("bounds", "  shapes:\n    fixed: [{name: huge, cpu: \"10000\", memory: 64Ti}]\n  limits: {cpu: \"1e9\", memory: 1Ei}\n  template:\n    kubelet:\n      kubeReserved: {cpu: \"0\", memory: 64Ti, pid: \"4194304\"}\n")},
 		{"a flexible grid of 1024 memory sizes", poolNamed("grid", flexible("minCPU: \"1\", maxCPU: \"64\", minMemory: 1Gi, maxMemory: 1Ti, memoryStep: 1Gi"))},
 		{"a flexible range off its step grid", poolNamed("offgrid", flexible("minCPU: 1500m, maxCPU: 1800m, minMemory: 1536Mi, maxMemory: 1800Mi"))},

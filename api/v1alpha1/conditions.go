@@ -66,4 +66,9 @@ const (
 	ConditionProviderReady = "ProviderReady"
 	// ConditionValidated: the provider's settings and credentials were read.
 	ConditionValidated = "Validated"
+	// ConditionDegraded (NodeProvider): the provider works, and reports
+	// problems a person must fix that fail no single call: a leftover VM
+	// locked mid-clone, a tag policy that refuses our tags, the last
+	// Create its API refused.
+	ConditionDegraded = "Degraded"
 )

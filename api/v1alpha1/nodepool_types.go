@@ -301,15 +301,18 @@ type NodeTemplate struct {
 	// label syntax. The claimscale.io domain is reserved, and in the
 	// kubernetes.io and k8s.io domains only the labels a kubelet may set on
 	// its own node are allowed (kubelet.kubernetes.io/ and
-	// node.kubernetes.io/ keys, and the well-known os, arch, zone, region,
-	// instance-type and hostname labels): a kubelet refuses to start with
-	// any other.
+	// node.kubernetes.io/ keys, and the well-known os, arch, zone, region
+	// and instance-type labels): a kubelet refuses to start with any other.
+	// kubernetes.io/hostname is refused too: the kubelet sets it per node,
+	// and one hostname on every node of the pool would break every hostname
+	// spread and anti-affinity.
 	// +optional
 	// +kubebuilder:validation:MaxProperties=100
 	// +kubebuilder:validation:XValidation:rule="self.all(k, !format.qualifiedName().validate(k).hasValue())",message="template.labels: every key must be a qualified name: an optional DNS subdomain prefix and '/', then at most 63 letters, digits, '-', '_' or '.', starting and ending with a letter or digit"
 	// +kubebuilder:validation:XValidation:rule="self.all(k, !format.labelValue().validate(self[k]).hasValue())",message="template.labels: every value must be a label value: at most 63 letters, digits, '-', '_' or '.', starting and ending with a letter or digit, or empty"
 	// +kubebuilder:validation:XValidation:rule="self.all(k, !k.startsWith('claimscale.io/') && !(k.contains('/') && k.split('/')[0].endsWith('.claimscale.io')))",message="template.labels: labels in the claimscale.io/ domain are reserved"
 	// +kubebuilder:validation:XValidation:rule="self.all(k, !k.contains('/') || !(k.split('/')[0] in ['kubernetes.io', 'k8s.io'] || k.split('/')[0].endsWith('.kubernetes.io') || k.split('/')[0].endsWith('.k8s.io')) || k in ['kubernetes.io/hostname', 'kubernetes.io/os', 'kubernetes.io/arch', 'beta.kubernetes.io/os', 'beta.kubernetes.io/arch', 'beta.kubernetes.io/instance-type', 'node.kubernetes.io/instance-type', 'topology.kubernetes.io/zone', 'topology.kubernetes.io/region', 'failure-domain.beta.kubernetes.io/zone', 'failure-domain.beta.kubernetes.io/region'] || k.split('/')[0] in ['kubelet.kubernetes.io', 'node.kubernetes.io'] || k.split('/')[0].endsWith('.kubelet.kubernetes.io') || k.split('/')[0].endsWith('.node.kubernetes.io'))",message="template.labels: in the kubernetes.io and k8s.io domains only labels a kubelet may set on its node are allowed (kubelet.kubernetes.io/, node.kubernetes.io/ and the well-known os, arch, zone, region, instance-type and hostname labels)"
+	// +kubebuilder:validation:XValidation:rule="!('kubernetes.io/hostname' in self)",message="template.labels: kubernetes.io/hostname may not be set: every node of the pool would carry the same hostname, which breaks hostname spreads and anti-affinity; the kubelet sets it per node"
 	Labels map[string]string `json:"labels,omitempty"`
 
 	// Taints on every node of the pool. Keys are qualified names, values
@@ -445,6 +448,7 @@ type KubeletConfiguration struct {
 	// nodefs.available: 10%.
 	// +optional
 	// +kubebuilder:validation:XValidation:rule="self.all(k, k in ['memory.available', 'nodefs.available', 'nodefs.inodesFree', 'imagefs.available', 'imagefs.inodesFree', 'pid.available'])",message="evictionHard takes memory.available, nodefs.available, nodefs.inodesFree, imagefs.available, imagefs.inodesFree and pid.available"
+	// +kubebuilder:validation:XValidation:rule="!('memory.available' in self) || !self['memory.available'].matches('^100([.]0*)?%$')",message="evictionHard: memory.available of 100% leaves the node no allocatable memory; use less than 100%"
 	// +kubebuilder:validation:MaxProperties=6
 	EvictionHard map[string]EvictionThreshold `json:"evictionHard,omitempty"`
 }

@@ -120,9 +120,9 @@ func run(logger logr.Logger, opts operator.Options, metrics metricsserver.Option
 	if leaderElectionNS == "" {
 		leaderElectionNS = opts.Namespace
 	}
-	listeners := [][2]string{{"metrics-bind-address", metrics.BindAddress}, {"health-probe-bind-address", healthAddress}}
+	listeners := [][2]string{{"metrics-bind-address", metrics.BindAddress}, {"health-probe-bind-address", healthAddress}, {"profiling-bind-address", profilingAddress}}
 	if opts.Mode == operator.ModeExternalGRPC {
-		listeners = append(listeners, [2]string{"grpc-bind-address", opts.ExternalGRPC.BindAddress})
+		listeners = append(listeners, [2]string{"grpc-bind-address", opts.ExternalGRPC.BindAddress}, [2]string{"grpc-expander-bind-address", opts.ExternalGRPC.ExpanderBindAddress})
 	}
 	for _, listener := range listeners {
 		if err := operator.CheckListen(listener[0], listener[1]); err != nil {

@@ -46,21 +46,29 @@ func TestStartupFailuresAreReportedBeforeAnythingStarts(t *testing.T) {
 	options := func() operator.Options {
 		return operator.Options{Mode: operator.ModeNative, ClusterName: "c", Namespace: "claimscale-system", Registry: operator.ProductionRegistry()}
 	}
+	expander := func() operator.Options {
+		o := options()
+		o.Mode, o.ExternalGRPC.BindAddress, o.ExternalGRPC.ExpanderBindAddress = operator.ModeExternalGRPC, "127.0.0.1:0", taken.Addr().String()
+		return o
+	}
 	for _, tc := range []struct {
-		name    string
-		opts    operator.Options
-		metrics string
-		want    string
+		name      string
+		opts      operator.Options
+		metrics   string
+		profiling string
+		want      string
 	}{
-		{"port in use", options(), taken.Addr().String(), "--metrics-bind-address=" + taken.Addr().String()},
-		{"missing CRDs", options(), "0", "does not serve claimscale.io/v1alpha1: install claimscale's CRDs"},
-		{"bad mode", func() operator.Options { o := options(); o.Mode = "sometimes"; return o }(), "0", `--mode must be native or externalgrpc, not "sometimes"`},
-		{"no cluster name", func() operator.Options { o := options(); o.ClusterName = ""; return o }(), "0", "--cluster-name is required"},
+		{"port in use", options(), taken.Addr().String(), "", "--metrics-bind-address=" + taken.Addr().String()},
+		{"profiling port in use", options(), "0", taken.Addr().String(), "--profiling-bind-address=" + taken.Addr().String()},
+		{"expander port in use", expander(), "0", "", "--grpc-expander-bind-address=" + taken.Addr().String()},
+		{"missing CRDs", options(), "0", "", "does not serve claimscale.io/v1alpha1: install claimscale's CRDs"},
+		{"bad mode", func() operator.Options { o := options(); o.Mode = "sometimes"; return o }(), "0", "", `--mode must be native or externalgrpc, not "sometimes"`},
+		{"no cluster name", func() operator.Options { o := options(); o.ClusterName = ""; return o }(), "0", "", "--cluster-name is required"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var lines []string
 			logger := funcr.New(func(prefix, args string) { lines = append(lines, args) }, funcr.Options{})
-			err := run(logr.Logger(logger), tc.opts, metricsserver.Options{BindAddress: tc.metrics}, "0", "", false, "")
+			err := run(logr.Logger(logger), tc.opts, metricsserver.Options{BindAddress: tc.metrics}, "0", tc.profiling, false, "")
 			if err == nil || !strings.Contains(err.Error(), tc.want) {
 				t.Fatalf("run = %v, want an error saying %q", err, tc.want)
 			}

@@ -72,16 +72,13 @@ func (b *Backoff) activeLocked(k key) bool {
 
 // Narrow says where a pool may open new nodes now, given the zones its
 // provider offers (none for a provider without zones) and its shapes:
-// zones in which every shape is backed off are left out, and a shape is
-// unavailable when it is backed off in any zone that remains. That keeps
-// a zone out of capacity from being asked again while the other zones
-// take its pods. When every zone is out, the zones are returned as they
-// are with every shape unavailable, so the pool reports its backoff.
-//
-// The second rule is conservative: a shape out of capacity in one zone
-// only is not offered in the others either while other shapes remain,
-// because a pool's unavailable shapes apply to all of its zones.
-func (b *Backoff) Narrow(pool string, zones, shapes []string) (available, unavailable []string) {
+// zones in which every shape is backed off are left out; a shape backed
+// off in every zone that remains is unavailable; a shape backed off only
+// in some of them is unavailable there only (unavailableIn, by zone), so
+// the other zones still offer it. When every zone is out, the zones are
+// returned as they are with every shape unavailable, so the pool reports
+// its backoff.
+func (b *Backoff) Narrow(pool string, zones, shapes []string) (available, unavailable []string, unavailableIn map[string][]string) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	candidates := zones
@@ -99,15 +96,24 @@ func (b *Backoff) Narrow(pool string, zones, shapes []string) (available, unavai
 		kept = append(kept, zone)
 	}
 	if len(kept) == 0 {
-		return zones, slices.Clone(shapes)
+		return zones, slices.Clone(shapes), nil
 	}
 	for _, shape := range shapes {
-		if slices.ContainsFunc(kept, func(zone string) bool { return out(shape, zone) }) {
+		outIn := slices.DeleteFunc(slices.Clone(kept), func(zone string) bool { return !out(shape, zone) })
+		switch {
+		case len(outIn) == len(kept):
 			unavailable = append(unavailable, shape)
+		case len(outIn) > 0:
+			if unavailableIn == nil {
+				unavailableIn = map[string][]string{}
+			}
+			for _, zone := range outIn {
+				unavailableIn[zone] = append(unavailableIn[zone], shape)
+			}
 		}
 	}
 	if len(zones) == 0 {
-		return zones, unavailable
+		return zones, unavailable, unavailableIn
 	}
-	return kept, unavailable
+	return kept, unavailable, unavailableIn
 }

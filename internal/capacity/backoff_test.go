@@ -1,6 +1,7 @@
 package capacity
 
 import (
+	"reflect"
 	"slices"
 	"testing"
 	"time"
@@ -72,6 +73,7 @@ func TestNarrow(t *testing.T) {
 		zones           []string
 		wantZones       []string
 		wantUnavailable []string
+		wantIn          map[string][]string
 	}{
 		{name: "nothing backed off keeps every zone and shape", zones: zones, wantZones: zones},
 		{
@@ -80,8 +82,13 @@ func TestNarrow(t *testing.T) {
 			wantZones: []string{"rma1"},
 		},
 		{
-			name:     "a shape out in one zone while the zone has others is unavailable (no per-zone shapes in a pool)",
+			name:     "a shape out in one zone while the zone has others is withheld in that zone only",
 			failures: [][2]string{{"small", "lpg1"}}, zones: zones,
+			wantZones: zones, wantIn: map[string][]string{"lpg1": {"small"}},
+		},
+		{
+			name:     "a shape out in every zone that remains is unavailable",
+			failures: [][2]string{{"small", "lpg1"}, {"small", "rma1"}}, zones: zones,
 			wantZones: zones, wantUnavailable: []string{"small"},
 		},
 		{
@@ -105,9 +112,9 @@ func TestNarrow(t *testing.T) {
 			for _, f := range tc.failures {
 				b.Record("general", f[0], f[1])
 			}
-			gotZones, gotUnavailable := b.Narrow("general", tc.zones, shapes)
-			if !slices.Equal(gotZones, tc.wantZones) || !slices.Equal(gotUnavailable, tc.wantUnavailable) {
-				t.Fatalf("Narrow = %v, %v; want %v, %v", gotZones, gotUnavailable, tc.wantZones, tc.wantUnavailable)
+			gotZones, gotUnavailable, gotIn := b.Narrow("general", tc.zones, shapes)
+			if !slices.Equal(gotZones, tc.wantZones) || !slices.Equal(gotUnavailable, tc.wantUnavailable) || !reflect.DeepEqual(gotIn, tc.wantIn) {
+				t.Fatalf("Narrow = %v, %v, %v; want %v, %v, %v", gotZones, gotUnavailable, gotIn, tc.wantZones, tc.wantUnavailable, tc.wantIn)
 			}
 		})
 	}

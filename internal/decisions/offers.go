@@ -16,6 +16,8 @@ type PoolOffer struct {
 	Shapes      []OfferShape `json:"shapes"`
 	Zones       []string     `json:"zones,omitempty"`
 	Unavailable []string     `json:"unavailable,omitempty"`
+	// UnavailableIn are shapes backed off in some zones only, by zone.
+	UnavailableIn map[string][]string `json:"unavailableIn,omitempty"`
 }
 
 // OfferShape is a provider.Shape.

@@ -353,18 +353,28 @@ func (c *cloudProvider) NodeGroupNodes(ctx context.Context, request *protos.Node
 	}
 	claims = ofShape(claims, g.shape.Name)
 	response := &protos.NodeGroupNodesResponse{Instances: make([]*protos.Instance, 0, len(claims))}
+	readyTimeout := DefaultReadyTimeout
+	if t := g.pool.Spec.RegistrationTimeout; t != nil && t.Duration > 0 {
+		readyTimeout = t.Duration
+	}
+	now := c.shapes.clock.Now()
 	for i := range claims {
-		response.Instances = append(response.Instances, instanceOf(&claims[i]))
+		response.Instances = append(response.Instances, instanceOf(&claims[i], now, readyTimeout))
 	}
 	return response, nil
 }
 
 // instanceOf is a claim as cluster-autoscaler sees an instance. A failure
 // makes it a failed creation, even while the claim is being deleted: that
-// is how cluster-autoscaler learns to back the group off.
-func instanceOf(claim *v1alpha1.NodeClaim) *protos.Instance {
+// is how cluster-autoscaler learns to back the group off. So does a node
+// that registered and has not become Ready within readyTimeout.
+func instanceOf(claim *v1alpha1.NodeClaim, now time.Time, readyTimeout time.Duration) *protos.Instance {
 	instance := &protos.Instance{Id: instanceID(claim), Status: &protos.InstanceStatus{}}
-	switch failed := instanceError(claim); {
+	failed := instanceError(claim)
+	if failed == nil {
+		failed = neverReady(claim, now, readyTimeout)
+	}
+	switch {
 	case failed != nil:
 		instance.Status.InstanceState = protos.InstanceStatus_instanceCreating
 		instance.Status.ErrorInfo = failed

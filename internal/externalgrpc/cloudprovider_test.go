@@ -11,6 +11,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -327,6 +328,11 @@ func TestNodeGroupNodesReportEachClaimsState(t *testing.T) {
 		setCondition(claim, v1alpha1.ConditionLaunched, metav1.ConditionFalse, "InsufficientCapacity")
 		setCondition(claim, v1alpha1.ConditionFailed, metav1.ConditionTrue, nodeclaim.FailedInsufficientCapacity)
 	})
+	neverReady := w.claim(pool, func(claim *v1alpha1.NodeClaim) {
+		registeredStatus(claim)
+		setCondition(claim, v1alpha1.ConditionInitialized, metav1.ConditionFalse, "NodeNotReady")
+		meta.FindStatusCondition(claim.Status.Conditions, v1alpha1.ConditionRegistered).LastTransitionTime = metav1.NewTime(time.Now().Add(-DefaultReadyTimeout - time.Minute))
+	})
 	leaving := w.claim(pool, registeredStatus)
 	w.deleting(leaving)
 	otherShape := w.claimOf(pool, "c4", registeredStatus)
@@ -352,6 +358,7 @@ func TestNodeGroupNodesReportEachClaimsState(t *testing.T) {
 		timedOut.Status.ProviderID:              {protos.InstanceStatus_instanceCreating, "registration-timeout", 99},
 		PlaceholderPrefix + keptNoCapacity.Name: {protos.InstanceStatus_instanceCreating, "insufficient-capacity", 1},
 		leaving.Status.ProviderID:               {protos.InstanceStatus_instanceDeleting, "", 0},
+		neverReady.Status.ProviderID:            {protos.InstanceStatus_instanceCreating, "node-never-ready", 99},
 	}), "every claim of the group's shape, none of %s", otherShape.Name)
 }
 

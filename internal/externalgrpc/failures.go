@@ -1,6 +1,9 @@
 package externalgrpc
 
 import (
+	"fmt"
+	"time"
+
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -22,7 +25,33 @@ const (
 	ErrorCodeInsufficientCapacity = "insufficient-capacity"
 	ErrorCodeLaunchFailed         = "launch-failed"
 	ErrorCodeProviderUnavailable  = "provider-unavailable"
+	ErrorCodeNeverReady           = "node-never-ready"
 )
+
+// DefaultReadyTimeout is how long a registered node may stay not Ready
+// before it is reported as a failed instance, when its pool sets no
+// registrationTimeout: cluster-autoscaler's --max-node-provision-time.
+const DefaultReadyTimeout = 15 * time.Minute
+
+// neverReady is the failure of a claim whose node registered and has not
+// become Ready (Initialized) within the timeout since: cluster-autoscaler
+// counts such a node as upcoming for good otherwise, and never backs the
+// group off nor replaces it.
+func neverReady(claim *v1alpha1.NodeClaim, now time.Time, timeout time.Duration) *protos.InstanceErrorInfo {
+	registeredAt := meta.FindStatusCondition(claim.Status.Conditions, v1alpha1.ConditionRegistered)
+	if registeredAt == nil || registeredAt.Status != metav1.ConditionTrue || !claim.DeletionTimestamp.IsZero() ||
+		meta.IsStatusConditionTrue(claim.Status.Conditions, v1alpha1.ConditionInitialized) {
+		return nil
+	}
+	if now.Sub(registeredAt.LastTransitionTime.Time) < timeout {
+		return nil
+	}
+	message := fmt.Sprintf("node %s registered %s ago and has not become Ready (limit %s)", claim.Status.NodeName, now.Sub(registeredAt.LastTransitionTime.Time).Round(time.Second), timeout)
+	if initialized := meta.FindStatusCondition(claim.Status.Conditions, v1alpha1.ConditionInitialized); initialized != nil && initialized.Message != "" {
+		message += ": " + initialized.Message
+	}
+	return &protos.InstanceErrorInfo{ErrorCode: ErrorCodeNeverReady, ErrorMessage: message, InstanceErrorClass: errorClassOther}
+}
 
 // instanceError is the failure a claim reports to cluster-autoscaler, if
 // any. In externalgrpc mode a claim that failed for good stays, Failed,

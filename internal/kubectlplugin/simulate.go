@@ -343,7 +343,7 @@ func (offerProvider) List(context.Context) ([]*provider.Instance, error) { retur
 // controller's record.
 type offerCapacity map[string]decisions.PoolOffer
 
-func (c offerCapacity) Narrow(pool string, _, _ []string) (available, unavailable []string) {
+func (c offerCapacity) Narrow(pool string, _, _ []string) (available, unavailable []string, unavailableIn map[string][]string) {
 	offer := c[pool]
-	return offer.Zones, offer.Unavailable
+	return offer.Zones, offer.Unavailable, offer.UnavailableIn
 }

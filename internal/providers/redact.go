@@ -1,6 +1,7 @@
 package providers
 
 import (
+	"bytes"
 	"context"
 	"encoding/base64"
 	"encoding/json"
@@ -10,6 +11,9 @@ import (
 	"net/url"
 	"sort"
 	"strings"
+	"sync"
+
+	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/claimscale/claimscale/api/v1alpha1"
 	"github.com/claimscale/claimscale/pkg/provider"
@@ -159,6 +163,12 @@ type safeProvider struct {
 	next     provider.Provider
 	redactor redactor
 	breaker  *breaker
+
+	// createRefused is the last terminal answer to a Create, until a
+	// Create succeeds: the NodeProvider shows it (Problems), since a
+	// refusal of the settings fails every claim alike.
+	mu            sync.Mutex
+	createRefused string
 }
 
 func newSafeProvider(name string, next provider.Provider, credentials map[string][]byte) *safeProvider {
@@ -181,8 +191,37 @@ func secretValues(credentials map[string][]byte) [][]byte {
 	values := make([][]byte, 0, len(credentials))
 	for _, value := range credentials {
 		values = append(values, value)
+		values = append(values, kubeconfigSecrets(value)...)
 	}
 	return values
+}
+
+// kubeconfigSecrets are the secrets inside a kubeconfig (a Cluster API
+// management cluster's, in the credentials Secret): each user's token,
+// password, client key and auth-provider settings, which an error may
+// quote alone. A value that is no kubeconfig has none.
+func kubeconfigSecrets(value []byte) [][]byte {
+	if !bytes.Contains(value, []byte("users")) {
+		return nil
+	}
+	config, err := clientcmd.Load(value)
+	if err != nil {
+		return nil
+	}
+	var out [][]byte
+	for _, user := range config.AuthInfos {
+		for _, secret := range []string{user.Token, user.Password, string(user.ClientKeyData)} {
+			if secret != "" {
+				out = append(out, []byte(secret))
+			}
+		}
+		if user.AuthProvider != nil {
+			for _, v := range user.AuthProvider.Config {
+				out = append(out, []byte(v))
+			}
+		}
+	}
+	return out
 }
 
 // userDataSecrets lists the user data whole and each of its lines long
@@ -207,12 +246,43 @@ func (p *safeProvider) Create(ctx context.Context, claim *v1alpha1.NodeClaim, op
 	}
 	instance, err := p.next.Create(ctx, claim, opts)
 	if err == nil {
+		p.mu.Lock()
+		p.createRefused = ""
+		p.mu.Unlock()
 		return instance, nil
 	}
 	if len(opts.UserData) > 0 {
 		err = newRedactor(userDataSecrets(opts.UserData)).error(err)
 	}
-	return instance, p.done(err)
+	err = p.done(err)
+	if provider.IsTerminal(err) {
+		p.mu.Lock()
+		p.createRefused = err.Error()
+		p.mu.Unlock()
+	}
+	return instance, err
+}
+
+// ProblemCreateRefused is the reason of the problem a terminal Create
+// error makes.
+const ProblemCreateRefused = "CreateRefused"
+
+// Problems returns the provider's own problems (provider.ProblemReporter)
+// and the last terminal answer to a Create, redacted.
+func (p *safeProvider) Problems() []provider.Problem {
+	var out []provider.Problem
+	if reporter, ok := p.next.(provider.ProblemReporter); ok {
+		for _, problem := range reporter.Problems() {
+			problem.Message = p.redactor.string(problem.Message)
+			out = append(out, problem)
+		}
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.createRefused != "" {
+		out = append(out, provider.Problem{Reason: ProblemCreateRefused, Message: "the last Create was refused: " + p.createRefused})
+	}
+	return out
 }
 
 func (p *safeProvider) Delete(ctx context.Context, providerID string) error {
@@ -282,4 +352,18 @@ func (p *safeProvider) Drifted(ctx context.Context, claim *v1alpha1.NodeClaim) (
 	}
 	reason, message, err = checker.Drifted(ctx, claim)
 	return reason, message, p.done(err)
+}
+
+// Zones asks the provider inside for its zones (provider.Zoner); nil when
+// it names none at run time.
+func (p *safeProvider) Zones(ctx context.Context) ([]string, error) {
+	zoner, ok := p.next.(provider.Zoner)
+	if !ok {
+		return nil, nil
+	}
+	if err := p.breaker.open(); err != nil {
+		return nil, err
+	}
+	zones, err := zoner.Zones(ctx)
+	return zones, p.done(err)
 }

@@ -112,3 +112,62 @@ func TestSafeProviderPassesOnWhatMakesItsMachinesJoin(t *testing.T) {
 		t.Fatalf("OwnJoin of a provider that delivers user data = %q, want none", got)
 	}
 }
+
+// A Create the provider's API refuses for good fails every claim alike, so
+// the NodeProvider shows it (as a problem, redacted) until one succeeds.
+func TestATerminalCreateErrorIsAProblemOfTheProviderUntilACreateSucceeds(t *testing.T) {
+	token := "s3cr3t/t0ken+with=chars"
+	userData := []byte("#cloud-config\nruncmd:\n  - kubeadm join 10.0.0.1:6443 --token abcdef.0123456789abcdef\n")
+	fail := provider.NewTerminal
+	echo := echoingProvider{token: token, fail: func(err error) error { return fail(err) }}
+	safe := newSafeProvider("test", echo, map[string][]byte{"token": []byte(token)})
+	if got := safe.Problems(); len(got) != 0 {
+		t.Fatalf("problems before any Create = %+v", got)
+	}
+	_, _ = safe.Create(context.Background(), &v1alpha1.NodeClaim{}, provider.CreateOptions{UserData: userData})
+	got := safe.Problems()
+	if len(got) != 1 || got[0].Reason != ProblemCreateRefused || !strings.Contains(got[0].Message, "401") {
+		t.Fatalf("problems after a terminal Create error = %+v, want the refusal", got)
+	}
+	if strings.Contains(got[0].Message, token) || strings.Contains(got[0].Message, "abcdef.0123456789abcdef") {
+		t.Fatalf("the problem leaks a secret: %s", got[0].Message)
+	}
+
+	// A retryable failure does not clear it; only a success does.
+	fail = func(err error) error { return provider.NewRetryable(err, 0) }
+	_, _ = safe.Create(context.Background(), &v1alpha1.NodeClaim{}, provider.CreateOptions{})
+	if got := safe.Problems(); len(got) != 1 {
+		t.Fatalf("problems after a retryable failure = %+v, want the refusal kept", got)
+	}
+	safe.next = succeedingProvider{echo}
+	if _, err := safe.Create(context.Background(), &v1alpha1.NodeClaim{}, provider.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if got := safe.Problems(); len(got) != 0 {
+		t.Fatalf("problems after a successful Create = %+v", got)
+	}
+}
+
+type succeedingProvider struct{ echoingProvider }
+
+func (succeedingProvider) Create(context.Context, *v1alpha1.NodeClaim, provider.CreateOptions) (*provider.Instance, error) {
+	return &provider.Instance{ProviderID: "test://1"}, nil
+}
+
+// A Cluster API NodeProvider's credentials are a kubeconfig: the token
+// inside it is redacted where an error quotes it alone, not only the whole
+// file.
+func TestTheTokenInsideAKubeconfigIsRedacted(t *testing.T) {
+	token := "eyJhbGciOiJSUzI1NiJ9.management-cluster-token"
+	kubeconfig := "apiVersion: v1\nkind: Config\nclusters: [{name: mgmt, cluster: {server: \"https://mgmt.example:6443\"}}]\n" +
+		"users: [{name: capi, user: {token: " + token + "}}]\ncontexts: [{name: mgmt, context: {cluster: mgmt, user: capi}}]\ncurrent-context: mgmt\n"
+	echo := echoingProvider{token: token, fail: provider.NewTerminal}
+	safe := newSafeProvider("capi", echo, map[string][]byte{"kubeconfig": []byte(kubeconfig)})
+	_, err := safe.List(context.Background())
+	if err == nil || strings.Contains(err.Error(), token) || strings.Contains(err.Error(), "management-cluster-token") {
+		t.Fatalf("List error = %v, want the kubeconfig's token redacted", err)
+	}
+	if !strings.Contains(err.Error(), "[redacted]") {
+		t.Fatalf("List error = %v, want [redacted] where the token was", err)
+	}
+}

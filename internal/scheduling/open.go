@@ -125,7 +125,7 @@ func (r *round) option(cls *podClass, p *poolState, zone string, bc, bm int64) (
 	var largestNeed vec
 	var largestPods int64
 	overBudget := false
-	for _, si := range p.shapes {
+	for _, si := range p.shapesIn(zone) {
 		t, err := r.s.template(r.ctx, p, si, zone)
 		if err != nil {
 			return option{}, PoolRefusal{}, err

@@ -358,8 +358,9 @@ func (r *round) effOrder(p *poolState, zone string) ([]effShape, error) {
 	if order, ok := p.effOrder[zone]; ok {
 		return order, nil
 	}
-	order := make([]effShape, 0, len(p.shapes))
-	for _, si := range p.shapes {
+	shapes := p.shapesIn(zone)
+	order := make([]effShape, 0, len(shapes))
+	for _, si := range shapes {
 		t, err := r.s.template(r.ctx, p, si, zone)
 		if err != nil {
 			return nil, err

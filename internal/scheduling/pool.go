@@ -30,6 +30,8 @@ type poolState struct {
 	flexMemo [2]map[int]int64
 	// unavailable is set when capacity backoff leaves no shape.
 	unavailable bool
+	// unavailableIn are shapes backed off in one zone only, by zone.
+	unavailableIn map[string]map[string]bool
 
 	limNodes, limCPU, limMem int64 // -1: no limit
 	inUse                    usage
@@ -93,6 +95,15 @@ func newPoolState(p *Pool) (*poolState, error) {
 	unavailable := map[string]bool{}
 	for _, n := range p.Unavailable {
 		unavailable[n] = true
+	}
+	for zone, names := range p.UnavailableIn {
+		if ps.unavailableIn == nil {
+			ps.unavailableIn = map[string]map[string]bool{}
+		}
+		ps.unavailableIn[zone] = map[string]bool{}
+		for _, n := range names {
+			ps.unavailableIn[zone][n] = true
+		}
 	}
 	switch {
 	case p.Shapes.Flexible != nil:
@@ -244,4 +255,20 @@ func (p *poolState) budget(contrib vec) (cpu, mem int64) {
 
 func withinBudget(c vec, cpu, mem int64) bool {
 	return (cpu < 0 || c.cpu <= cpu) && (mem < 0 || c.mem <= mem)
+}
+
+// shapesIn are the pool's available fixed shapes in a zone: those not
+// backed off in that zone alone.
+func (p *poolState) shapesIn(zone string) []*shapeInfo {
+	out := p.unavailableIn[zone]
+	if len(out) == 0 {
+		return p.shapes
+	}
+	shapes := make([]*shapeInfo, 0, len(p.shapes))
+	for _, si := range p.shapes {
+		if !out[si.shape.Name] {
+			shapes = append(shapes, si)
+		}
+	}
+	return shapes
 }

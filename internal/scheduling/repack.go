@@ -270,7 +270,7 @@ type podRef struct {
 // more fill only the shapes no larger one matches per unit.
 func (r *round) repackShapes(p *poolState, zone string, cls []*podClass, nodes int) ([]*repackShape, error) {
 	var out []*repackShape
-	for _, si := range p.shapes {
+	for _, si := range p.shapesIn(zone) {
 		t, err := r.s.template(r.ctx, p, si, zone)
 		if err != nil {
 			return nil, err

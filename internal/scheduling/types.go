@@ -61,6 +61,9 @@ type Pool struct {
 	// For a flexible pool any entry takes the whole range out: a host that
 	// cannot make one size rarely makes another.
 	Unavailable []string
+	// UnavailableIn names, by zone, fixed shapes in capacity backoff in
+	// that zone only: no new node of the zone gets them, other zones do.
+	UnavailableIn map[string][]string
 }
 
 // Usage is what a pool holds.

@@ -135,3 +135,30 @@ type OwnJoiner interface {
 type DriftChecker interface {
 	Drifted(ctx context.Context, claim *v1alpha1.NodeClaim) (reason, message string, err error)
 }
+
+// Problem is something wrong on a provider's side that an operator must fix
+// and that no single claim's error shows whole: a leftover machine that
+// holds an ID, a policy that refuses our tags, a create the API refuses.
+type Problem struct {
+	// Reason is a CamelCase word for the kind of problem.
+	Reason string
+	// Message says what is wrong and what to do, without secrets.
+	Message string
+}
+
+// ProblemReporter is implemented by a provider that notices problems of
+// its infrastructure as it works; the NodeProvider's Degraded condition and
+// an event show them. Problems returns those standing now.
+type ProblemReporter interface {
+	Problems() []Problem
+}
+
+// Zoner is implemented by a provider whose zones are known only at run
+// time (the hosts of a Proxmox cluster, a plugin's zones): provisioning
+// puts each new node of its pools in one of them, as the node's
+// topology.kubernetes.io/zone, and the claim's requirements name it, so a
+// pod with a zone spread can land on the pool. A provider with zones in
+// its settings (cloudscale, simulated) need not implement it.
+type Zoner interface {
+	Zones(ctx context.Context) ([]string, error)
+}

@@ -61,9 +61,10 @@ func silentListener(t *testing.T) string {
 	return listener.Addr().String()
 }
 
-// A NodeProvider whose API accepts connections and never answers, with a
-// pool and pending pods of its own, is reported Unreachable and holds up
-// nobody: a healthy pool's pending pods get their claims within 2 s.
+// NodeProviders whose API accepts connections and never answers, or
+// refuses them, each with a pool and pending pods of its own, are reported
+// Unreachable and hold up nobody: a healthy pool's pending pods get their
+// claims within 2 s, from the start and once they are known unreachable.
 func TestHangingProviderDoesNotDelayOtherPools(t *testing.T) {
 	startOperator(t, operatorOptions{})
 	address := silentListener(t)
@@ -113,17 +114,33 @@ func TestHangingProviderDoesNotDelayOtherPools(t *testing.T) {
 	stuckCalls.createPool(func(pool *v1alpha1.NodePool) { pool.Spec.Shapes.Fixed = []v1alpha1.Shape{{Name: "flex-4-2"}} })
 	stuckCalls.createDeployment("stuck", 2, "1", nil)
 
-	for _, name := range []string{stuck.name, stuckCalls.name} {
-		stuck.g.Eventually(func() string {
-			var nodeProvider v1alpha1.NodeProvider
-			stuck.g.Expect(env.Client.Get(stuck.ctx, client.ObjectKey{Name: name}, &nodeProvider)).To(Succeed())
-			if ready := meta.FindStatusCondition(nodeProvider.Status.Conditions, v1alpha1.ConditionReady); ready != nil && ready.Status == metav1.ConditionFalse {
-				return ready.Reason
-			}
-			return ""
-		}).WithTimeout(time.Minute).Should(Equal("Unreachable"), "NodeProvider %s", name)
-	}
+	// A cloudscale NodeProvider whose endpoint refuses connections: its
+	// SDK retries with backoff, for longer than the call timeout.
+	refusing := newScenario(t, "refusing")
+	closed, err := net.Listen("tcp", "127.0.0.1:0")
+	refusing.g.Expect(err).NotTo(HaveOccurred())
+	refusedAddress := closed.Addr().String()
+	refusing.g.Expect(closed.Close()).To(Succeed())
+	refusing.createSecret("refusing-credentials", map[string][]byte{
+		"token": []byte("cloudscale-api-token"), "apiURL": []byte("http://" + refusedAddress),
+	})
+	refusing.g.Expect(env.Client.Create(refusing.ctx, &v1alpha1.NodeProvider{
+		ObjectMeta: metav1.ObjectMeta{Name: refusing.name},
+		Spec: v1alpha1.NodeProviderSpec{
+			Type:                 v1alpha1.ProviderTypeCloudscale,
+			CredentialsSecretRef: &v1alpha1.SecretReference{Name: "refusing-credentials", Namespace: controllerNamespace},
+			Cloudscale:           &v1alpha1.CloudscaleSettings{Zone: "lpg1", Image: "debian-12"},
+		},
+	})).To(Succeed())
+	t.Cleanup(func() {
+		_ = env.Client.Delete(context.Background(), &v1alpha1.NodePool{ObjectMeta: metav1.ObjectMeta{Name: refusing.name}})
+		_ = env.Client.Delete(context.Background(), &v1alpha1.NodeProvider{ObjectMeta: metav1.ObjectMeta{Name: refusing.name}})
+	})
+	refusing.createPool(func(pool *v1alpha1.NodePool) { pool.Spec.Shapes.Fixed = []v1alpha1.Shape{{Name: "flex-4-2"}} })
+	refusing.createDeployment("stuck", 2, "1", nil)
 
+	// The healthy pool's claims come within 2 s from the start, before the
+	// others are known to be unreachable: no round waits on them.
 	healthy := newScenario(t, "beside-hanging")
 	defer healthy.cleanup()
 	healthy.createProvider(v1alpha1.SimulatedSettings{})
@@ -146,11 +163,45 @@ func TestHangingProviderDoesNotDelayOtherPools(t *testing.T) {
 		before := len(healthy.claims())
 		healthy.g.Eventually(func() int { return len(healthy.claims()) }).WithPolling(20 * time.Millisecond).WithTimeout(time.Minute).Should(BeNumerically(">", before))
 		latency := time.Since(unschedulable)
-		t.Logf("round %d: pod unschedulable → claim in %s while NodeProviders %s and %s hang", round, latency.Round(10*time.Millisecond), stuck.name, stuckCalls.name)
+		t.Logf("round %d: pod unschedulable → claim in %s while NodeProviders %s, %s and %s hang or refuse", round, latency.Round(10*time.Millisecond), stuck.name, stuckCalls.name, refusing.name)
 		healthy.g.Expect(latency).To(BeNumerically("<", 2*time.Second))
 		healthy.g.Eventually(func() int { return healthy.runningPods(app) }).Should(Equal(1))
 	}
-	for _, s := range []*scenario{stuck, stuckCalls} {
+
+	for _, name := range []string{stuck.name, stuckCalls.name, refusing.name} {
+		stuck.g.Eventually(func() string {
+			var nodeProvider v1alpha1.NodeProvider
+			stuck.g.Expect(env.Client.Get(stuck.ctx, client.ObjectKey{Name: name}, &nodeProvider)).To(Succeed())
+			if ready := meta.FindStatusCondition(nodeProvider.Status.Conditions, v1alpha1.ConditionReady); ready != nil && ready.Status == metav1.ConditionFalse {
+				return ready.Reason
+			}
+			return ""
+		}).WithTimeout(time.Minute).Should(Equal("Unreachable"), "NodeProvider %s", name)
+	}
+
+	for round := 3; round < 5; round++ {
+		app := fmt.Sprintf("healthy-%d", round)
+		healthy.createDeployment(app, 1, "3", nil)
+		var unschedulable time.Time
+		healthy.g.Eventually(func() bool {
+			for _, pod := range healthy.pods(app) {
+				for _, condition := range pod.Status.Conditions {
+					if condition.Type == corev1.PodScheduled && condition.Reason == corev1.PodReasonUnschedulable {
+						unschedulable = time.Now()
+						return true
+					}
+				}
+			}
+			return false
+		}).WithPolling(20 * time.Millisecond).Should(BeTrue())
+		before := len(healthy.claims())
+		healthy.g.Eventually(func() int { return len(healthy.claims()) }).WithPolling(20 * time.Millisecond).WithTimeout(time.Minute).Should(BeNumerically(">", before))
+		latency := time.Since(unschedulable)
+		t.Logf("round %d: pod unschedulable → claim in %s while NodeProviders %s, %s and %s are unreachable", round, latency.Round(10*time.Millisecond), stuck.name, stuckCalls.name, refusing.name)
+		healthy.g.Expect(latency).To(BeNumerically("<", 2*time.Second))
+		healthy.g.Eventually(func() int { return healthy.runningPods(app) }).Should(Equal(1))
+	}
+	for _, s := range []*scenario{stuck, stuckCalls, refusing} {
 		var pool v1alpha1.NodePool
 		s.g.Expect(env.Client.Get(s.ctx, client.ObjectKey{Name: s.name}, &pool)).To(Succeed())
 		ready := meta.FindStatusCondition(pool.Status.Conditions, v1alpha1.ConditionReady)
@@ -273,10 +324,14 @@ func TestProviderErrorsAreRedactedInConditionsEventsAndLogs(t *testing.T) {
 			Simulated:            &v1alpha1.SimulatedSettings{},
 		},
 	})).To(Succeed())
-	s.createPool(nil)
+	// A bootstrap section, so the provider is sent user data carrying the
+	// claim's join token, and its error quotes that too.
+	s.createPool(func(pool *v1alpha1.NodePool) {
+		pool.Spec.Template.Bootstrap = &v1alpha1.Bootstrap{Method: v1alpha1.JoinKubeadm}
+	})
 	s.createDeployment("redacted", 1, "1", nil)
 
-	secrets := []string{token, url.QueryEscape(token), url.PathEscape(token)}
+	secrets := []string{token, url.QueryEscape(token), url.PathEscape(token), "kind: JoinConfiguration", `kind: JoinConfiguration\n`}
 	var said []string
 	s.g.Eventually(func() []string {
 		said = nil
@@ -290,6 +345,15 @@ func TestProviderErrorsAreRedactedInConditionsEventsAndLogs(t *testing.T) {
 	}).Should(ContainElements(ContainSubstring("403 Forbidden"), ContainSubstring("LaunchFailed: POST")), "the error reaches the claim's condition and events")
 	s.g.Eventually(logs.String).Should(ContainSubstring("403 Forbidden"), "the error reaches the log")
 	said = append(said, logs.String())
+	// The claim's join token, which the user data carries.
+	for _, claim := range s.claims() {
+		s.g.Expect(claim.Status.BootstrapToken).NotTo(BeNil(), "the pool renders user data with a token")
+		var tokenSecret corev1.Secret
+		if env.Client.Get(s.ctx, client.ObjectKey{Namespace: "kube-system", Name: "bootstrap-token-" + claim.Status.BootstrapToken.ID}, &tokenSecret) == nil {
+			secrets = append(secrets, string(tokenSecret.Data["token-secret"]))
+		}
+	}
+	s.g.Expect(len(secrets)).To(BeNumerically(">", 5), "the join token's secret is among the secrets looked for")
 	for _, text := range said {
 		for _, secret := range secrets {
 			s.g.Expect(text).NotTo(ContainSubstring(secret))

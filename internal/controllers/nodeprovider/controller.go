@@ -6,6 +6,7 @@ package nodeprovider
 import (
 	"context"
 	"fmt"
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -74,17 +75,24 @@ func (c *Controller) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		Type: v1alpha1.ConditionReady, Status: metav1.ConditionTrue, Reason: ReasonReady,
 		Message: "settings and credentials read, API answers", ObservedGeneration: nodeProvider.Generation,
 	}
-	if reason, err := c.probe(ctx, nodeProvider); err != nil {
+	reason, err := c.probe(ctx, nodeProvider)
+	if err != nil {
 		condition.Status, condition.Reason, condition.Message = metav1.ConditionFalse, reason, err.Error()
 	}
 	was := meta.FindStatusCondition(stored.Status.Conditions, v1alpha1.ConditionReady)
 	meta.SetStatusCondition(&nodeProvider.Status.Conditions, condition)
+	degraded := c.degraded(ctx, nodeProvider)
+	wasDegraded := meta.FindStatusCondition(stored.Status.Conditions, v1alpha1.ConditionDegraded)
+	meta.SetStatusCondition(&nodeProvider.Status.Conditions, degraded)
 	if !equality.Semantic.DeepEqual(stored.Status, nodeProvider.Status) {
 		if err := c.Kube.Status().Patch(ctx, nodeProvider, client.MergeFrom(stored)); err != nil {
 			return reconcile.Result{}, client.IgnoreNotFound(err)
 		}
 		if c.Recorder != nil && condition.Status != metav1.ConditionTrue && (was == nil || was.Reason != condition.Reason) {
 			c.Recorder.Eventf(nodeProvider, nil, corev1.EventTypeWarning, condition.Reason, "Check", "%s", condition.Message)
+		}
+		if c.Recorder != nil && degraded.Status == metav1.ConditionTrue && (wasDegraded == nil || wasDegraded.Message != degraded.Message) {
+			c.Recorder.Eventf(nodeProvider, nil, corev1.EventTypeWarning, degraded.Reason, "Check", "%s", degraded.Message)
 		}
 	}
 	if condition.Status != metav1.ConditionTrue {
@@ -115,3 +123,41 @@ func (c *Controller) probe(ctx context.Context, nodeProvider *v1alpha1.NodeProvi
 	}
 	return "", nil
 }
+
+// ReasonNoProblems is the Degraded=False reason.
+const ReasonNoProblems = "NoProblems"
+
+// degraded is the Degraded condition: True, with the problems the provider
+// reports (a leftover VM locked mid-clone, a tag policy that refuses our
+// tags, the last Create its API refused), when it reports any.
+func (c *Controller) degraded(ctx context.Context, nodeProvider *v1alpha1.NodeProvider) metav1.Condition {
+	condition := metav1.Condition{
+		Type: v1alpha1.ConditionDegraded, Status: metav1.ConditionFalse, Reason: ReasonNoProblems,
+		Message: "the provider reports no problems", ObservedGeneration: nodeProvider.Generation,
+	}
+	machines, err := c.Providers.For(ctx, nodeProvider)
+	if err != nil {
+		return condition
+	}
+	reporter, ok := machines.(provider.ProblemReporter)
+	if !ok {
+		return condition
+	}
+	problems := reporter.Problems()
+	if len(problems) == 0 {
+		return condition
+	}
+	messages := make([]string, 0, len(problems))
+	for _, problem := range problems {
+		messages = append(messages, problem.Message)
+	}
+	condition.Status, condition.Reason = metav1.ConditionTrue, problems[0].Reason
+	condition.Message = strings.Join(messages, "; ")
+	if len(condition.Message) > maxMessage {
+		condition.Message = condition.Message[:maxMessage-3] + "..."
+	}
+	return condition
+}
+
+// maxMessage keeps a condition message within the API's 32768 bytes.
+const maxMessage = 4096

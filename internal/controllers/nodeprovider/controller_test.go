@@ -128,3 +128,62 @@ func TestNodeProviderReadySaysWhetherItsAPICanBeUsed(t *testing.T) {
 	// Unreachable twice in a row is one warning.
 	g.Expect(warnings).To(HaveLen(3))
 }
+
+// problemProvider reports problems, as the Proxmox provider does of a VM
+// locked mid-clone.
+type problemProvider struct {
+	listingProvider
+	problems []provider.Problem
+}
+
+func (p *problemProvider) Problems() []provider.Problem { return p.problems }
+
+type problemBuilder struct{ provider *problemProvider }
+
+func (b *problemBuilder) For(context.Context, *v1alpha1.NodeProvider) (provider.Provider, error) {
+	return b.provider, nil
+}
+
+func TestNodeProviderDegradedShowsTheProvidersProblemsWithAnEvent(t *testing.T) {
+	g := NewWithT(t)
+	ctx := context.Background()
+	nodeProvider := &v1alpha1.NodeProvider{
+		ObjectMeta: metav1.ObjectMeta{Name: "degraded"},
+		Spec:       v1alpha1.NodeProviderSpec{Type: v1alpha1.ProviderTypeSimulated, Simulated: &v1alpha1.SimulatedSettings{}},
+	}
+	g.Expect(env.Client.Create(ctx, nodeProvider)).To(Succeed())
+	defer env.Client.Delete(ctx, nodeProvider)
+	machines := &problemProvider{}
+	recorder := events.NewFakeRecorder(100)
+	c := &Controller{Kube: env.Client, Providers: &problemBuilder{provider: machines}, Recorder: recorder}
+	degraded := func() *metav1.Condition {
+		_, err := c.Reconcile(ctx, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(nodeProvider)})
+		g.Expect(err).NotTo(HaveOccurred())
+		fresh := &v1alpha1.NodeProvider{}
+		g.Expect(env.Client.Get(ctx, client.ObjectKeyFromObject(nodeProvider), fresh)).To(Succeed())
+		for i := range fresh.Status.Conditions {
+			if fresh.Status.Conditions[i].Type == v1alpha1.ConditionDegraded {
+				return &fresh.Status.Conditions[i]
+			}
+		}
+		return nil
+	}
+	g.Expect(degraded()).To(And(Not(BeNil()), HaveField("Status", metav1.ConditionFalse)))
+
+	machines.problems = []provider.Problem{{Reason: "StaleLock", Message: "VM 1000 on pve1 has held the Proxmox lock \"clone\""}}
+	condition := degraded()
+	g.Expect(condition.Status).To(Equal(metav1.ConditionTrue))
+	g.Expect(condition.Reason).To(Equal("StaleLock"))
+	g.Expect(condition.Message).To(ContainSubstring("VM 1000 on pve1"))
+	degraded()
+	var warnings []string
+	for len(recorder.Events) > 0 {
+		if event := <-recorder.Events; strings.Contains(event, "StaleLock") {
+			warnings = append(warnings, event)
+		}
+	}
+	g.Expect(warnings).To(HaveLen(1), "one event per new problem")
+
+	machines.problems = nil
+	g.Expect(degraded().Status).To(Equal(metav1.ConditionFalse), "it clears")
+}

@@ -80,8 +80,8 @@ func (o oneShape) ForProviderName(context.Context, string) (provider.Provider, e
 
 type allAvailable struct{}
 
-func (allAvailable) Narrow(_ string, zones, shapes []string) (available, unavailable []string) {
-	return zones, nil
+func (allAvailable) Narrow(_ string, zones, shapes []string) (available, unavailable []string, unavailableIn map[string][]string) {
+	return zones, nil, nil
 }
 
 // A provisioning round on `make scale`'s cluster once it is up (1,000

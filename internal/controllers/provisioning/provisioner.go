@@ -8,7 +8,9 @@ package provisioning
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"strconv"
 	"sync"
@@ -19,6 +21,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/utils/clock"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -59,13 +62,19 @@ type ObjectSource interface {
 // CapacityChecker says where a pool may open nodes after capacity errors:
 // which of its zones and shapes are backed off (see capacity.Backoff.Narrow).
 type CapacityChecker interface {
-	Narrow(pool string, zones, shapes []string) (available, unavailable []string)
+	Narrow(pool string, zones, shapes []string) (available, unavailable []string, unavailableIn map[string][]string)
 }
 
 // DefaultProviderCallTimeout bounds each provider call of a round: a
 // provider whose API hangs costs a round this long at the most, once, and
 // its pools are then backed off.
 const DefaultProviderCallTimeout = 5 * time.Second
+
+// DefaultPoolWait is how long a round waits for a pool's provider to name
+// its shapes before it goes on with the shapes that provider last named
+// (or without the pool, when it never answered): a provider that is slow,
+// refuses connections or hangs holds up no other pool's claims.
+const DefaultPoolWait = 500 * time.Millisecond
 
 // Provisioner runs one provisioning round at a time. A pool that cannot
 // provision (its provider unreachable or missing, its template invalid, its
@@ -86,6 +95,9 @@ type Provisioner struct {
 	// ProviderCallTimeout bounds each provider call (default
 	// DefaultProviderCallTimeout).
 	ProviderCallTimeout time.Duration
+	// PoolWait bounds how long a round waits on one pool's provider
+	// (default DefaultPoolWait); the call goes on, for the next round.
+	PoolWait time.Duration
 	// WarmCapacity says each pool's minNodes and headroom now; nil reads
 	// the pools' schedules on the real clock.
 	WarmCapacity *warmcapacity.Source
@@ -102,6 +114,44 @@ type Provisioner struct {
 
 	mu            sync.Mutex
 	lastGoodPools map[string]scheduling.Pool
+	// shapeCalls are the Shapes calls running, by pool; lastOffered, the
+	// last shapes each pool's provider named.
+	shapeCalls  map[string]*shapeCall
+	lastOffered map[string]offeredShapes
+}
+
+// shapeCall is one pool's Shapes call, which outlives the round that
+// began it when the provider is slow.
+type shapeCall struct {
+	done    chan struct{}
+	offered []provider.Shape
+	// zones the provider names at run time (provider.Zoner), nil when it
+	// names none.
+	zones []string
+	err   error
+	// abandoned: no round waited for the answer, so the call records its
+	// own failure.
+	abandoned bool
+}
+
+// offeredShapes are the shapes a provider named for one generation of a
+// pool.
+type offeredShapes struct {
+	uid        types.UID
+	generation int64
+	shapes     []provider.Shape
+	zones      []string
+}
+
+// SlowProviderError: a pool's provider named no shapes within the pool
+// wait, and had named none before; the pool sits the round out.
+type SlowProviderError struct {
+	Provider string
+	Wait     time.Duration
+}
+
+func (e *SlowProviderError) Error() string {
+	return fmt.Sprintf("NodeProvider %s named no shapes within %s; the pool sits this round out while the call goes on", e.Provider, e.Wait)
 }
 
 // Provision runs one round: it writes claims for pools below their
@@ -173,6 +223,88 @@ func (p *Provisioner) poolFailed(ctx context.Context, pool *v1alpha1.NodePool, e
 	if p.Recorder != nil {
 		p.Recorder.Eventf(pool, nil, corev1.EventTypeWarning, "ProvisioningSkipped", "Provision",
 			"pool skipped by provisioning for %s: %v", wait.Round(time.Second), err)
+	}
+}
+
+func (p *Provisioner) poolWait() time.Duration {
+	if p.PoolWait > 0 {
+		return p.PoolWait
+	}
+	return DefaultPoolWait
+}
+
+// offered returns the shapes the pool's provider offers. The call runs on
+// its own, under the provider call timeout, one at a time per pool; the
+// round waits for it at most the pool wait, then goes on with the shapes
+// the provider last named for this generation of the pool. A call whose
+// answer no round waited for records its own failure, so the pool is
+// backed off as if a round had seen it.
+func (p *Provisioner) offered(ctx context.Context, pool *v1alpha1.NodePool) ([]provider.Shape, []string, error) {
+	p.mu.Lock()
+	if p.shapeCalls == nil {
+		p.shapeCalls, p.lastOffered = map[string]*shapeCall{}, map[string]offeredShapes{}
+	}
+	call, running := p.shapeCalls[pool.Name]
+	if !running {
+		call = &shapeCall{done: make(chan struct{})}
+		p.shapeCalls[pool.Name] = call
+		go p.callShapes(ctx, pool.DeepCopy(), call)
+	}
+	p.mu.Unlock()
+
+	timer := time.NewTimer(p.poolWait())
+	defer timer.Stop()
+	select {
+	case <-call.done:
+		return call.offered, call.zones, call.err
+	case <-timer.C:
+	case <-ctx.Done():
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	select {
+	case <-call.done:
+		return call.offered, call.zones, call.err
+	default:
+	}
+	call.abandoned = true
+	if last, ok := p.lastOffered[pool.Name]; ok && last.uid == pool.UID && last.generation == pool.Generation {
+		return last.shapes, last.zones, nil
+	}
+	return nil, nil, &SlowProviderError{Provider: pool.Spec.ProviderRef.Name, Wait: p.poolWait()}
+}
+
+// callShapes asks the pool's provider for its shapes and records the
+// answer.
+func (p *Provisioner) callShapes(ctx context.Context, pool *v1alpha1.NodePool, call *shapeCall) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), p.callTimeout())
+	defer cancel()
+	machines, err := p.Providers.ForProviderName(ctx, pool.Spec.ProviderRef.Name)
+	var (
+		offered []provider.Shape
+		zones   []string
+	)
+	if err == nil {
+		if offered, err = machines.Shapes(ctx, pool); err != nil {
+			err = fmt.Errorf("resolving shapes with NodeProvider %s: %w", pool.Spec.ProviderRef.Name, err)
+		}
+	}
+	if zoner, ok := machines.(provider.Zoner); ok && err == nil {
+		if zones, err = zoner.Zones(ctx); err != nil {
+			err = fmt.Errorf("listing the zones of NodeProvider %s: %w", pool.Spec.ProviderRef.Name, err)
+		}
+	}
+	p.mu.Lock()
+	call.offered, call.zones, call.err = offered, zones, err
+	delete(p.shapeCalls, pool.Name)
+	if err == nil {
+		p.lastOffered[pool.Name] = offeredShapes{uid: pool.UID, generation: pool.Generation, shapes: offered, zones: zones}
+	}
+	abandoned := call.abandoned
+	close(call.done)
+	p.mu.Unlock()
+	if abandoned && err != nil {
+		p.poolFailed(ctx, pool, err)
 	}
 }
 
@@ -388,6 +520,14 @@ func (p *Provisioner) usablePools(ctx context.Context, pools []v1alpha1.NodePool
 			if err == nil {
 				err = p.Templates.Check(callCtx, pool, schedulingPool.Shapes)
 			}
+			var slow *SlowProviderError
+			if errors.As(err, &slow) {
+				// Not a failure (yet): the call goes on, and records its
+				// own if it fails.
+				log.FromContext(ctx).V(1).Info("pool sits the round out", "nodePool", pool.Name, "reason", err.Error())
+				leftOut(pool, err)
+				return
+			}
 			if err != nil {
 				p.poolFailed(ctx, pool, err)
 				leftOut(pool, err)
@@ -444,13 +584,9 @@ func closedPool(last scheduling.Pool, pool *v1alpha1.NodePool, claims []*v1alpha
 }
 
 func (p *Provisioner) schedulingPool(ctx context.Context, pool *v1alpha1.NodePool, claims []*v1alpha1.NodeClaim) (scheduling.Pool, error) {
-	machines, err := p.Providers.ForProviderName(ctx, pool.Spec.ProviderRef.Name)
+	offered, providerZones, err := p.offered(ctx, pool)
 	if err != nil {
 		return scheduling.Pool{}, err
-	}
-	offered, err := machines.Shapes(ctx, pool)
-	if err != nil {
-		return scheduling.Pool{}, fmt.Errorf("resolving shapes with NodeProvider %s: %w", pool.Spec.ProviderRef.Name, err)
 	}
 	shapes, err := scheduling.PoolShapes(pool, offered)
 	if err != nil {
@@ -465,8 +601,12 @@ func (p *Provisioner) schedulingPool(ctx context.Context, pool *v1alpha1.NodePoo
 	for _, shape := range offered {
 		shapeNames = append(shapeNames, shape.Name)
 	}
-	zones, unavailable := p.Capacity.Narrow(pool.Name, zonesOf(&nodeProvider), shapeNames)
-	p.Decisions.RecordPoolOffer(decisions.PoolOffer{Pool: pool.Name, Shapes: offerShapes(offered), Zones: zones, Unavailable: unavailable})
+	zones := zonesOf(&nodeProvider)
+	if len(providerZones) > 0 {
+		zones = providerZones
+	}
+	zones, unavailable, unavailableIn := p.Capacity.Narrow(pool.Name, zones, shapeNames)
+	p.Decisions.RecordPoolOffer(decisions.PoolOffer{Pool: pool.Name, Shapes: offerShapes(offered), Zones: zones, Unavailable: unavailable, UnavailableIn: unavailableIn})
 	return scheduling.Pool{
 		NodePool: pool,
 		Shapes:   shapes,
@@ -474,7 +614,8 @@ func (p *Provisioner) schedulingPool(ctx context.Context, pool *v1alpha1.NodePoo
 		InUse: scheduling.Usage{
 			Nodes: int64(nodes), CPU: resources[corev1.ResourceCPU], Memory: resources[corev1.ResourceMemory],
 		},
-		Unavailable: unavailable,
+		Unavailable:   unavailable,
+		UnavailableIn: unavailableIn,
 	}, nil
 }
 
@@ -573,6 +714,26 @@ func (p *Provisioner) createClaim(ctx context.Context, pool *v1alpha1.NodePool, 
 	return claim, nil
 }
 
+// knownPrice says whether a shape's price was named by somebody: the pool
+// (a fixed shape's price, a flexible range's per-unit prices) or the
+// provider's catalog. An unpriced shape is ranked by the scheduling
+// package with a price derived from its size (one per cpu, a quarter per
+// GiB): that orders shapes, it is no amount of money, so it goes on no
+// claim, into no cost metric and no PRICE/H column. A catalog price equal
+// to that rank by chance is taken for one.
+func knownPrice(pool *v1alpha1.NodePool, shape scheduling.Shape) bool {
+	if f := pool.Spec.Shapes.Flexible; f != nil {
+		return f.PricePerCPU != "" || f.PricePerGiB != ""
+	}
+	for _, fixed := range pool.Spec.Shapes.Fixed {
+		if fixed.Name == shape.Name && fixed.Price != "" {
+			return true
+		}
+	}
+	rank := float64(shape.CPU.MilliValue())/1000 + float64(shape.Memory.Value())/(1<<30)/4
+	return math.Abs(shape.Price-rank) > 1e-9*max(1, rank)
+}
+
 // NewClaim builds, without writing it, the claim for one new node of pool
 // in shape, sized for requests and bound by requirements (both may be
 // nil): named <pool>-<random>, carrying the pool's labels, the nodepool
@@ -581,7 +742,7 @@ func (p *Provisioner) createClaim(ctx context.Context, pool *v1alpha1.NodePool, 
 // a claim looks the same whoever decided it.
 func NewClaim(pool *v1alpha1.NodePool, shape scheduling.Shape, requests corev1.ResourceList, requirements []corev1.NodeSelectorRequirement) *v1alpha1.NodeClaim {
 	claimShape := v1alpha1.ClaimShape{Name: shape.Name, CPU: shape.CPU, Memory: shape.Memory}
-	if shape.Price > 0 {
+	if shape.Price > 0 && knownPrice(pool, shape) {
 		claimShape.Price = strconv.FormatFloat(shape.Price, 'f', -1, 64)
 	}
 	labels := map[string]string{}

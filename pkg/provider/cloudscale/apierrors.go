@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"regexp"
 	"slices"
@@ -269,7 +270,14 @@ func (p *Provider) classify(ex *exchange, err error) error {
 	if ex.status == 0 {
 		// No answer at all: connection refused, timeout, TLS. Worth another
 		// try.
-		return provider.NewRetryable(fmt.Errorf("calling the cloudscale API: %s", p.token.redact(err.Error())), 0)
+		message := "calling the cloudscale API: " + p.token.redact(err.Error())
+		var netErr net.Error
+		if errors.As(err, &netErr) {
+			// Kept a net.Error, so claimscale reports the NodeProvider
+			// Unreachable and stops calling it until it answers again.
+			return provider.NewRetryable(&noAnswerError{message: message, timeout: netErr.Timeout()}, 0)
+		}
+		return provider.NewRetryable(errors.New(message), 0)
 	}
 	if ex.status < 300 {
 		return provider.NewRetryable(fmt.Errorf("reading the cloudscale API's %d answer: %s", ex.status, p.token.redact(err.Error())), 0)
@@ -366,3 +374,14 @@ func parseRetryAfter(v string, now time.Time) time.Duration {
 // ErrForeignServer is wrapped by Delete's refusal to touch a server that
 // does not carry this cluster's tag.
 var ErrForeignServer = errors.New("server does not carry this cluster's tag")
+
+// noAnswerError is a request the API never answered (a connection refused
+// or dropped, a timeout): a net.Error whose message has the token removed.
+type noAnswerError struct {
+	message string
+	timeout bool
+}
+
+func (e *noAnswerError) Error() string   { return e.message }
+func (e *noAnswerError) Timeout() bool   { return e.timeout }
+func (e *noAnswerError) Temporary() bool { return true }

@@ -2,7 +2,10 @@ package cloudscale_test
 
 import (
 	"context"
+	"encoding/json"
+	"fmt"
 	"net/http"
+	"strings"
 	"testing"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -39,6 +42,9 @@ func TestConformance(t *testing.T) {
 				Spec:       v1alpha1.NodePoolSpec{Shapes: v1alpha1.Shapes{Fixed: []v1alpha1.Shape{{Name: "flex-4-2"}, {Name: "flex-8-4"}}}},
 			},
 			UnknownProviderID: cloudscale.ProviderID("6a2ad8d8-5d5c-4c5b-9a4e-000000000000"),
+			TagsAtCreate: func(_ context.Context, providerID string) (map[string]string, error) {
+				return tagsAtCreate(api, providerID)
+			},
 			ErrorCases: []conformance.ErrorCase{
 				{Name: "Create when the zone is out of capacity", Want: conformance.InsufficientCapacity, Call: func(ctx context.Context) error {
 					api.InjectFault(cloudscaletest.OutOfCapacity("lpg1", ""))
@@ -55,4 +61,28 @@ func TestConformance(t *testing.T) {
 			},
 		}
 	})
+}
+
+// tagsAtCreate reads, from the fake API's request log, the tags of the
+// POST /v1/servers that made a server.
+func tagsAtCreate(api *cloudscaletest.Server, providerID string) (map[string]string, error) {
+	name := ""
+	for _, server := range api.Servers() {
+		if cloudscale.ProviderID(server.UUID) == providerID {
+			name = server.Name
+		}
+	}
+	for _, r := range api.Requests() {
+		if r.Method != http.MethodPost || strings.TrimSuffix(r.Path, "/") != "/v1/servers" {
+			continue
+		}
+		var body struct {
+			Name string            `json:"name"`
+			Tags map[string]string `json:"tags"`
+		}
+		if err := json.Unmarshal(r.Body, &body); err == nil && body.Name == name && name != "" {
+			return body.Tags, nil
+		}
+	}
+	return nil, fmt.Errorf("no POST /v1/servers made %s", providerID)
 }

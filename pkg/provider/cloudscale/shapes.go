@@ -73,9 +73,10 @@ type flavorCache struct {
 // Shapes resolves the pool's fixed shapes against the flavors offered in
 // every one of the provider's zones (a pool's shapes apply in all of them):
 // CPU and memory come from the flavor, the price from the pool. The API
-// knows no prices; a pool that prices none of its flavors gets a size rank
-// instead (sizeRank), so the cheapest-first choice still prefers the
-// smaller flavor and never takes an unpriced one as free.
+// knows no prices; a pool that prices none of its flavors gets price zero,
+// unknown, which provisioning ranks by size (so the cheapest-first choice
+// still prefers the smaller flavor and never takes one as free) without
+// showing the rank as money.
 func (p *Provider) Shapes(ctx context.Context, pool *v1alpha1.NodePool) ([]provider.Shape, error) {
 	if pool.Spec.Shapes.Flexible != nil {
 		return nil, provider.NewTerminal(fmt.Errorf("nodepool %s sets shapes.flexible, but cloudscale servers come in fixed flavors: list them under shapes.fixed", pool.Name))
@@ -117,7 +118,9 @@ func (p *Provider) Shapes(ctx context.Context, pool *v1alpha1.NodePool) ([]provi
 	shapes := make([]provider.Shape, 0, len(pool.Spec.Shapes.Fixed))
 	for _, s := range pool.Spec.Shapes.Fixed {
 		f := flavors[s.Name]
-		price := sizeRank(f)
+		// Unpriced: zero, the provider contract's "unknown". Provisioning
+		// ranks such flavors by size, and shows and counts no price.
+		price := 0.0
 		if s.Price != "" {
 			price, err = strconv.ParseFloat(s.Price, 64)
 			if err != nil {
@@ -134,14 +137,6 @@ func (p *Provider) Shapes(ctx context.Context, pool *v1alpha1.NodePool) ([]provi
 		})
 	}
 	return shapes, nil
-}
-
-// sizeRank stands in for the price of a flavor when the pool names none:
-// vCPUs plus GiB of memory divided by four, so one vCPU weighs like 4 GiB
-// (the ratio of cloudscale's smallest flex flavors). It is a rank, not an
-// amount of money: it orders flavors by size and makes no flavor free.
-func sizeRank(f flavor) float64 {
-	return float64(f.VCPUCount) + float64(f.MemoryGB)/4
 }
 
 // allFlavors returns every flavor with the zones it is offered in, listing

@@ -43,8 +43,16 @@ type Harness struct {
 	// UnknownProviderID is a well-formed providerID no machine has.
 	UnknownProviderID string
 	// ErrorCases are failures the test infrastructure is set up to give,
-	// each with the kind of error it must come back as.
+	// each with the kind of error it must come back as. At least one is
+	// required: a kit that checks no error passes every provider.
 	ErrorCases []ErrorCase
+	// TagsAtCreate returns the ownership markers a machine carried in the
+	// call that made it, as the test infrastructure recorded that call (a
+	// fake API's request log): a provider that tags in a second call looks
+	// the same from outside once Create returns. Without it the kit checks
+	// only that the tags are there right after Create; give it whenever
+	// the infrastructure can record its calls.
+	TagsAtCreate func(ctx context.Context, providerID string) (map[string]string, error)
 	// Timeout bounds each check (default one minute).
 	Timeout time.Duration
 }
@@ -320,8 +328,17 @@ func checkTags(ctx context.Context, h Harness) error {
 	if missing := missingTags(instance.Tags, want); missing != "" {
 		return fmt.Errorf("the machine Create answered for claim %s lacks ownership tags (%s): they must be set in the call that makes it", claim.Name, missing)
 	}
-	// Read back at once: tags added by a later call would be missing here,
-	// and a machine without them can be neither listed nor deleted.
+	if h.TagsAtCreate != nil {
+		atCreate, err := h.TagsAtCreate(ctx, instance.ProviderID)
+		if err != nil {
+			return fmt.Errorf("reading what machine %s carried when it was made: %w", instance.ProviderID, err)
+		}
+		if missing := missingTags(atCreate, want); missing != "" {
+			return fmt.Errorf("machine %s of claim %s was made without its ownership tags (%s) and tagged by a later call: a crash between the two leaves a machine nobody owns; set them in the call that makes it", instance.ProviderID, claim.Name, missing)
+		}
+	}
+	// Read back at once: a machine without them can be neither listed nor
+	// deleted.
 	got, err := h.Provider.Get(ctx, instance.ProviderID)
 	if err != nil {
 		return fmt.Errorf("Get of machine %s right after its Create: %w", instance.ProviderID, err)
@@ -451,6 +468,9 @@ func checkGetUnknown(ctx context.Context, h Harness) error {
 }
 
 func checkErrorKinds(ctx context.Context, h Harness) error {
+	if len(h.ErrorCases) == 0 {
+		return errors.New("the harness gives no ErrorCases: set up the test infrastructure to fail at least one call (a claim no host can hold, a refused setting) and say which kind of error each must come back as")
+	}
 	var failures []string
 	for _, c := range h.ErrorCases {
 		err := c.Call(ctx)

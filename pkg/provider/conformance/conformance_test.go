@@ -28,6 +28,8 @@ type flaws struct {
 	untagged       bool // machines are made without ownership tags
 	deletesForeign bool // Delete removes machines of any cluster
 	flattensErrors bool // every error goes out without its kind
+	tagsLater      bool // machines are made untagged, then tagged by a second call
+	noErrorCases   bool // the harness sets up no failing call
 	// Not a flaw: a new machine answers InProgress on the Create that
 	// makes it, as a Proxmox clone or a Cluster API Machine does.
 	slowCreates bool
@@ -39,6 +41,19 @@ type infrastructure struct {
 	mu       sync.Mutex
 	machines map[string]*provider.Instance
 	next     int
+	// madeWith are the tags each machine was made with, as an API's
+	// request log would show them.
+	madeWith map[string]map[string]string
+}
+
+func (i *infrastructure) tagsAtCreate(_ context.Context, providerID string) (map[string]string, error) {
+	i.mu.Lock()
+	defer i.mu.Unlock()
+	tags, ok := i.madeWith[providerID]
+	if !ok {
+		return nil, fmt.Errorf("no machine %s was made", providerID)
+	}
+	return tags, nil
 }
 
 // memory is a provider of infrastructure for one cluster, with flaws.
@@ -90,6 +105,10 @@ func (m *memory) Create(_ context.Context, claim *v1alpha1.NodeClaim, _ provider
 	}
 	if m.flaws.untagged {
 		machine.Tags = map[string]string{}
+	}
+	m.infra.madeWith[machine.ProviderID] = copyOf(machine).Tags
+	if m.flaws.tagsLater {
+		m.infra.madeWith[machine.ProviderID] = map[string]string{}
 	}
 	m.infra.machines[machine.ProviderID] = machine
 	if m.flaws.slowCreates {
@@ -207,9 +226,9 @@ func claimOf(name, cpu string) *v1alpha1.NodeClaim {
 // harness is a plugin with flaws over an in-memory infrastructure, and a
 // well-behaved provider of another cluster on the same infrastructure.
 func harness(t *testing.T, f flaws) conformance.Harness {
-	infra := &infrastructure{machines: map[string]*provider.Instance{}}
+	infra := &infrastructure{machines: map[string]*provider.Instance{}, madeWith: map[string]map[string]string{}}
 	p := servePlugin(t, &memory{infra: infra, cluster: "ours", flaws: f, making: map[string]bool{}}, "ours")
-	return conformance.Harness{
+	h := conformance.Harness{
 		Provider: p, ClusterName: "ours",
 		Foreign:           &memory{infra: infra, cluster: "theirs"},
 		Pool:              pool(),
@@ -225,7 +244,12 @@ func harness(t *testing.T, f flaws) conformance.Harness {
 				return err
 			}},
 		},
+		TagsAtCreate: infra.tagsAtCreate,
 	}
+	if f.noErrorCases {
+		h.ErrorCases = nil
+	}
+	return h
 }
 
 // TestAWellBehavedPluginPasses: the baseline the broken plugins below
@@ -259,6 +283,8 @@ func TestTheKitCatchesBrokenPlugins(t *testing.T) {
 		{"untagged machines are not listed", flaws{untagged: true}, "List returns only this cluster's machines", "List does not answer machine"},
 		{"a delete of foreign machines", flaws{deletesForeign: true}, "Delete refuses a machine without our cluster tag", "a machine without our cluster tag must never be deleted"},
 		{"errors without their kind", flaws{flattensErrors: true}, "errors keep their kinds", "Create of a claim with zero cpu: answered a Retryable error"},
+		{"a harness without error cases", flaws{noErrorCases: true}, "errors keep their kinds", "the harness gives no ErrorCases"},
+		{"tags set by a second call", flaws{tagsLater: true}, "Create sets the ownership tags", "was made without its ownership tags"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			check, ok := checks[tc.check]

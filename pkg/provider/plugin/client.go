@@ -12,9 +12,12 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/backoff"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/connectivity"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/status"
 
 	"github.com/claimscale/claimscale/api/v1alpha1"
 	"github.com/claimscale/claimscale/pkg/provider"
@@ -45,7 +48,10 @@ type Client struct {
 	timeout      time.Duration
 }
 
-var _ provider.Provider = (*Client)(nil)
+var (
+	_ provider.Provider = (*Client)(nil)
+	_ provider.Zoner    = (*Client)(nil)
+)
 
 // New is the provider.Factory for type grpc. It does not call the plugin:
 // a plugin that is down makes calls fail (and the NodeProvider
@@ -296,6 +302,49 @@ func (c *Client) Shapes(ctx context.Context, pool *v1alpha1.NodePool) ([]provide
 		shapes = append(shapes, shape)
 	}
 	return shapes, nil
+}
+
+// ProtocolVersion is the version of claimscale.provider.v1 this client
+// speaks; a plugin that answers another in Capabilities is refused.
+const ProtocolVersion = 1
+
+// Zones are the zones the plugin makes machines in, from its Capabilities
+// (provider.Zoner), once its health service says it serves. A plugin that
+// speaks another protocol version is refused for good.
+func (c *Client) Zones(ctx context.Context) ([]string, error) {
+	if err := c.Healthy(ctx); err != nil {
+		return nil, err
+	}
+	capabilities, err := c.Capabilities(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if v := capabilities.GetProtocolVersion(); v != ProtocolVersion {
+		return nil, provider.NewTerminal(fmt.Errorf("the plugin at %s speaks protocol version %d of claimscale.provider.v1, claimscale speaks %d: upgrade the plugin or claimscale", c.endpoint, v, ProtocolVersion))
+	}
+	return capabilities.GetZones(), nil
+}
+
+// Healthy asks the plugin's gRPC health service about the Provider
+// service. A plugin that serves no health service is taken at its word
+// (the health service is recommended, not required); one that says it is
+// not serving is retried.
+func (c *Client) Healthy(ctx context.Context) error {
+	var unimplemented bool
+	answer, err := call(ctx, c, "asking the plugin's health", func(ctx context.Context) (*healthpb.HealthCheckResponse, error) {
+		answer, err := healthpb.NewHealthClient(c.conn).Check(ctx, &healthpb.HealthCheckRequest{Service: pluginpb.Provider_ServiceDesc.ServiceName})
+		unimplemented = status.Code(err) == codes.Unimplemented || status.Code(err) == codes.NotFound
+		return answer, err
+	})
+	switch {
+	case unimplemented:
+		return nil
+	case err != nil:
+		return err
+	case answer.GetStatus() != healthpb.HealthCheckResponse_SERVING:
+		return provider.NewRetryable(fmt.Errorf("the plugin at %s says its Provider service is %s", c.endpoint, answer.GetStatus()), 0)
+	}
+	return nil
 }
 
 // Capabilities asks the plugin what it can do.

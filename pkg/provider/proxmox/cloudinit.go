@@ -11,11 +11,14 @@ import (
 	"net/http"
 	"net/url"
 	"os"
+	"strconv"
 	"strings"
+	"time"
 
 	"github.com/diskfs/go-diskfs/backend/file"
 	"github.com/diskfs/go-diskfs/filesystem/iso9660"
 	pmx "github.com/luthermonson/go-proxmox"
+	logf "sigs.k8s.io/controller-runtime/pkg/log"
 )
 
 // cloudInitPrefix starts the name of every cloud-init ISO the provider
@@ -69,6 +72,12 @@ func (p *Provider) attachUserData(ctx context.Context, node string, vmid int, m 
 // Proxmox leaves an ISO volume in place when a VM that used it goes.
 func (p *Provider) removeUserData(ctx context.Context, node string, cfg *vmConfig) error {
 	volume, _, _ := strings.Cut(cfg.options[p.settings.cloudInitDrive], ",")
+	return p.deleteISO(ctx, node, volume)
+}
+
+// deleteISO deletes one of our cloud-init ISOs (storage:iso/claimscale-…);
+// any other volume is left alone.
+func (p *Provider) deleteISO(ctx context.Context, node, volume string) error {
 	storage, rest, ok := strings.Cut(volume, ":")
 	if !ok || !strings.HasPrefix(rest, "iso/"+cloudInitPrefix) {
 		return nil
@@ -92,6 +101,80 @@ func (p *Provider) removeUserData(ctx context.Context, node string, cfg *vmConfi
 		return p.api.classify(err, "deleting the cloud-init drive %s", volume)
 	}
 	return nil
+}
+
+// isoSweepInterval is how often List looks for cloud-init ISOs no VM uses.
+const isoSweepInterval = 10 * time.Minute
+
+// sweepISOs deletes this cluster's cloud-init ISOs that no VM can use: one
+// named for a VM ID no VM has (the VM was destroyed outside claimscale, or
+// its Create failed after the upload and the VM went), or one another
+// claim's VM now holds. An ISO of a VM being made, or of a VM of the same
+// claim (which attaches it, or deletes it with the VM), stays. It runs from
+// List, at most every isoSweepInterval, and only with cloudInitStorage set.
+func (p *Provider) sweepISOs(ctx context.Context, vms []vmResource) {
+	if p.settings.cloudInitStorage == "" {
+		return
+	}
+	p.mu.Lock()
+	if !p.lastSweep.IsZero() && p.clock.Since(p.lastSweep) < isoSweepInterval {
+		p.mu.Unlock()
+		return
+	}
+	p.lastSweep = p.clock.Now()
+	busy := map[int]bool{}
+	for vmid := range p.inflight {
+		busy[vmid] = true
+	}
+	p.mu.Unlock()
+	log := logf.FromContext(ctx)
+
+	byID := map[int]vmResource{}
+	for _, vm := range vms {
+		byID[vm.VMID] = vm
+	}
+	var nodes pmx.NodeStatuses
+	if err := p.api.do(ctx, func(ctx context.Context) (err error) { nodes, err = p.api.pve.Nodes(ctx); return err }); err != nil {
+		log.Info("cloud-init ISO sweep skipped: listing Proxmox nodes failed", "error", err.Error())
+		return
+	}
+	prefix := cloudInitPrefix + p.cluster + "-"
+	seen := map[string]bool{}
+	for _, n := range nodes {
+		if n == nil || n.Status != "online" {
+			continue
+		}
+		var volumes []struct {
+			VolID string `json:"volid"`
+		}
+		path := fmt.Sprintf("/nodes/%s/storage/%s/content?content=iso", url.PathEscape(n.Node), url.PathEscape(p.settings.cloudInitStorage))
+		if err := p.api.get(ctx, path, &volumes); err != nil {
+			log.Info("cloud-init ISO sweep skipped a node: listing its ISO storage failed", "proxmoxNode", n.Node, "error", err.Error())
+			continue
+		}
+		for _, v := range volumes {
+			name, ok := strings.CutPrefix(v.VolID, p.settings.cloudInitStorage+":iso/"+prefix)
+			if !ok || seen[v.VolID] {
+				continue
+			}
+			seen[v.VolID] = true // a shared storage shows it on every node
+			id, claim, ok := strings.Cut(strings.TrimSuffix(name, ".iso"), "-")
+			vmid, err := strconv.Atoi(id)
+			if !ok || err != nil || busy[vmid] {
+				continue
+			}
+			if vm, exists := byID[vmid]; exists {
+				if m := markersFromTags(vm.Tags); m.claim == "" || m.claim == claim {
+					continue
+				}
+			}
+			if err := p.deleteISO(ctx, n.Node, v.VolID); err != nil {
+				log.Info("deleting a cloud-init ISO no VM uses failed", "volume", v.VolID, "error", err.Error())
+				continue
+			}
+			log.Info("deleted a cloud-init ISO no VM uses", "volume", v.VolID, "vmid", vmid)
+		}
+	}
 }
 
 // upload posts a file to the ISO storage (POST

@@ -20,6 +20,37 @@ import (
 	"github.com/claimscale/claimscale/pkg/provider"
 )
 
+// tagPolicyRecheck is how long a tag policy that refused our tags keeps
+// new VMs from being made: after it, one Create tries again (a person may
+// have changed the policy), and the VM it makes tells.
+const tagPolicyRecheck = 10 * time.Minute
+
+// noteTagRefusal remembers that the datacenter's tag policy refused our
+// tags, for Problems and to make no more VMs it would leave untagged.
+func (p *Provider) noteTagRefusal(err error) {
+	p.tagMu.Lock()
+	defer p.tagMu.Unlock()
+	p.tagRefused, p.tagRefusedAt = err.Error(), p.clock.Now()
+}
+
+// tagRefusal is the tag policy's last refusal while it stands, else "",
+// and when it came.
+func (p *Provider) tagRefusal() (string, time.Time) {
+	p.tagMu.Lock()
+	defer p.tagMu.Unlock()
+	if p.tagRefused != "" && p.clock.Since(p.tagRefusedAt) >= tagPolicyRecheck {
+		p.tagRefused = ""
+	}
+	return p.tagRefused, p.tagRefusedAt
+}
+
+// tagsAccepted forgets a refusal once tags were written.
+func (p *Provider) tagsAccepted() {
+	p.tagMu.Lock()
+	defer p.tagMu.Unlock()
+	p.tagRefused = ""
+}
+
 // lockedRetryAfter is how long to wait before looking again at a VM that
 // Proxmox is still working on.
 const lockedRetryAfter = 10 * time.Second
@@ -113,7 +144,7 @@ func (p *Provider) launch(ctx context.Context, log logr.Logger, claim *v1alpha1.
 	if err != nil {
 		return nil, p.api.classify(err, "listing VMs")
 	}
-	existing, err := p.findClaimVM(ctx, log, vms, claim.Name)
+	existing, err := p.findClaimVM(ctx, log, claim, vms)
 	if err != nil {
 		return nil, err
 	}
@@ -124,6 +155,10 @@ func (p *Provider) launch(ctx context.Context, log logr.Logger, claim *v1alpha1.
 	var nodes pmx.NodeStatuses
 	if err := p.api.do(ctx, func(ctx context.Context) (err error) { nodes, err = p.api.pve.Nodes(ctx); return err }); err != nil {
 		return nil, p.api.classify(err, "listing Proxmox nodes")
+	}
+	if refused, at := p.tagRefusal(); refused != "" {
+		// Another clone would be one more VM the policy leaves untagged.
+		return nil, provider.NewTerminal(fmt.Errorf("not making a VM for NodeClaim %s: the datacenter's tag policy refused our tags %s ago, and a new VM would stay untagged; looking again %s after the refusal: %s", claim.Name, p.clock.Since(at).Round(time.Second), tagPolicyRecheck, refused))
 	}
 	allowed := p.settings.allows(claim)
 	templates := p.templates(vms)
@@ -207,17 +242,25 @@ func (p *Provider) launch(ctx context.Context, log logr.Logger, claim *v1alpha1.
 // findClaimVM returns the claim's VM: one whose tags (which
 // /cluster/resources reads fresh from the config) carry the claim's
 // markers, or, for a VM of the ID range without tags, whose configuration
-// does (tags, else the description the clone call wrote). A VM of the range
-// that Proxmox is still making and that shows no markers yet may be this
-// claim's (begun before a restart, or by a call whose answer was lost): it
-// is waited for, unless this provider began it for another claim or it has
-// been locked longer than the stale-lock deadline. Callers hold p.mu.
-func (p *Provider) findClaimVM(ctx context.Context, log logr.Logger, vms []vmResource, claim string) (*claimVM, error) {
+// does (tags, else the description the clone call wrote).
+//
+// A VM of the range that Proxmox is still making shows no markers until its
+// first disk is copied (qemu-server's clone writes a bare "lock: clone"
+// config first), so it may be this claim's. It is waited for only while it
+// can be: when this provider began it for this claim, or when the claim is
+// older than this provider (a clone begun before a restart, or by a call
+// whose answer was lost), and never past the stale-lock deadline. A claim
+// made since this provider started has no VM this provider did not begin,
+// so a clone of someone else's, or a leftover of a node that crashed
+// mid-clone, holds up no new claim. A lock older than the deadline is a
+// leftover: it is reported (Problems) and stepped over. Callers hold p.mu.
+func (p *Provider) findClaimVM(ctx context.Context, log logr.Logger, claim *v1alpha1.NodeClaim, vms []vmResource) (*claimVM, error) {
 	var (
 		found   *claimVM
 		blocker *vmResource
 		locked  = map[int]bool{}
 	)
+	olderThanUs := claim.CreationTimestamp.IsZero() || claim.CreationTimestamp.Time.Before(p.started)
 	for i := range vms {
 		vm := vms[i]
 		if vm.Type != "qemu" {
@@ -227,7 +270,7 @@ func (p *Provider) findClaimVM(ctx context.Context, log logr.Logger, vms []vmRes
 			locked[vm.VMID] = true
 		}
 		if m := markersFromTags(vm.Tags); m.cluster != "" {
-			if m.ownedBy(p.cluster) && m.claim == claim && (found == nil || vm.VMID < found.vm.VMID) {
+			if m.ownedBy(p.cluster) && m.claim == claim.Name && (found == nil || vm.VMID < found.vm.VMID) {
 				found = &claimVM{vm: vm}
 			}
 			continue
@@ -247,7 +290,7 @@ func (p *Provider) findClaimVM(ctx context.Context, log logr.Logger, vms []vmRes
 			locked[vm.VMID] = true
 		}
 		if m := cfg.markers(); m.cluster != "" {
-			if m.ownedBy(p.cluster) && m.claim == claim && (found == nil || vm.VMID < found.vm.VMID) {
+			if m.ownedBy(p.cluster) && m.claim == claim.Name && (found == nil || vm.VMID < found.vm.VMID) {
 				found = &claimVM{vm: vm, cfg: cfg}
 			}
 			continue
@@ -255,15 +298,12 @@ func (p *Provider) findClaimVM(ctx context.Context, log logr.Logger, vms []vmRes
 		if !locked[vm.VMID] {
 			continue
 		}
-		if owner, ok := p.launched[vm.VMID]; ok && owner != claim {
+		owner, ours := p.launched[vm.VMID]
+		if p.staleLock(vm.VMID) {
+			p.reportStale(log, vm.VMID, vm.Node, lock)
 			continue
 		}
-		if _, ours := p.launched[vm.VMID]; !ours && p.staleLock(vm.VMID) {
-			if !p.reported[vm.VMID] {
-				p.reported[vm.VMID] = true
-				log.Info("ignoring a stale locked VM in the VM ID range: it shows no owner and has been locked for longer than the stale-lock deadline; if nobody is making it, run `qm unlock` and `qm destroy` on its node",
-					"vmid", vm.VMID, "proxmoxNode", vm.Node, "lock", lock, "deadline", p.staleLockAfter)
-			}
+		if ours && owner != claim.Name || !ours && !olderThanUs {
 			continue
 		}
 		if blocker == nil {
@@ -279,7 +319,20 @@ func (p *Provider) findClaimVM(ctx context.Context, log logr.Logger, vms []vmRes
 	if found != nil || blocker == nil {
 		return found, nil
 	}
-	return nil, provider.NewInProgress(fmt.Errorf("VM %d on %s is being made (lock %s) and does not show whose it is yet; waiting for it (at most %s) so that NodeClaim %s does not get a second VM", blocker.VMID, blocker.Node, orDefault(blocker.Lock, "clone"), p.staleLockAfter, claim), lockedRetryAfter)
+	wait := p.staleLockAfter - p.clock.Since(p.lockSeen[blocker.VMID])
+	return nil, provider.NewInProgress(fmt.Errorf("VM %d on %s is being made (lock %s) and does not show whose it is yet; waiting for it (at most %s more) so that NodeClaim %s does not get a second VM", blocker.VMID, blocker.Node, orDefault(blocker.Lock, "clone"), wait.Round(time.Second), claim.Name), lockedRetryAfter)
+}
+
+// reportStale logs a stale locked VM once and keeps it among the
+// provider's problems while it stays locked. Callers hold p.mu.
+func (p *Provider) reportStale(log logr.Logger, vmid int, node, lock string) {
+	if p.reported[vmid] {
+		return
+	}
+	p.reported[vmid] = true
+	p.staleLocks[vmid] = fmt.Sprintf("VM %d on %s has held the Proxmox lock %q for longer than %s without saying whose it is: a clone or create that never finished (its node crashed mid-task?); it is stepped over, and takes its VM ID until someone runs `qm unlock %d` and `qm destroy %d` on %s", vmid, node, orDefault(lock, "clone"), p.staleLockAfter, vmid, vmid, node)
+	log.Info("ignoring a stale locked VM in the VM ID range: it shows no owner and has been locked for longer than the stale-lock deadline; if nobody is making it, run `qm unlock` and `qm destroy` on its node",
+		"vmid", vmid, "proxmoxNode", node, "lock", lock, "deadline", p.staleLockAfter)
 }
 
 // staleLock notes when a locked VM was first seen and says whether that is
@@ -300,6 +353,7 @@ func (p *Provider) forgetLocks(locked map[int]bool) {
 		if !locked[vmid] {
 			delete(p.lockSeen, vmid)
 			delete(p.reported, vmid)
+			delete(p.staleLocks, vmid)
 		}
 	}
 }
@@ -477,9 +531,14 @@ func (p *Provider) adopt(ctx context.Context, log logr.Logger, found *claimVM, m
 		p.mu.Lock()
 		_, ours := p.launched[vm.VMID]
 		stale := !ours && (lock == "clone" || lock == "create") && p.staleLock(vm.VMID)
+		var err error
+		if stale {
+			err = fmt.Errorf("VM %d on %s for NodeClaim %s has held the Proxmox lock %q for longer than %s: a %s that never finished (its node crashed mid-task?); run `qm unlock %d` on %s so that it can be finished or removed", vm.VMID, vm.Node, m.claim, lock, p.staleLockAfter, lock, vm.VMID, vm.Node)
+			p.staleLocks[vm.VMID] = err.Error()
+		}
 		p.mu.Unlock()
 		if stale {
-			return nil, provider.NewRetryable(fmt.Errorf("VM %d on %s for NodeClaim %s has held the Proxmox lock %q for longer than %s: a %s that never finished (its node crashed mid-task?); run `qm unlock %d` on %s so that it can be finished or removed", vm.VMID, vm.Node, m.claim, lock, p.staleLockAfter, lock, vm.VMID, vm.Node), lockedRetryAfter)
+			return nil, provider.NewRetryable(err, lockedRetryAfter)
 		}
 		return nil, provider.NewInProgress(fmt.Errorf("VM %d on %s for NodeClaim %s is locked (%s): Proxmox is still working on it", vm.VMID, vm.Node, m.claim, lock), lockedRetryAfter)
 	}
@@ -521,6 +580,7 @@ func (p *Provider) setTags(ctx context.Context, node string, vmid int, tags stri
 	if err != nil {
 		return p.classifyTags(err, "tagging VM %d on %s", vmid, node)
 	}
+	p.tagsAccepted()
 	return nil
 }
 
@@ -533,8 +593,10 @@ func (p *Provider) classifyTags(err error, format string, args ...any) error {
 	var failed *apiError
 	if errors.As(err, &failed) && failed.Code == 403 {
 		if m := tagRefused.FindStringSubmatch(failed.Message); m != nil {
-			return provider.NewTerminal(fmt.Errorf("%s: the Proxmox datacenter's tag policy refuses tag %q to the %s: allow the claimscale-cluster., claimscale-pool. and claimscale-claim. tags (Datacenter > Options > User Tag Access: user-allow free, or list them), or grant Sys.Modify on /; a VM already made keeps its ownership in its description and is removed with its claim",
+			err := provider.NewTerminal(fmt.Errorf("%s: the Proxmox datacenter's tag policy refuses tag %q to the %s: allow the claimscale-cluster., claimscale-pool. and claimscale-claim. tags (Datacenter > Options > User Tag Access: user-allow free, or list them), or grant Sys.Modify on /; a VM already made keeps its ownership in its description and is removed with its claim",
 				fmt.Sprintf(format, args...), m[1], p.api.principal))
+			p.noteTagRefusal(err)
+			return err
 		}
 	}
 	if errors.As(err, &failed) && strings.Contains(failed.Message, "pool '") && strings.Contains(failed.Message, "does not exist") {

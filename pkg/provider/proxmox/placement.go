@@ -1,6 +1,7 @@
 package proxmox
 
 import (
+	"context"
 	"fmt"
 	"slices"
 	"strings"
@@ -164,4 +165,24 @@ func orDefault(s, def string) string {
 		return def
 	}
 	return s
+}
+
+// Zones are the Proxmox nodes a VM may be placed on now: the online nodes
+// of the allow-list (every online node when it is empty). A VM's zone is
+// its node, so provisioning treats the hosts as zones and a pod spread over
+// zones spreads over hosts (provider.Zoner).
+func (p *Provider) Zones(ctx context.Context) ([]string, error) {
+	var nodes pmx.NodeStatuses
+	if err := p.api.do(ctx, func(ctx context.Context) (err error) { nodes, err = p.api.pve.Nodes(ctx); return err }); err != nil {
+		return nil, p.api.classify(err, "listing Proxmox nodes")
+	}
+	var zones []string
+	for _, n := range nodes {
+		if n == nil || n.Status != "online" || len(p.settings.allowed) > 0 && !p.settings.allowed[n.Node] {
+			continue
+		}
+		zones = append(zones, n.Node)
+	}
+	slices.Sort(zones)
+	return zones, nil
 }

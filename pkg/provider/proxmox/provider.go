@@ -7,6 +7,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -72,9 +74,54 @@ type Provider struct {
 	lockSeen       map[int]time.Time
 	reported       map[int]bool
 	staleLockAfter time.Duration
+	// staleLocks says, by VM ID, what is wrong with each VM locked past
+	// the deadline, for Problems.
+	staleLocks map[int]string
+	// started is when the provider was built: a claim made since cannot
+	// own a VM the provider did not begin.
+	started time.Time
+
+	// tagRefused is the datacenter tag policy's last refusal of our tags
+	// (empty when none stands), tagRefusedAt when it came. Its own lock:
+	// the refusal is noted while p.mu is held.
+	tagMu        sync.Mutex
+	tagRefused   string
+	tagRefusedAt time.Time
+
+	// lastSweep is when List last looked for cloud-init ISOs no VM uses.
+	lastSweep time.Time
 }
 
-var _ provider.Provider = (*Provider)(nil)
+var (
+	_ provider.Provider        = (*Provider)(nil)
+	_ provider.ProblemReporter = (*Provider)(nil)
+)
+
+// Problems reports what an operator must fix in the Proxmox cluster that
+// fails no single call: a tag policy that refuses our tags, VMs of the ID
+// range locked past the stale-lock deadline.
+func (p *Provider) Problems() []provider.Problem {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var out []provider.Problem
+	if refused, _ := p.tagRefusal(); refused != "" {
+		out = append(out, provider.Problem{Reason: ProblemTagPolicy, Message: refused})
+	}
+	for _, vmid := range slices.Sorted(maps.Keys(p.staleLocks)) {
+		out = append(out, provider.Problem{Reason: ProblemStaleLock, Message: p.staleLocks[vmid]})
+	}
+	return out
+}
+
+// Reasons of the provider's problems.
+const (
+	// ProblemStaleLock: a VM of the ID range locked past the stale-lock
+	// deadline.
+	ProblemStaleLock = "StaleLock"
+	// ProblemTagPolicy: the datacenter's tag policy refuses our tags, so
+	// no VM is made until it changes.
+	ProblemTagPolicy = "TagPolicy"
+)
 
 // New builds the Proxmox provider of a NodeProvider; it is the
 // provider.Factory for type proxmox.
@@ -155,6 +202,9 @@ func newProvider(np *v1alpha1.NodeProvider, opts provider.Options, t Tuning) (*P
 		launched: map[int]string{},
 		lockSeen: map[int]time.Time{},
 		reported: map[int]bool{},
+
+		staleLocks: map[int]string{},
+		started:    t.Clock.Now(),
 
 		staleLockAfter: t.StaleLockAfter,
 	}, nil
@@ -252,6 +302,7 @@ func (p *Provider) List(ctx context.Context) ([]*provider.Instance, error) {
 		}
 		out = append(out, inst)
 	}
+	p.sweepISOs(ctx, vms)
 	return out, nil
 }
 

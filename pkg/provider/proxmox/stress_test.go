@@ -84,6 +84,7 @@ func TestStressFiftyClaimsUnderRandomFaults(t *testing.T) {
 
 	var (
 		steps, failures, restarts, warnings, lost, clashes int
+		lostHit, restartsMidWork                           int
 		clashPending                                       bool
 		// current is the cluster whose Create runs at the top level.
 		current string
@@ -117,6 +118,9 @@ func TestStressFiftyClaimsUnderRandomFaults(t *testing.T) {
 			c := clusters[rng.IntN(2)]
 			providers[c] = build(c)
 			restarts++
+			if n := len(open(c)); n > 0 && n < claims/2 {
+				restartsMidWork++
+			}
 		}
 		if rng.Float64() < 0.3 {
 			api.FailTask(proxmoxtest.TaskFault{Type: taskTypes[rng.IntN(len(taskTypes))], ExitStatus: fmt.Sprintf("WARNINGS: %d", 1+rng.IntN(3))})
@@ -124,7 +128,7 @@ func TestStressFiftyClaimsUnderRandomFaults(t *testing.T) {
 		}
 		if rng.Float64() < 0.3 {
 			l := lossPaths[rng.IntN(len(lossPaths))]
-			api.InjectFault(proxmoxtest.Fault{Method: l.method, Path: l.path, LoseResponse: true})
+			api.InjectFault(proxmoxtest.Fault{Method: l.method, Path: l.path, LoseResponse: true, Before: func() { lostHit++ }})
 			lost++
 		}
 		next := all[rng.IntN(len(all))]
@@ -211,6 +215,20 @@ func TestStressFiftyClaimsUnderRandomFaults(t *testing.T) {
 		}
 	})
 	clones := len(api.RequestsTo(http.MethodPost, `/clone$`))
-	t.Logf("seed %d: %d claims in %d steps (%s): %d failed calls retried, %d restarts, %d WARNINGS faults, %d lost answers, %d ID races, %d clone calls; VMs per node %v %v",
-		seed, claims, steps, time.Since(start).Round(time.Millisecond), failures, restarts, warnings, lost, clashes, clones, keys, nodes)
+	// The faults were not only injected: they happened.
+	_, taskFaults, idConflicts := api.FaultsHit()
+	if lostHit == 0 || lostHit > lost {
+		t.Errorf("%d of %d injected lost answers happened, want some", lostHit, lost)
+	}
+	if clashes == 0 || idConflicts == 0 {
+		t.Errorf("%d rival VMs made mid-call and %d VM IDs refused as taken, want both", clashes, idConflicts)
+	}
+	if restartsMidWork == 0 {
+		t.Errorf("%d restarts, none while the restarted provider's claims were under way", restarts)
+	}
+	if taskFaults == 0 {
+		t.Errorf("none of %d injected task faults (WARNINGS) happened", warnings)
+	}
+	t.Logf("seed %d: %d claims in %d steps (%s): %d failed calls retried, %d restarts (%d mid-work), %d WARNINGS faults (%d hit), %d lost answers (%d hit), %d ID races (%d IDs refused), %d clone calls; VMs per node %v %v",
+		seed, claims, steps, time.Since(start).Round(time.Millisecond), failures, restarts, restartsMidWork, warnings, taskFaults, lost, lostHit, clashes, idConflicts, clones, keys, nodes)
 }

@@ -61,7 +61,10 @@
 //     and the storage must allow that content, else 400 "storage 'S' does
 //     not support 'iso' content"; the file becomes the volume
 //     S:iso/<filename>; the task is imgcopy. Deleting it is DELETE
-//     /nodes/{node}/storage/{storage}/content/{volume}.
+//     /nodes/{node}/storage/{storage}/content/{volume}; listing a
+//     storage's volumes is GET /nodes/{node}/storage/{storage}/content
+//     with an optional content filter, each volume with its volid (pve-
+//     storage PVE/API2/Storage/Content.pm index).
 //
 // Authentication follows pveproxy: an API token header, or a ticket cookie
 // with a CSRF token for requests that change something.
@@ -229,6 +232,11 @@ type Server struct {
 	statsInterval time.Duration
 	lastPublish   time.Time
 	published     map[int]vmStats
+
+	// faultsHit and taskFaultsHit count the injected faults that matched a
+	// request or a task; idConflicts the clone and create calls refused
+	// because their VM ID was taken.
+	faultsHit, taskFaultsHit, idConflicts int
 
 	tagAccess UserTagAccess
 	pools     map[string]bool
@@ -592,6 +600,7 @@ var routes = []route{
 	{http.MethodGet, regexp.MustCompile(`^/nodes/([^/]+)/tasks/([^/]+)/status$`), (*Server).taskStatus},
 	{http.MethodGet, regexp.MustCompile(`^/nodes/([^/]+)/tasks/([^/]+)/log$`), (*Server).taskLog},
 	{http.MethodPost, regexp.MustCompile(`^/nodes/([^/]+)/storage/([^/]+)/upload$`), (*Server).upload},
+	{http.MethodGet, regexp.MustCompile(`^/nodes/([^/]+)/storage/([^/]+)/content$`), (*Server).listVolumes},
 	{http.MethodDelete, regexp.MustCompile(`^/nodes/([^/]+)/storage/([^/]+)/content/(.+)$`), (*Server).deleteVolume},
 	{http.MethodGet, regexp.MustCompile(`^/nodes/([^/]+)/qemu$`), (*Server).listQemu},
 	{http.MethodPost, regexp.MustCompile(`^/nodes/([^/]+)/qemu$`), (*Server).createVM},
@@ -684,6 +693,7 @@ func (s *Server) fault(method, path string) *Fault {
 	defer s.mu.Unlock()
 	for i, f := range s.faults {
 		if (f.Method == "" || f.Method == method) && f.re.MatchString(path) {
+			s.faultsHit++
 			f.Times--
 			if f.Times <= 0 {
 				s.faults = slices.Delete(s.faults, i, i+1)
@@ -923,6 +933,7 @@ func (s *Server) createVM(c *call) (any, *apiError) {
 		return nil, errorf(http.StatusBadRequest, "Parameter verification failed.")
 	}
 	if existing, ok := s.vms[vmid]; ok {
+		s.idConflicts++
 		return nil, errorf(http.StatusInternalServerError, "VM %d already exists on node '%s'", vmid, existing.Node)
 	}
 	cfg := map[string]string{}
@@ -962,6 +973,7 @@ func (s *Server) cloneVM(c *call) (any, *apiError) {
 	// load_and_check: only the config file on this node is looked for.
 	existing, taken := s.vms[newid]
 	if taken && existing.Node == src.Node {
+		s.idConflicts++
 		return nil, errorf(http.StatusInternalServerError, "unable to create VM %d: config file already exists", newid)
 	}
 	if src.Lock != "" {
@@ -989,6 +1001,7 @@ func (s *Server) cloneVM(c *call) (any, *apiError) {
 	if taken {
 		// The worker's temporary config collides in pmxcfs with the
 		// VM of that ID on another node.
+		s.idConflicts++
 		upid := s.newTask(src.Node, "qmclone", strconv.Itoa(src.VMID), c.user, func(bool) {})
 		s.tasks[upid].exit = fmt.Sprintf("close (rename) atomic file '/etc/pve/nodes/%s/qemu-server/%d.conf' failed: File exists", src.Node, newid)
 		return upid, nil
@@ -1208,6 +1221,7 @@ func (s *Server) newTask(node, typ, id, user string, finish func(ok bool)) strin
 	t := &task{node: node, typ: typ, id: id, user: user, started: now, pollsLeft: s.taskPolls, exit: "OK", finish: finish}
 	for i, f := range s.taskFaults {
 		if f.Type == "" || f.Type == typ {
+			s.taskFaultsHit++
 			if f.ExitStatus != "" {
 				t.exit = f.ExitStatus
 			}
@@ -1227,6 +1241,16 @@ func (s *Server) newTask(node, typ, id, user string, finish func(ok bool)) strin
 	t.upid = fmt.Sprintf("UPID:%s:%08X:%08X:%08X:%s:%s:%s:", node, s.pid, s.pid*7, now.Unix(), typ, id, user)
 	s.tasks[t.upid] = t
 	return t.upid
+}
+
+// FaultsHit says how many injected request faults and task faults matched
+// a request or a task so far, and how many clone or create calls were
+// refused because their VM ID was taken: what a test injected, it can see
+// happen.
+func (s *Server) FaultsHit() (requests, tasks, idConflicts int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.faultsHit, s.taskFaultsHit, s.idConflicts
 }
 
 // FinishTasks ends every running task now, as if its work were done,
@@ -1387,6 +1411,28 @@ func (s *Server) upload(c *call) (any, *apiError) {
 }
 
 var isoName = regexp.MustCompile(`(?i)^[^/]+\.(iso|img)$`)
+
+// listVolumes lists a storage's volumes as pve-storage's content index
+// does (GET /nodes/{node}/storage/{storage}/content, optionally filtered by
+// content type): volid, content, format and size of each.
+func (s *Server) listVolumes(c *call) (any, *apiError) {
+	if _, failed := s.onlineNode(c.args[0]); failed != nil {
+		return nil, failed
+	}
+	if _, ok := s.storages[c.args[1]]; !ok {
+		return nil, errorf(http.StatusInternalServerError, "storage '%s' does not exist", c.args[1])
+	}
+	out := []map[string]any{}
+	for _, volid := range slices.Sorted(maps.Keys(s.volumes)) {
+		storage, rest, _ := strings.Cut(volid, ":")
+		content, _, _ := strings.Cut(rest, "/")
+		if storage != c.args[1] || c.params["content"] != "" && c.params["content"] != content {
+			continue
+		}
+		out = append(out, map[string]any{"volid": volid, "content": content, "format": content, "size": len(s.volumes[volid])})
+	}
+	return out, nil
+}
 
 // deleteVolume removes an uploaded volume, named storage:iso/name or
 // iso/name.

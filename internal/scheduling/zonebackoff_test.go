@@ -1,0 +1,28 @@
+package scheduling
+
+import (
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/claimscale/claimscale/api/v1alpha1"
+)
+
+func unavailableIn(zone string, names ...string) poolOpt {
+	return func(_ *v1alpha1.NodePool, p *Pool) {
+		if p.UnavailableIn == nil {
+			p.UnavailableIn = map[string][]string{}
+		}
+		p.UnavailableIn[zone] = names
+	}
+}
+
+// A shape in capacity backoff in one zone is withheld there only: a pod
+// spread over both zones gets the cheap shape in the other zone, and the
+// dearer one, still offered, in the zone that is out of the cheap one.
+func TestAShapeBackedOffInOneZoneIsOfferedInTheOthers(t *testing.T) {
+	small, large := shape("small", "2", "4Gi", 1), shape("large", "8", "32Gi", 4)
+	c := Cluster{Pools: []Pool{nodePool("default", []Shape{small, large}, zones("a", "b"), unavailableIn("a", "small"))}}
+	r := solve(t, c, pods(2, "api", "100m", "128Mi", spread(corev1.LabelTopologyZone, 1, "api")))
+	wantNodes("default/small/b:1", "default/large/a:1")(t, r)
+}
