@@ -29,6 +29,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
@@ -54,6 +55,10 @@ const (
 	// client one, which claimscale may not deny (it holds approve on that
 	// signer only) and never approves.
 	EventIgnored = "CertificateRequestIgnored"
+	// EventApprovedElsewhere: another approver (kube-controller-manager
+	// with auto-approval bound to the tokens' groups) approved a request
+	// claimscale would have denied.
+	EventApprovedElsewhere = "CertificateApprovedElsewhere"
 )
 
 // bootstrapUserPrefix is how the API server names a bootstrap token's user
@@ -82,10 +87,24 @@ func (c *Controller) SetupWithManager(mgr ctrl.Manager) error {
 	if c.Clock == nil {
 		c.Clock = clock.RealClock{}
 	}
-	ours := predicate.NewPredicateFuncs(func(object client.Object) bool {
+	undecided := func(object client.Object) bool {
 		csr, ok := object.(*certificatesv1.CertificateSigningRequest)
 		return ok && pending(csr) && strings.HasPrefix(csr.Spec.Username, bootstrapUserPrefix)
-	})
+	}
+	ours := predicate.Funcs{
+		CreateFunc:  func(e event.CreateEvent) bool { return undecided(e.Object) },
+		DeleteFunc:  func(event.DeleteEvent) bool { return false },
+		GenericFunc: func(e event.GenericEvent) bool { return undecided(e.Object) },
+		// An approval by someone else is looked at once, when it happens.
+		UpdateFunc: func(e event.UpdateEvent) bool {
+			if undecided(e.ObjectNew) {
+				return true
+			}
+			old, okOld := e.ObjectOld.(*certificatesv1.CertificateSigningRequest)
+			csr, okNew := e.ObjectNew.(*certificatesv1.CertificateSigningRequest)
+			return okOld && okNew && undecided(old) && approvedElsewhere(csr)
+		},
+	}
 	return ctrl.NewControllerManagedBy(mgr).
 		Named(Name).
 		For(&certificatesv1.CertificateSigningRequest{}, builder.WithPredicates(ours)).
@@ -98,7 +117,7 @@ func (c *Controller) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	if err := c.Kube.Get(ctx, req.NamespacedName, &csr); err != nil {
 		return reconcile.Result{}, client.IgnoreNotFound(err)
 	}
-	if !pending(&csr) || !strings.HasPrefix(csr.Spec.Username, bootstrapUserPrefix) {
+	if !strings.HasPrefix(csr.Spec.Username, bootstrapUserPrefix) || (!pending(&csr) && !approvedElsewhere(&csr)) {
 		return reconcile.Result{}, nil
 	}
 	issued, err := c.Tokens.Lookup(ctx, strings.TrimPrefix(csr.Spec.Username, bootstrapUserPrefix))
@@ -115,6 +134,17 @@ func (c *Controller) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		return reconcile.Result{}, err
 	}
 	logger := log.FromContext(ctx).WithValues("csr", csr.Name, "token", issued.ID, "nodeclaim", issued.ClaimName)
+	if !pending(&csr) {
+		if !v.approve && !v.ignore {
+			logger.Error(nil, "another approver approved a certificate request claimscale denies: nothing may bind auto-approval to the bootstrap token groups", "why", v.message)
+			if claim != nil {
+				c.Recorder.Eventf(claim, &csr, corev1.EventTypeWarning, EventApprovedElsewhere, "Review",
+					"certificate request %s of the claim's bootstrap token %s was approved by another approver, though claimscale denies it: %s; remove the binding of certificatesigningrequests/nodeclient to %s or %s",
+					csr.Name, issued.ID, v.message, bootstrapapi.BootstrapDefaultGroup, bootstrap.GroupNodeToken)
+			}
+		}
+		return reconcile.Result{}, nil
+	}
 	if v.ignore {
 		logger.Info("not deciding a certificate request of a claim's token", "signer", csr.Spec.SignerName, "why", v.message)
 		if claim != nil {
@@ -317,6 +347,16 @@ func pending(csr *certificatesv1.CertificateSigningRequest) bool {
 		}
 	}
 	return true
+}
+
+// approvedElsewhere: approved, by another approver than claimscale.
+func approvedElsewhere(csr *certificatesv1.CertificateSigningRequest) bool {
+	for _, condition := range csr.Status.Conditions {
+		if condition.Type == certificatesv1.CertificateApproved && condition.Status == corev1.ConditionTrue && condition.Reason != ReasonApproved {
+			return true
+		}
+	}
+	return false
 }
 
 func approved(csr *certificatesv1.CertificateSigningRequest) bool {

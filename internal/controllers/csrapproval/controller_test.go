@@ -96,6 +96,22 @@ func (s *scenario) claim(name string) (*v1alpha1.NodeClaim, bootstrap.Token) {
 // submit creates the request as the token's user, and decides it.
 func (s *scenario) submit(token string, name string, r request) *certificatesv1.CertificateSigningRequest {
 	s.t.Helper()
+	csr := s.create(token, name, r)
+	s.decide(csr)
+	return csr
+}
+
+// decide runs the controller on the request and reads it back.
+func (s *scenario) decide(csr *certificatesv1.CertificateSigningRequest) {
+	s.t.Helper()
+	_, err := s.c.Reconcile(s.ctx, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(csr)})
+	s.g.Expect(err).NotTo(HaveOccurred())
+	s.g.Expect(env.Client.Get(s.ctx, client.ObjectKeyFromObject(csr), csr)).To(Succeed())
+}
+
+// create creates the request as the token's user.
+func (s *scenario) create(token string, name string, r request) *certificatesv1.CertificateSigningRequest {
+	s.t.Helper()
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	s.g.Expect(err).NotTo(HaveOccurred())
 	der, err := x509.CreateCertificateRequest(rand.Reader, &x509.CertificateRequest{
@@ -120,9 +136,6 @@ func (s *scenario) submit(token string, name string, r request) *certificatesv1.
 	s.g.Eventually(func() error { return as.Create(s.ctx, csr) }).WithTimeout(10*time.Second).WithPolling(100*time.Millisecond).
 		Should(Succeed(), "the token may submit a certificate signing request")
 	s.t.Cleanup(func() { _ = env.Client.Delete(context.Background(), csr) })
-	_, err = s.c.Reconcile(s.ctx, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(csr)})
-	s.g.Expect(err).NotTo(HaveOccurred())
-	s.g.Expect(env.Client.Get(s.ctx, client.ObjectKeyFromObject(csr), csr)).To(Succeed())
 	return csr
 }
 
@@ -275,4 +288,31 @@ func TestRequestsNotClaimscalesToDecideStayPending(t *testing.T) {
 	csr = s.submit(token.String(), "csr-signer", other)
 	s.g.Expect(decision(csr)).To(BeNil())
 	s.g.Expect(s.recorded()).To(ConsistOf(And(HavePrefix("Warning "+EventIgnored), ContainSubstring("claimscale never approves signer kubernetes.io/kube-apiserver-client"))))
+}
+
+// When another approver got there first (kube-controller-manager, with
+// auto-approval bound to system:bootstrappers), a request claimscale denies
+// cannot be denied any more: the claim gets a warning that says what to
+// remove. A request claimscale would approve too gets none.
+func TestAnApprovalByAnotherApproverIsReported(t *testing.T) {
+	s := newScenario(t)
+	_, token := s.claim("claim-elsewhere")
+	approveAsControllerManager := func(csr *certificatesv1.CertificateSigningRequest) {
+		csr.Status.Conditions = append(csr.Status.Conditions, certificatesv1.CertificateSigningRequestCondition{
+			Type: certificatesv1.CertificateApproved, Status: corev1.ConditionTrue, Reason: "AutoApproved",
+			Message: "Auto approving kubelet client certificate after SubjectAccessReview.",
+		})
+		s.g.Expect(env.Client.SubResource("approval").Update(s.ctx, csr)).To(Succeed())
+	}
+	own := s.create(token.String(), "csr-elsewhere-own", kubeletClient("claim-elsewhere"))
+	approveAsControllerManager(own)
+	s.decide(own)
+	s.g.Expect(s.recorded()).To(BeEmpty())
+
+	stolen := s.create(token.String(), "csr-elsewhere-stolen", kubeletClient("claim-victim"))
+	approveAsControllerManager(stolen)
+	s.decide(stolen)
+	s.g.Expect(decision(stolen).Reason).To(Equal("AutoApproved"))
+	s.g.Expect(s.recorded()).To(ConsistOf(And(HavePrefix("Warning "+EventApprovedElsewhere),
+		ContainSubstring("csr-elsewhere-stolen"), ContainSubstring("joins node claim-elsewhere only"), ContainSubstring("remove the binding"))))
 }
