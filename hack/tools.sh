@@ -133,7 +133,7 @@ install_module() { # $1: package@version
 
 one() {
   case "$1" in
-    kube-apiserver|kube-scheduler|kube-controller-manager|kubectl) kube_commands "$1" ;;
+    kube-apiserver|kube-scheduler|kube-controller-manager|kubectl|kubemark) kube_commands "$1" ;;
     etcd) provide etcd "$ETCD_VERSION" "go.etcd.io/etcd/server/v3@$ETCD_VERSION" build_etcd ;;
     kwok) provide kwok "$KWOK_VERSION" "sigs.k8s.io/kwok@$KWOK_VERSION" install_module "sigs.k8s.io/kwok/cmd/kwok@$KWOK_VERSION" ;;
     kwok-stages.yaml) provide kwok-stages.yaml "$KWOK_VERSION" "sigs.k8s.io/kwok@$KWOK_VERSION" build_kwok_stages ;;
@@ -157,7 +157,9 @@ for arg in "${@:-test}"; do
     demo) want+=("${demo_tools[@]}") ;;
     generate) want+=("${generate_tools[@]}") ;;
     chart) want+=(helm) ;;
-    test) want+=("${demo_tools[@]}" "${generate_tools[@]}" helm cluster-api-manager promtool prometheus) ;;
+    # kubemark: the real kubelet with a fake container runtime, for the
+    # e2e tests that join a node with the flags claimscale renders.
+    test) want+=("${demo_tools[@]}" "${generate_tools[@]}" helm cluster-api-manager promtool prometheus kubemark) ;;
     *) want+=("$arg") ;;
   esac
 done
@@ -168,7 +170,7 @@ done
 kube=() others=()
 for tool in "${want[@]}"; do
   case "$tool" in
-    kube-apiserver|kube-scheduler|kube-controller-manager|kubectl) kube+=("$tool") ;;
+    kube-apiserver|kube-scheduler|kube-controller-manager|kubectl|kubemark) kube+=("$tool") ;;
     *) others+=("$tool") ;;
   esac
 done

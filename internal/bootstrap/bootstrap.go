@@ -76,7 +76,7 @@ func (b *Bootstrapper) Prepare(ctx context.Context, pool *v1alpha1.NodePool, cla
 		}
 		in.Shared = string(shared)
 	} else {
-		token, err := b.Tokens.Ensure(ctx, claim, expiresAt, []string{groupOf(spec.Method)})
+		token, err := b.Tokens.Ensure(ctx, claim, expiresAt, groupsOf(spec.Method))
 		if err != nil {
 			return nil, err
 		}
@@ -97,12 +97,12 @@ func (b *Bootstrapper) Revoke(ctx context.Context, claimName string) error {
 	return b.Tokens.Revoke(ctx, claimName)
 }
 
-// groupOf is the extra group a method's joins expect their token in.
-func groupOf(method v1alpha1.JoinMethod) string {
+// groupsOf are the extra groups a method's tokens carry.
+func groupsOf(method v1alpha1.JoinMethod) []string {
 	if method == v1alpha1.JoinK3s {
-		return GroupK3sNodeToken
+		return []string{GroupNodeToken, GroupK3sNodeToken}
 	}
-	return GroupKubeadmNodeToken
+	return []string{GroupNodeToken}
 }
 
 // readKey reads one key of a ConfigMap or Secret in the controller's

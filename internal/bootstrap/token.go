@@ -9,6 +9,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	bootstrapapi "k8s.io/cluster-bootstrap/token/api"
 	bootstraputil "k8s.io/cluster-bootstrap/token/util"
 	"k8s.io/utils/clock"
@@ -25,10 +26,25 @@ const TokenNamespace = metav1.NamespaceSystem
 // Secrets carrying it are ever deleted by claimscale.
 const LabelBootstrapToken = "claimscale.io/bootstrap-token"
 
-// Groups a per-claim token authenticates in, besides system:bootstrappers.
-// kubeadm's TLS bootstrap RBAC (kubeadm init phase bootstrap-token) binds
-// system:node-bootstrapper and CSR auto-approval to the kubeadm group; k3s's
-// `k3s token create` uses its own default group (docs.k3s.io/cli/token).
+// GroupNodeToken is the extra group of every per-claim token. The bootstrap
+// token authenticator always adds system:bootstrappers besides
+// (k8s.io/cluster-bootstrap/util/secrets.GetGroups), so a token cannot leave
+// that group; what matters is that nothing binds kube-controller-manager's
+// auto-approval (ClusterRole
+// system:certificates.k8s.io:certificatesigningrequests:nodeclient) to this
+// group or to system:bootstrappers: claimscale approves these tokens'
+// kubelet client certificate requests itself, each for its one node only
+// (internal/controllers/csrapproval). The install binds
+// system:node-bootstrapper to it, so a token may submit a request at all,
+// and, on kubeadm clusters, the Roles kubeadm join reads with.
+const GroupNodeToken = "system:bootstrappers:claimscale:default-node-token"
+
+// Groups of the joins' own tokens. kubeadm binds auto-approval to its
+// group (kubeadm init phase bootstrap-token), so claimscale's kubeadm tokens
+// never carry it. k3s signs its agents' kubelet certificates in its own
+// supervisor, not through a certificate request, and `k3s token create`
+// puts its tokens in its group (docs.k3s.io/cli/token): k3s tokens carry it
+// besides GroupNodeToken.
 const (
 	GroupKubeadmNodeToken = "system:bootstrappers:kubeadm:default-node-token"
 	GroupK3sNodeToken     = "system:bootstrappers:k3s:default-node-token"
@@ -178,4 +194,51 @@ func tokenOf(secret *corev1.Secret) (Token, bool) {
 		return Token{}, false
 	}
 	return Token{ID: id, Secret: value, ExpiresAt: expiresAt}, true
+}
+
+// Issued is what a claimscale token Secret says about the token's owner,
+// without the secret half.
+type Issued struct {
+	ID        string
+	ClaimName string
+	ClaimUID  types.UID
+	ExpiresAt time.Time
+	// Deleting: the Secret is being deleted (the API server no longer
+	// authenticates it).
+	Deleting bool
+}
+
+// Lookup returns claimscale's token of the id, or nil when kube-system has
+// no such token Secret or it is not claimscale's (no label, no claim owner,
+// malformed): a token claimscale did not issue is not its business.
+func (t *Tokens) Lookup(ctx context.Context, id string) (*Issued, error) {
+	if !bootstraputil.IsValidBootstrapToken(bootstraputil.TokenFromIDAndSecret(id, "0000000000000000")) {
+		return nil, nil
+	}
+	var secret corev1.Secret
+	err := t.Reader.Get(ctx, client.ObjectKey{Namespace: TokenNamespace, Name: bootstraputil.BootstrapTokenSecretName(id)}, &secret)
+	if apierrors.IsNotFound(err) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("reading bootstrap token %s: %w", id, err)
+	}
+	claimName := secret.Labels[v1alpha1.LabelNodeClaim]
+	if secret.Type != bootstrapapi.SecretTypeBootstrapToken || secret.Labels[LabelBootstrapToken] != "true" || claimName == "" {
+		return nil, nil
+	}
+	var owner *metav1.OwnerReference
+	for i, ref := range secret.OwnerReferences {
+		if ref.Kind == "NodeClaim" && ref.APIVersion == v1alpha1.GroupVersion.String() && ref.Name == claimName {
+			owner = &secret.OwnerReferences[i]
+		}
+	}
+	token, ok := tokenOf(&secret)
+	if owner == nil || !ok || token.ID != id {
+		return nil, nil
+	}
+	return &Issued{
+		ID: id, ClaimName: claimName, ClaimUID: owner.UID, ExpiresAt: token.ExpiresAt,
+		Deleting: secret.DeletionTimestamp != nil,
+	}, nil
 }

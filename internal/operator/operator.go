@@ -21,6 +21,7 @@ import (
 	"github.com/claimscale/claimscale/internal/bootstrap"
 	"github.com/claimscale/claimscale/internal/capacity"
 	"github.com/claimscale/claimscale/internal/clusterstate"
+	"github.com/claimscale/claimscale/internal/controllers/csrapproval"
 	"github.com/claimscale/claimscale/internal/controllers/disruption"
 	"github.com/claimscale/claimscale/internal/controllers/garbagecollection"
 	"github.com/claimscale/claimscale/internal/controllers/index"
@@ -179,6 +180,8 @@ func Setup(ctx context.Context, mgr manager.Manager, opts Options) (*Operator, e
 			Bootstrap:        bootstrapper,
 		},
 		&nodepool.Controller{Kube: mgr.GetClient(), Providers: resolver, Templates: templates, Recorder: recorder(nodepool.Name)},
+		// The claims' tokens are approved by nothing else.
+		&csrapproval.Controller{Kube: mgr.GetClient(), Tokens: bootstrapper.Tokens, Recorder: recorder(csrapproval.Name), Clock: opts.Clock},
 		&nodeprovider.Controller{Kube: mgr.GetClient(), Providers: resolver, Recorder: recorder(nodeprovider.Name)},
 	}
 	// What disruption waits for when it has nothing to do.
@@ -219,7 +222,7 @@ func Setup(ctx context.Context, mgr manager.Manager, opts Options) (*Operator, e
 		// repaired or collected.
 		setups = slices.DeleteFunc(setups, func(s interface{ SetupWithManager(ctrl.Manager) error }) bool {
 			switch s.(type) {
-			case *nodeclaim.Controller, *repair.Controller:
+			case *nodeclaim.Controller, *repair.Controller, *csrapproval.Controller:
 				return true
 			}
 			return false

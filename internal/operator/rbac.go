@@ -31,8 +31,16 @@ package operator
 // Bootstrap: per-claim token Secrets in kube-system (listed by label, so
 // list is needed; only Secrets labelled claimscale.io/bootstrap-token are
 // ever deleted), and kubeadm's public cluster-info for the endpoint and CA.
-// +kubebuilder:rbac:groups="",namespace=kube-system,resources=secrets,verbs=list;create;delete
+// +kubebuilder:rbac:groups="",namespace=kube-system,resources=secrets,verbs=get;list;create;delete
 // +kubebuilder:rbac:groups="",namespace=kube-public,resources=configmaps,verbs=get
+//
+// Kubelet client certificate requests made with the per-claim tokens are
+// approved or denied by claimscale alone (internal/controllers/csrapproval):
+// approving and denying both need approve on the signer, and claimscale
+// holds it for the kubelet client signer only.
+// +kubebuilder:rbac:groups=certificates.k8s.io,resources=certificatesigningrequests,verbs=get;list;watch
+// +kubebuilder:rbac:groups=certificates.k8s.io,resources=certificatesigningrequests/approval,verbs=update
+// +kubebuilder:rbac:groups=certificates.k8s.io,resources=signers,resourceNames=kubernetes.io/kube-apiserver-client-kubelet,verbs=approve
 //
 // Node repair reads the kubelets' heartbeat Leases.
 // +kubebuilder:rbac:groups=coordination.k8s.io,namespace=kube-node-lease,resources=leases,verbs=get;list;watch

@@ -117,8 +117,13 @@ func (c *clientCA) Stop() error { return nil }
 // system:bootstrappers:kubeadm:default-node-token submit CSRs and have them
 // auto-approved, that let nodes renew their own certificate, and the
 // kube-public/cluster-info ConfigMap with the API server's address and CA.
+// Besides, what claimscale's install binds for its own tokens (the chart,
+// docs/install.md): the group of claimscale's per-claim tokens may submit
+// a CSR, and nothing auto-approves it; claimscale's approver does.
 func kubeadmBootstrapObjects(cfg *rest.Config) ([]client.Object, error) {
 	const nodeTokenGroup = "system:bootstrappers:kubeadm:default-node-token"
+	// bootstrap.GroupNodeToken; testenv stays free of claimscale's packages.
+	const claimscaleTokenGroup = "system:bootstrappers:claimscale:default-node-token"
 	binding := func(name, role string, group string) *rbacv1.ClusterRoleBinding {
 		return &rbacv1.ClusterRoleBinding{
 			ObjectMeta: metav1.ObjectMeta{Name: name},
@@ -136,6 +141,7 @@ func kubeadmBootstrapObjects(cfg *rest.Config) ([]client.Object, error) {
 		binding("kubeadm:kubelet-bootstrap", "system:node-bootstrapper", nodeTokenGroup),
 		binding("kubeadm:node-autoapprove-bootstrap", "system:certificates.k8s.io:certificatesigningrequests:nodeclient", nodeTokenGroup),
 		binding("kubeadm:node-autoapprove-certificate-rotation", "system:certificates.k8s.io:certificatesigningrequests:selfnodeclient", "system:nodes"),
+		binding("claimscale:node-bootstrapper", "system:node-bootstrapper", claimscaleTokenGroup),
 		&corev1.ConfigMap{
 			ObjectMeta: metav1.ObjectMeta{Namespace: metav1.NamespacePublic, Name: "cluster-info"},
 			Data:       map[string]string{"kubeconfig": string(kubeconfig)},

@@ -26,15 +26,17 @@ import (
 
 	"github.com/claimscale/claimscale/api/v1alpha1"
 	"github.com/claimscale/claimscale/internal/bootstrap"
+	"github.com/claimscale/claimscale/internal/controllers/csrapproval"
 	"github.com/claimscale/claimscale/pkg/provider/simulated"
 )
 
 // A pool with a bootstrap section joins its nodes the way kubeadm's nodes
 // join: the claim gets a token of its own before the machine is made; the
-// token authenticates as system:bootstrap:<id> in kubeadm's node-token group
-// and may submit a CSR; the simulated kubelet joins with it through an
-// approved, signed CSR; once the Node has registered the token's Secret is
-// gone and the token no longer works. Nothing of the token's secret or the
+// token authenticates as system:bootstrap:<id> in claimscale's node-token
+// group (not kubeadm's, which kubeadm binds auto-approval to) and may submit
+// a CSR, which claimscale denies when it names another node; the simulated
+// kubelet joins with it through a CSR claimscale approved; once the Node has
+// registered the token's Secret is gone and the token no longer works. Nothing of the token's secret or the
 // user data shows in the controllers' logs, events or object statuses.
 func TestBootstrapTokenJoinsTheNode(t *testing.T) {
 	logs := tapControllerLogs(t)
@@ -67,7 +69,7 @@ func TestBootstrapTokenJoinsTheNode(t *testing.T) {
 	g.Expect(secret.Type).To(Equal(corev1.SecretType("bootstrap.kubernetes.io/token")))
 	g.Expect(secret.Labels).To(HaveKeyWithValue(bootstrap.LabelBootstrapToken, "true"))
 	g.Expect(secret.Labels).To(HaveKeyWithValue(v1alpha1.LabelNodeClaim, claim.Name))
-	g.Expect(string(secret.Data["auth-extra-groups"])).To(Equal(bootstrap.GroupKubeadmNodeToken))
+	g.Expect(string(secret.Data["auth-extra-groups"])).To(Equal(bootstrap.GroupNodeToken))
 	g.Expect(string(secret.Data["usage-bootstrap-authentication"])).To(Equal("true"))
 	g.Expect(string(secret.Data["usage-bootstrap-signing"])).To(Equal("true"))
 	token := tokenID + "." + string(secret.Data["token-secret"])
@@ -81,9 +83,13 @@ func TestBootstrapTokenJoinsTheNode(t *testing.T) {
 	user, err := whoAmI(token)
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(user.Username).To(Equal("system:bootstrap:" + tokenID))
-	g.Expect(user.Groups).To(ContainElements("system:bootstrappers", bootstrap.GroupKubeadmNodeToken))
+	g.Expect(user.Groups).To(ConsistOf("system:bootstrappers", bootstrap.GroupNodeToken, "system:authenticated"))
 	probe := submitCSR(g, token, "claimscale-probe-"+tokenID, "system:node:probe-"+tokenID)
 	t.Cleanup(func() { _ = env.Client.Delete(context.Background(), probe) })
+	g.Eventually(func() string { return decisionOf(g, probe.Name) }).Should(Equal("Denied/"+csrapproval.ReasonDenied),
+		"a claim's token gets no certificate for another node's name")
+	g.Eventually(func() []string { return eventsOf(g, "NodeClaim", claim.Name) }).Should(ContainElement(
+		And(HavePrefix(csrapproval.EventDenied+":"), ContainSubstring(probe.Name), ContainSubstring("joins node "+claim.Name+" only"))))
 
 	// The node joined by TLS bootstrap: a CSR by the token's user, approved
 	// and signed, then the Node.
@@ -93,7 +99,7 @@ func TestBootstrapTokenJoinsTheNode(t *testing.T) {
 	g.Expect(csr.Spec.Username).To(Equal("system:bootstrap:" + tokenID))
 	g.Expect(csr.Spec.SignerName).To(Equal(certificatesv1.KubeAPIServerClientKubeletSignerName))
 	g.Expect(csr.Status.Certificate).NotTo(BeEmpty())
-	g.Expect(csr.Status.Conditions).To(ContainElement(HaveField("Type", certificatesv1.CertificateApproved)))
+	g.Expect(decisionOf(g, csr.Name)).To(Equal("Approved/"+csrapproval.ReasonApproved), "approved by claimscale")
 	t.Cleanup(func() { _ = env.Client.Delete(context.Background(), &csr) })
 
 	// Registered: the token is deleted and stops working.
@@ -170,9 +176,9 @@ func TestBootstrapTokenStopsAtExpiry(t *testing.T) {
 	t.Cleanup(func() { _ = env.Client.Delete(context.Background(), claim) })
 
 	tokens := &bootstrap.Tokens{Kube: env.Client, Reader: env.Client, Clock: clock.RealClock{}}
-	token, err := tokens.Ensure(ctx, claim, time.Now().Add(4*time.Second), []string{bootstrap.GroupKubeadmNodeToken})
+	token, err := tokens.Ensure(ctx, claim, time.Now().Add(4*time.Second), []string{bootstrap.GroupNodeToken})
 	g.Expect(err).NotTo(HaveOccurred())
-	again, err := tokens.Ensure(ctx, claim, time.Now().Add(time.Hour), []string{bootstrap.GroupKubeadmNodeToken})
+	again, err := tokens.Ensure(ctx, claim, time.Now().Add(time.Hour), []string{bootstrap.GroupNodeToken})
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(again).To(Equal(token), "a retried launch reuses the claim's token")
 
@@ -221,6 +227,12 @@ func bearer(token string) *rest.Config {
 
 // submitCSR creates a kubelet client CSR as the token's user.
 func submitCSR(g *WithT, token, name, commonName string) *certificatesv1.CertificateSigningRequest {
+	return submitCSRWithUsages(g, token, name, commonName, certificatesv1.UsageDigitalSignature, certificatesv1.UsageClientAuth)
+}
+
+// submitCSRWithUsages creates a CSR for the kubelet client signer with the
+// usages, as the token's user.
+func submitCSRWithUsages(g *WithT, token, name, commonName string, usages ...certificatesv1.KeyUsage) *certificatesv1.CertificateSigningRequest {
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	g.Expect(err).NotTo(HaveOccurred())
 	der, err := x509.CreateCertificateRequest(rand.Reader, &x509.CertificateRequest{
@@ -232,12 +244,15 @@ func submitCSR(g *WithT, token, name, commonName string) *certificatesv1.Certifi
 		Spec: certificatesv1.CertificateSigningRequestSpec{
 			Request:    pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE REQUEST", Bytes: der}),
 			SignerName: certificatesv1.KubeAPIServerClientKubeletSignerName,
-			Usages:     []certificatesv1.KeyUsage{certificatesv1.UsageDigitalSignature, certificatesv1.UsageClientAuth},
+			Usages:     usages,
 		},
 	}
 	as, err := client.New(bearer(token), client.Options{Scheme: env.Scheme})
 	g.Expect(err).NotTo(HaveOccurred())
-	g.Expect(as.Create(context.Background(), csr)).To(Succeed(), "the token may submit a CSR")
+	// The API server's token authenticator reads token Secrets through an
+	// informer: a token made a moment ago may not be known yet.
+	g.Eventually(func() error { return as.Create(context.Background(), csr) }, 10*time.Second, 100*time.Millisecond).
+		Should(Succeed(), "the token may submit a CSR")
 	return csr
 }
 
@@ -358,4 +373,46 @@ func TestBootstrapCustomTemplate(t *testing.T) {
 	g.Expect(string(userData.Data["userData"])).To(HavePrefix("#!/bin/sh\n# " + claim.Name + " in " + s.name + "\njoin --server https://"))
 	g.Expect(string(userData.Data["userData"])).To(ContainSubstring("--token " + claim.Status.BootstrapToken.ID + "."))
 	g.Expect(string(userData.Data["userData"])).To(ContainSubstring("--max-pods=110"))
+}
+
+// kube-controller-manager's approver, with kubeadm's auto-approval bindings
+// in place (testenv makes them as kubeadm init does), approves a request of
+// a token in kubeadm's node-token group for any node name, but not one of
+// claimscale's tokens: with no claimscale running, the latter stays
+// pending.
+func TestControllerManagerDoesNotApproveClaimscaleTokens(t *testing.T) {
+	g := NewWithT(t)
+	ctx := context.Background()
+	claim := &v1alpha1.NodeClaim{
+		ObjectMeta: metav1.ObjectMeta{Name: "kcm-approval"},
+		Spec: v1alpha1.NodeClaimSpec{
+			NodePoolRef: v1alpha1.NodePoolReference{Name: "no-such-pool"},
+			Shape:       v1alpha1.ClaimShape{Name: "c4", CPU: *qty("4"), Memory: *qty("16Gi")},
+		},
+	}
+	g.Expect(env.Client.Create(ctx, claim)).To(Succeed())
+	t.Cleanup(func() { _ = env.Client.Delete(context.Background(), claim) })
+	tokens := &bootstrap.Tokens{Kube: env.Client, Reader: env.Client, Clock: clock.RealClock{}}
+	ours, err := tokens.Ensure(ctx, claim, time.Now().Add(time.Hour), []string{bootstrap.GroupNodeToken})
+	g.Expect(err).NotTo(HaveOccurred())
+	t.Cleanup(func() { _ = tokens.Revoke(context.Background(), claim.Name) })
+	kubeadms := &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "kube-system", Name: "bootstrap-token-kcmapr"},
+		Type:       "bootstrap.kubernetes.io/token",
+		StringData: map[string]string{
+			"token-id": "kcmapr", "token-secret": "0123456789abcdef", "usage-bootstrap-authentication": "true",
+			"expiration": time.Now().Add(time.Hour).UTC().Format(time.RFC3339), "auth-extra-groups": bootstrap.GroupKubeadmNodeToken,
+		},
+	}
+	g.Expect(env.Client.Create(ctx, kubeadms)).To(Succeed())
+	t.Cleanup(func() { _ = env.Client.Delete(context.Background(), kubeadms) })
+
+	control := submitCSR(g, "kcmapr.0123456789abcdef", "kcm-approval-kubeadm", "system:node:anything-at-all")
+	t.Cleanup(func() { _ = env.Client.Delete(context.Background(), control) })
+	mine := submitCSR(g, ours.String(), "kcm-approval-claimscale", "system:node:"+claim.Name)
+	t.Cleanup(func() { _ = env.Client.Delete(context.Background(), mine) })
+	g.Eventually(func() string { return decisionOf(g, control.Name) }, time.Minute, 250*time.Millisecond).Should(Equal("Approved/AutoApproved"),
+		"kube-controller-manager auto-approves a kubeadm token's request, for any node name")
+	g.Consistently(func() string { return decisionOf(g, mine.Name) }, 5*time.Second, 250*time.Millisecond).Should(BeEmpty(),
+		"nothing but claimscale approves a claimscale token's request")
 }

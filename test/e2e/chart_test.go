@@ -185,8 +185,8 @@ func TestKustomizeInstallIsAccepted(t *testing.T) {
 	// binding to kube-system's extension-apiserver-authentication-reader
 	// (the client CA) and the decisions reader's Role (port-forward).
 	g.Expect(kinds).To(Equal(map[string]int{
-		"CustomResourceDefinition": 3, "Namespace": 1, "ServiceAccount": 1, "ClusterRole": 2, "ClusterRoleBinding": 1,
-		"Role": 5, "RoleBinding": 5, "Deployment": 1, "Service": 1,
+		"CustomResourceDefinition": 3, "Namespace": 1, "ServiceAccount": 1, "ClusterRole": 2, "ClusterRoleBinding": 3,
+		"Role": 5, "RoleBinding": 8, "Deployment": 1, "Service": 1,
 	}))
 }
 

@@ -40,10 +40,11 @@ var tokenInUserData = regexp.MustCompile(`\b([a-z0-9]{6})\.([a-z0-9]{16})\b`)
 //     server maps it to system:bootstrap:<id> in the token's groups);
 //  2. submit a CertificateSigningRequest for signer
 //     kubernetes.io/kube-apiserver-client-kubelet with CN system:node:<name>,
-//     O system:nodes, usages digital signature and client auth (the subject
-//     and usages kube-controller-manager's csrapproving controller checks in
-//     ValidateKubeletClientCSR before it auto-approves);
-//  3. wait for the csrsigning controller to issue the certificate;
+//     O system:nodes, usages digital signature and client auth: what
+//     claimscale's approver (internal/controllers/csrapproval) approves for
+//     a claim's token, for the claim's own node name only;
+//  3. wait for the approval and for the csrsigning controller to issue the
+//     certificate;
 //  4. register the Node with that certificate, as system:node:<name>.
 //
 // Its private key is kept in the machine's user-data Secret so a restarted
