@@ -87,6 +87,13 @@ type state struct {
 	fingerprint uint64
 
 	sim *scheduling.Simulator
+	// settledSim simulates the initialized nodes only (settled.go), and
+	// bootingNodes names the others (both nil until first needed).
+	settledSim   *scheduling.Simulator
+	bootingNodes map[string]bool
+	// pendingBooting are the pending pods whose room is on a booting
+	// node (see pendingWithRoom).
+	pendingBooting map[*corev1.Pod]bool
 	// pending is the unbound pods with a place now (nil until first
 	// needed).
 	pending *[]*corev1.Pod
