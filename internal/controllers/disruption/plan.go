@@ -124,7 +124,7 @@ func PlanScaleDown(ctx context.Context, kube client.Client, providers provisioni
 		}
 	}
 	for _, refused := range r.refusals {
-		set(refused.candidate, decisions.NodeKept, refusalReason(refused), refused.note)
+		set(refused.candidate, decisions.NodeKept, refusalReason(refused), refusalMessage(refused))
 	}
 	for _, h := range r.held {
 		set(h.candidate, decisions.NodeKept, h.reason, h.message)
