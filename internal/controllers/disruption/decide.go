@@ -124,6 +124,9 @@ func newRound(s *state, candidates []*candidate, ledger *ledger, stableSince map
 	})
 	sortByDisruptionCost(r.drifted)
 	sortByDisruptionCost(r.under)
+	// The dearest empty nodes go first: what minNodes (or the budget)
+	// keeps is the cheapest, warm capacity as provisioning would make it.
+	sort.SliceStable(r.empty, func(i, j int) bool { return r.empty[i].price > r.empty[j].price })
 	return r
 }
 
