@@ -30,7 +30,9 @@ import (
 
 // booting names the nodes of the round's snapshot that are no room for
 // displaced pods: the phantom nodes of in-flight claims, and the nodes
-// whose claim is not Initialized. Worked out once per round.
+// whose claim is not Initialized, including a node that registered before
+// the round saw its claim Registered (the snapshot takes the node for the
+// claim's phantom then). Worked out once per round.
 func (s *state) booting() map[string]bool {
 	if s.bootingNodes != nil {
 		return s.bootingNodes
@@ -41,10 +43,21 @@ func (s *state) booting() map[string]bool {
 			s.bootingNodes[inFlight.Name] = true
 		}
 	}
+	byNode := make(map[string]*v1alpha1.NodeClaim, len(s.claims))
 	for _, claim := range s.claims {
-		if claim.Status.NodeName != "" && s.inSnapshot[claim.Status.NodeName] &&
-			!meta.IsStatusConditionTrue(claim.Status.Conditions, v1alpha1.ConditionInitialized) {
-			s.bootingNodes[claim.Status.NodeName] = true
+		if claim.Status.NodeName != "" {
+			byNode[claim.Status.NodeName] = claim
+		}
+	}
+	for _, node := range s.input.Nodes {
+		// By the claim label the snapshot gives a node its claim adopts
+		// (provisioning's withClaimLabels), else by the claim's node name.
+		claim, ok := s.claims[node.Labels[v1alpha1.LabelNodeClaim]]
+		if !ok {
+			claim, ok = byNode[node.Name]
+		}
+		if ok && !meta.IsStatusConditionTrue(claim.Status.Conditions, v1alpha1.ConditionInitialized) {
+			s.bootingNodes[node.Name] = true
 		}
 	}
 	return s.bootingNodes

@@ -41,6 +41,16 @@ func (f *fixture) registering(name string, shape scheduling.Shape) *fixture {
 	return f
 }
 
+// registeredEarly adds a node whose claim the round still sees only
+// launched: the node registered, the claim's registration not seen yet.
+func (f *fixture) registeredEarly(name string, shape scheduling.Shape) *fixture {
+	f.registering(name, shape)
+	claim := f.claim(name)
+	claim.Status.NodeName = ""
+	claim.Status.Conditions = claim.Status.Conditions[:1]
+	return f
+}
+
 // A disruption places the pods it displaces only on nodes that are
 // registered and initialized: a claim still booting, or a node not
 // initialized yet, is room only for the pending pods it was bought for.
@@ -69,6 +79,12 @@ func TestDisplacedPodsGoOnlyToInitializedNodes(t *testing.T) {
 		{
 			name:    "pods that would fit only on a node not initialized yet keep their node",
 			fixture: func() *fixture { return medium().registering("large", c8) },
+			refused: "its pods would fit only on large, not initialized yet",
+			record:  decisions.NodeReasonWouldNotFit,
+		},
+		{
+			name:    "pods that would fit only on a node whose claim is not seen registered yet keep their node",
+			fixture: func() *fixture { return medium().registeredEarly("large", c8) },
 			refused: "its pods would fit only on large, not initialized yet",
 			record:  decisions.NodeReasonWouldNotFit,
 		},
