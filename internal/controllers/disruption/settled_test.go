@@ -178,3 +178,32 @@ func TestABootingClaimIsNoCandidateAndNoRoom(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// A node kept for a booting one is looked at again as soon as that one is
+// initialized, not after the memory's backoff: initialization changes the
+// cluster's fingerprint.
+func TestAKeptNodeIsDecidedAgainOnceTheBootingOneIsInitialized(t *testing.T) {
+	f := newFixture(c4, c8).node("medium", c4).pod("a", "medium", "1").pod("b", "medium", "1").
+		registering("large", c8).pod("w1", "large", "2500m").pod("w2", "large", "2500m")
+	memory := newMemory(memoryBackoff)
+	decide := func() (*command, *round) {
+		s := f.state()
+		stable := map[string]time.Time{"medium": f.now.Add(-time.Hour), "large": f.now}
+		pools, total, disrupting := s.poolTotals()
+		budgets, _ := newLedger(pools, total, disrupting, f.now)
+		r := newRound(s, s.candidates(), budgets, stable, nil, memory)
+		cmd, err := r.decide(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		return cmd, r
+	}
+	if cmd, r := decide(); cmd != nil || !refusedWith(r, "its pods would fit only on large") {
+		t.Fatalf("decided %q while large is not initialized; refusals %v", describe(cmd), notes(r))
+	}
+	f.now = f.now.Add(time.Second)
+	withCondition(f.claim("large"), v1alpha1.ConditionInitialized, "Initialized", f.now)
+	if cmd, r := decide(); describe(cmd) != "Underutilized delete medium" {
+		t.Fatalf("decided %q once large is initialized; refusals %v", describe(cmd), notes(r))
+	}
+}

@@ -271,7 +271,10 @@ func newState(now time.Time, o objects) *state {
 	for i := range o.claims {
 		claim := &o.claims[i]
 		s.claims[claim.Name] = claim
-		keys = append(keys, "claim "+claim.Name+"/"+strconv.FormatBool(claim.DeletionTimestamp.IsZero()))
+		// Whether a claim is initialized decides whether its node is room
+		// for moved pods (settled.go).
+		keys = append(keys, "claim "+claim.Name+"/"+strconv.FormatBool(claim.DeletionTimestamp.IsZero())+
+			"/"+strconv.FormatBool(meta.IsStatusConditionTrue(claim.Status.Conditions, v1alpha1.ConditionInitialized)))
 		if value := claim.Annotations[AnnotationReplaces]; value != "" {
 			group, ok := groups[value]
 			if !ok {
