@@ -875,10 +875,13 @@ func (c *Controller) report(s *state, r *round, cmd *command, budgets *ledger, t
 			}
 		}
 	}
-	for _, name := range sortedNames(s.claims) {
-		claim := s.claims[name]
+	for name, claim := range s.claims {
 		verdict, ok := c.verdicts[claim.UID]
 		if !ok || !claim.DeletionTimestamp.IsZero() || s.disrupting[name] {
+			continue
+		}
+		if written := meta.FindStatusCondition(claim.Status.Conditions, v1alpha1.ConditionConsolidatable); written != nil &&
+			written.Status == metav1.ConditionFalse && written.Reason == verdict.reason && written.Message == verdict.message {
 			continue
 		}
 		c.deferStatus(s, claim, func(claim *v1alpha1.NodeClaim) {
