@@ -57,6 +57,10 @@ const (
 	// ConsolidatableReasonPendingPods: removing the node would leave pods
 	// that are waiting to be placed, and have room now, without it.
 	ConsolidatableReasonPendingPods = "PendingPods"
+	// ConsolidatableReasonConsolidateAfter: its pods changed (or it
+	// emptied) less than its pool's consolidateAfter ago. Set only over
+	// an earlier reason that no longer holds.
+	ConsolidatableReasonConsolidateAfter = "ConsolidateAfter"
 )
 
 // Condition types of NodePool and NodeProvider.

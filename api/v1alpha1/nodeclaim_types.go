@@ -145,6 +145,7 @@ type BootstrapTokenStatus struct {
 // +kubebuilder:subresource:status
 // +kubebuilder:printcolumn:name="Pool",type=string,JSONPath=`.spec.nodePoolRef.name`
 // +kubebuilder:printcolumn:name="Shape",type=string,JSONPath=`.spec.shape.name`
+// +kubebuilder:printcolumn:name="Zone",type=string,JSONPath=`.spec.requirements.nodeSelector[?(@.key=="topology.kubernetes.io/zone")].values[0]`
 // +kubebuilder:printcolumn:name="Node",type=string,JSONPath=`.status.nodeName`
 // +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`

@@ -35,8 +35,11 @@ const (
 // +kubebuilder:validation:XValidation:rule="self.type != 'grpc' || !has(self.grpc) || self.grpc.endpoint.startsWith('unix://') || has(self.credentialsSecretRef)",message="spec.credentialsSecretRef (the client certificate, tls.crt and tls.key) is required for a grpc endpoint over TCP: plugins are reached over mutual TLS; only a unix:// socket goes without"
 // +kubebuilder:validation:XValidation:rule="self.type != 'grpc' || !has(self.grpc) || !self.grpc.endpoint.startsWith('unix://') || !has(self.credentialsSecretRef)",message="spec.credentialsSecretRef must not be set for a unix:// grpc endpoint: a Unix socket carries no TLS"
 type NodeProviderSpec struct {
-	// Type of infrastructure: proxmox, cloudscale, simulated, or grpc for a
-	// provider plugin (see docs/provider-plugins.md).
+	// Type of infrastructure: proxmox (Proxmox VE), cloudscale
+	// (cloudscale.ch), clusterapi (Cluster API Machines, so any CAPI
+	// infrastructure provider; see docs/clusterapi.md), grpc (a provider
+	// plugin out of process; see docs/provider-plugins.md), or simulated
+	// (Nodes run by kwok, for demos and tests).
 	// +required
 	Type ProviderType `json:"type"`
 

@@ -136,7 +136,7 @@ func run(logger logr.Logger, opts operator.Options, metrics metricsserver.Option
 	if err := operator.CheckCRDs(config); err != nil {
 		return err
 	}
-	logger.Info("starting", "version", version.String(), "mode", opts.Mode, "cluster", opts.ClusterName)
+	operator.LogStart(logger, version.String(), opts)
 	ctx := ctrl.SetupSignalHandler()
 	mgr, err := ctrl.NewManager(config, ctrl.Options{
 		Scheme:                  scheme.New(),

@@ -169,7 +169,7 @@ func (c *cloudProvider) NodeGroupIncreaseSize(ctx context.Context, request *prot
 			// The claims written so far stay: the target size says so.
 			return nil, status.Errorf(codes.Unavailable, "creating claim %d of %d for node group %s: %v", len(created)+1, delta, id, err)
 		}
-		metrics.NodeClaimsCreated.WithLabelValues(pool.Name, "externalgrpc").Inc()
+		metrics.NodeClaimsCreated.WithLabelValues(pool.Name, metrics.ReasonExternalGRPC).Inc()
 		created = append(created, claim.Name)
 	}
 	metrics.ExternalGRPCScaleRequests.WithLabelValues(pool.Name, operation, "accepted").Inc()

@@ -15,9 +15,27 @@ import (
 
 const namespace = "claimscale"
 
+// Values of the reason label of the claim counters, in the style of the
+// disruption reasons and condition reasons they sit beside (Empty,
+// Underutilized, Unhealthy, …): one style for every reason label.
+const (
+	ReasonProvisioning            = "Provisioning"
+	ReasonMinNodes                = "MinNodes"
+	ReasonHeadroom                = "Headroom"
+	ReasonReplacement             = "Replacement"
+	ReasonRepair                  = "Repair"
+	ReasonExternalGRPC            = "ExternalGRPC"
+	ReasonDeleted                 = "Deleted"
+	ReasonRegistrationTimeout     = "RegistrationTimeout"
+	ReasonInsufficientCapacity    = "InsufficientCapacity"
+	ReasonMachineGone             = "MachineGone"
+	ReasonGarbageCollectedMachine = "GarbageCollectedMachine"
+)
+
 var (
 	// NodeClaimsCreated counts claims written, by pool and reason
-	// (provisioning, minNodes, headroom, replacement, externalgrpc).
+	// (Provisioning, MinNodes, Headroom, Replacement, Repair,
+	// ExternalGRPC).
 	NodeClaimsCreated = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Namespace: namespace, Subsystem: "nodeclaims", Name: "created_total",
 		Help: "NodeClaims created, by pool and reason.",
@@ -32,9 +50,10 @@ var (
 		Namespace: namespace, Subsystem: "nodeclaims", Name: "registered_total",
 		Help: "NodeClaims whose Node registered, by pool.",
 	}, []string{"nodepool"})
-	// NodeClaimsTerminated counts claims whose machine was removed, by
-	// reason (deleted, registration_timeout, insufficient_capacity, empty,
-	// garbage_collected, …).
+	// NodeClaimsTerminated counts claims whose machine was removed, once
+	// each, by reason (Deleted, a disruption reason such as Empty,
+	// RegistrationTimeout, InsufficientCapacity, MachineGone), and
+	// machines without a claim (GarbageCollectedMachine).
 	NodeClaimsTerminated = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Namespace: namespace, Subsystem: "nodeclaims", Name: "terminated_total",
 		Help: "NodeClaims terminated, by pool and reason.",

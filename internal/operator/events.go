@@ -5,10 +5,12 @@ import (
 	"fmt"
 	"unicode/utf8"
 
+	corev1 "k8s.io/api/core/v1"
 	eventsv1 "k8s.io/api/events/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	eventsv1client "k8s.io/client-go/kubernetes/typed/events/v1"
 	"k8s.io/client-go/tools/events"
+	"k8s.io/client-go/tools/reference"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 )
 
@@ -21,15 +23,47 @@ const maxEventNote = 1024
 const truncatedMarker = " …[truncated]"
 
 // truncatingRecorder cuts every note to what the API server accepts, so a
-// long provider error still becomes an event, cut, instead of none.
-type truncatingRecorder struct{ next events.EventRecorder }
+// long provider error still becomes an event, cut, instead of none; and
+// it names the pods an event is about without their resourceVersion.
+//
+// client-go's broadcaster counts an event in the series of the same
+// event about the same object, and the object's reference, resourceVersion
+// included, is part of what makes it the same: a pending pod, its status
+// rewritten by scheduling attempts, got a new Event object per version
+// from every provisioning round, where one with a count says it. Claims
+// keep theirs: the note is not part of what makes an event the same, and
+// a claim's events change their note (a refusal's reason) far more often
+// than a pod's.
+type truncatingRecorder struct {
+	next   events.EventRecorder
+	scheme *runtime.Scheme
+}
 
-func newEventRecorder(next events.EventRecorder) events.EventRecorder {
-	return truncatingRecorder{next: next}
+func newEventRecorder(next events.EventRecorder, scheme *runtime.Scheme) events.EventRecorder {
+	return truncatingRecorder{next: next, scheme: scheme}
 }
 
 func (r truncatingRecorder) Eventf(regarding, related runtime.Object, eventType, reason, action, note string, args ...any) {
-	r.next.Eventf(regarding, related, eventType, reason, action, "%s", truncateNote(fmt.Sprintf(note, args...)))
+	r.next.Eventf(r.versionless(regarding), r.versionless(related), eventType, reason, action, "%s", truncateNote(fmt.Sprintf(note, args...)))
+}
+
+// versionless is a reference to a pod without its resourceVersion; any
+// other object as it is.
+func (r truncatingRecorder) versionless(object runtime.Object) runtime.Object {
+	pod, ok := object.(*corev1.Pod)
+	if !ok || pod == nil || r.scheme == nil {
+		return object
+	}
+	ref, err := reference.GetReference(r.scheme, object)
+	if err != nil {
+		return object
+	}
+	if ref.ResourceVersion != "" {
+		copied := *ref
+		copied.ResourceVersion = ""
+		ref = &copied
+	}
+	return ref
 }
 
 // truncateNote cuts note to maxEventNote bytes, on a rune boundary.

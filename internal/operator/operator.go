@@ -161,7 +161,7 @@ func Setup(ctx context.Context, mgr manager.Manager, opts Options) (*Operator, e
 		return nil, err
 	}
 	recorder := func(name string) events.EventRecorder {
-		return newEventRecorder(broadcaster.NewRecorder(mgr.GetScheme(), name))
+		return newEventRecorder(broadcaster.NewRecorder(mgr.GetScheme(), name), mgr.GetScheme())
 	}
 
 	bootstrapper, err := newBootstrapper(mgr, opts)

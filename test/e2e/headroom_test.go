@@ -31,7 +31,7 @@ func TestHeadroomKeepsRoomFreeAndBuysItAgainOnceUsed(t *testing.T) {
 	})
 	headroomClaims := func() float64 {
 		var metric dto.Metric
-		s.g.Expect(metrics.NodeClaimsCreated.WithLabelValues(s.name, "headroom").Write(&metric)).To(Succeed())
+		s.g.Expect(metrics.NodeClaimsCreated.WithLabelValues(s.name, metrics.ReasonHeadroom).Write(&metric)).To(Succeed())
 		return metric.GetCounter().GetValue()
 	}
 	s.g.Eventually(s.readyClaims).Should(Equal(1), "one node for 4 cpu of headroom")

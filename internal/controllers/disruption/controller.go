@@ -24,6 +24,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/utils/clock"
@@ -101,6 +102,9 @@ type Controller struct {
 	memory    *memory
 	stability *stability
 	events    *eventMemo
+	// verdicts keeps the Consolidatable=False condition of each claim
+	// the last round that decided about it gave (report).
+	verdicts map[types.UID]verdictCondition
 	// pools whose metrics were set, to remove those of deleted pools.
 	metricPools map[string]bool
 	// writes counts the writes attempted, to tell a round that changed
@@ -139,6 +143,7 @@ func (c *Controller) SetupWithManager(mgr ctrl.Manager) error {
 	c.stability = newStability()
 	c.stability.departures = c.Departures
 	c.events = newEventMemo(eventRepeat)
+	c.verdicts = map[types.UID]verdictCondition{}
 	c.metricPools = map[string]bool{}
 	return mgr.Add(c)
 }
@@ -239,7 +244,7 @@ func (c *Controller) decideAndAct(ctx context.Context, s *state) (outcome, error
 	c.reportBudgetErrors(ctx, s, errs)
 	r := newRound(s, candidates, budgets, stableSince, c.emptySince, c.memory)
 	cmd, err := r.decide(ctx)
-	c.report(s, r, budgets, total)
+	c.report(s, r, cmd, budgets, total)
 	c.recordDecisions(s, r, cmd)
 	c.memory.prune(s.now)
 	c.events.prune(s.now)
@@ -811,27 +816,99 @@ func (c *Controller) waitForDeletions(ctx context.Context, claims []*v1alpha1.No
 
 // report turns the round's refusals into events (each at most every
 // eventRepeat) and Consolidatable conditions, and sets the metrics.
-func (c *Controller) report(s *state, r *round, budgets *ledger, total map[string]int) {
+//
+// The condition is set every round from the round's verdict, whether the
+// event is due or not: a write that failed is made again next round, and
+// the condition says what the record and the last event say. A verdict a
+// later round does not repeat (remembered, not simulated again) is set
+// again from the controller's memory of it (verdicts).
+func (c *Controller) report(s *state, r *round, cmd *command, budgets *ledger, total map[string]int) {
+	said := map[types.UID]bool{}
+	if cmd != nil {
+		// Marked as it goes (mark).
+		for _, cand := range cmd.candidates {
+			said[cand.claim.UID] = true
+			delete(c.verdicts, cand.claim.UID)
+		}
+	}
 	for _, refused := range r.refusals {
 		claim := refused.candidate.claim
-		if !c.events.due(claim.UID, refused.reason, refused.note, s.now) {
-			continue
-		}
-		if !refused.quiet {
+		if c.events.due(claim.UID, refused.reason, refused.note, s.now) && !refused.quiet {
 			c.eventf(claim, refused.candidate.node, corev1.EventTypeNormal, refused.reason, "Disrupt", refused.note)
+		}
+		if said[claim.UID] {
+			// The first verdict about a claim is the one its record
+			// keeps (recordDecisions).
+			continue
 		}
 		reason, message := refused.condition, refused.note
 		if refused.reason == eventUnconsolidatable {
-			reason, message = unconsolidatableCondition(refused), strings.TrimPrefix(refused.note, "Consolidatable=False: ")
+			reason, message = unconsolidatableCondition(refused), refusalMessage(refused)
 		}
 		if reason == "" {
 			continue
 		}
+		said[claim.UID] = true
+		c.verdicts[claim.UID] = verdictCondition{reason: reason, message: message}
+	}
+	for _, h := range r.held {
+		claim := h.candidate.claim
+		if said[claim.UID] {
+			continue
+		}
+		switch h.reason {
+		case decisions.NodeReasonMinNodes, decisions.NodeReasonHeadroom:
+			said[claim.UID] = true
+			c.verdicts[claim.UID] = verdictCondition{reason: heldConditions[h.reason], message: h.message}
+		case decisions.NodeReasonConsolidateAfter:
+			// The wait replaces a verdict the claim carries, which no
+			// longer holds; on a claim without one it writes nothing:
+			// after a scale-up a thousand new nodes wait so.
+			delete(c.verdicts, claim.UID)
+			if meta.FindStatusCondition(claim.Status.Conditions, v1alpha1.ConditionConsolidatable) != nil {
+				said[claim.UID] = true
+				message := h.message
+				if h.condition != "" {
+					message = h.condition
+				}
+				c.verdicts[claim.UID] = verdictCondition{reason: v1alpha1.ConsolidatableReasonConsolidateAfter, message: message}
+			}
+		}
+	}
+	for name, claim := range s.claims {
+		verdict, ok := c.verdicts[claim.UID]
+		if !ok || !claim.DeletionTimestamp.IsZero() || s.disrupting[name] {
+			continue
+		}
+		if written := meta.FindStatusCondition(claim.Status.Conditions, v1alpha1.ConditionConsolidatable); written != nil &&
+			written.Status == metav1.ConditionFalse && written.Reason == verdict.reason && written.Message == verdict.message {
+			continue
+		}
 		c.deferStatus(s, claim, func(claim *v1alpha1.NodeClaim) {
-			c.setCondition(claim, v1alpha1.ConditionConsolidatable, metav1.ConditionFalse, reason, message)
+			c.setCondition(claim, v1alpha1.ConditionConsolidatable, metav1.ConditionFalse, verdict.reason, verdict.message)
 		})
 	}
+	live := make(map[types.UID]bool, len(s.claims))
+	for _, claim := range s.claims {
+		live[claim.UID] = true
+	}
+	for uid := range c.verdicts {
+		if !live[uid] {
+			delete(c.verdicts, uid)
+		}
+	}
 	c.setMetrics(s, r, budgets, total)
+}
+
+// verdictCondition is the Consolidatable=False condition a round's verdict
+// gives a claim.
+type verdictCondition struct{ reason, message string }
+
+// heldConditions maps the reasons a pool keeps a node for to its
+// Consolidatable reason.
+var heldConditions = map[string]string{
+	decisions.NodeReasonMinNodes: v1alpha1.ConsolidatableReasonMinNodes,
+	decisions.NodeReasonHeadroom: v1alpha1.ConsolidatableReasonHeadroom,
 }
 
 // reportBudgetErrors says, in the log and in a warning event on the pool

@@ -96,9 +96,12 @@ func newRound(s *state, candidates []*candidate, ledger *ledger, stableSince map
 					emptyLongEnough = true
 				}
 			}
-			if emptyLongEnough {
+			switch {
+			case emptyLongEnough:
 				r.classify(c, v1alpha1.DisruptionReasonEmpty, &r.empty, blockReason, why, "empty")
-			} else {
+			case why != "":
+				r.pinned(c, blockReason, "empty, but "+why)
+			default:
 				r.waitForConsolidateAfter(c, "empty", emptySinceOf(c, empty, emptySince))
 			}
 			continue
@@ -107,9 +110,12 @@ func newRound(s *state, candidates []*candidate, ledger *ledger, stableSince map
 			continue
 		}
 		since, ok := stableSince[c.node.Name]
-		if ok && s.now.Sub(since) >= c.pool.consolidateAfter() {
+		switch {
+		case ok && s.now.Sub(since) >= c.pool.consolidateAfter():
 			r.classify(c, v1alpha1.DisruptionReasonUnderutilized, &r.under, blockReason, why, "a consolidation candidate")
-		} else if ok {
+		case why != "":
+			r.pinned(c, blockReason, "runs pods, but "+why)
+		case ok:
 			r.waitForConsolidateAfter(c, "its pods last changed", since)
 		}
 	}
@@ -118,7 +124,23 @@ func newRound(s *state, candidates []*candidate, ledger *ledger, stableSince map
 	})
 	sortByDisruptionCost(r.drifted)
 	sortByDisruptionCost(r.under)
+	// The dearest empty nodes go first: what minNodes (or the budget)
+	// keeps is the cheapest, warm capacity as provisioning would make it.
+	sort.SliceStable(r.empty, func(i, j int) bool { return r.empty[i].price > r.empty[j].price })
 	return r
+}
+
+// pinned notes a candidate a safety rule keeps before its
+// consolidateAfter has passed: the rule outranks the wait, in the
+// condition, the records and the events alike, as it will hold the node
+// once the wait is over too.
+func (r *round) pinned(c *candidate, blockReason, note string) {
+	for _, refused := range r.refusals {
+		if refused.candidate == c {
+			return
+		}
+	}
+	r.refusals = append(r.refusals, refusal{candidate: c, reason: eventBlocked, note: note, condition: blockReason})
 }
 
 func (r *round) classify(c *candidate, reason v1alpha1.DisruptionReason, into *[]*candidate, blockReason, blocked, what string) {
@@ -384,7 +406,7 @@ func (r *round) singleNode(ctx context.Context) (*command, error) {
 			return cmd, nil
 		}
 		r.memory.remember(c.claim.UID, v1alpha1.DisruptionReasonUnderutilized, r.s.fingerprint, r.s.now)
-		r.refuse(c, eventUnconsolidatable, why.record, "Consolidatable=False: "+why.note)
+		r.refuse(c, eventUnconsolidatable, why.record, unconsolidatablePrefix+why.note)
 	}
 	return nil, nil
 }

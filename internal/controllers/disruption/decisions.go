@@ -19,6 +19,9 @@ type held struct {
 	// reason is the decision reason (decisions.NodeReason…).
 	reason  string
 	message string
+	// condition, when set, is the message of the claim's Consolidatable
+	// condition, where message changes every round (a time left).
+	condition string
 }
 
 // holdForBudget notes a candidate the budget keeps, once per round: a
@@ -55,8 +58,11 @@ func (r *round) waitForConsolidateAfter(c *candidate, what string, since time.Ti
 		r.hold(c, decisions.NodeReasonConsolidateAfter, fmt.Sprintf("%s, for less than its pool's consolidateAfter of %s so far", what, after))
 		return
 	}
-	r.hold(c, decisions.NodeReasonConsolidateAfter, fmt.Sprintf("%s at %s, consolidateAfter of %s not yet passed (%s left)",
-		what, since.UTC().Format(time.RFC3339), after, (after-r.s.now.Sub(since)).Round(time.Second)))
+	stable := fmt.Sprintf("%s at %s, consolidateAfter of %s not yet passed", what, since.UTC().Format(time.RFC3339), after)
+	r.hold(c, decisions.NodeReasonConsolidateAfter, fmt.Sprintf("%s (%s left)", stable, (after-r.s.now.Sub(since)).Round(time.Second)))
+	if last := &r.held[len(r.held)-1]; last.candidate == c && last.reason == decisions.NodeReasonConsolidateAfter {
+		last.condition = stable
+	}
 }
 
 // emptySinceOf is when the node emptied (stability.emptySince), else when
@@ -106,7 +112,15 @@ func (c *Controller) recordDecisions(s *state, r *round, cmd *command) {
 	if c.Decisions == nil {
 		return
 	}
+	// One record per node and round, ranked as the claim's condition
+	// (report) and simulate --scale-down (PlanScaleDown) rank them: the
+	// decision, then the first refusal, then the first hold.
+	recorded := map[string]bool{}
 	record := func(cand *candidate, outcome, reason, message string) {
+		if recorded[cand.claim.Name] {
+			return
+		}
+		recorded[cand.claim.Name] = true
 		name := cand.claim.Status.NodeName
 		if cand.node != nil {
 			name = cand.node.Name
@@ -116,16 +130,16 @@ func (c *Controller) recordDecisions(s *state, r *round, cmd *command) {
 			Outcome: outcome, Reason: reason, Message: message,
 		})
 	}
-	for _, refused := range r.refusals {
-		record(refused.candidate, decisions.NodeKept, refusalReason(refused), refused.note)
-	}
-	for _, h := range r.held {
-		record(h.candidate, decisions.NodeKept, h.reason, h.message)
-	}
 	if cmd != nil {
 		for _, cand := range cmd.candidates {
 			record(cand, decisions.NodeDisrupting, string(cmd.reason), cmd.message)
 		}
+	}
+	for _, refused := range r.refusals {
+		record(refused.candidate, decisions.NodeKept, refusalReason(refused), refusalMessage(refused))
+	}
+	for _, h := range r.held {
+		record(h.candidate, decisions.NodeKept, h.reason, h.message)
 	}
 }
 
@@ -154,6 +168,17 @@ func refusalReason(refused refusal) string {
 	}
 	return decisions.NodeReasonOther
 }
+
+// refusalMessage is what a refusal says in the claim's condition, its
+// record and simulate --scale-down: its note, without the prefix its
+// event carries.
+func refusalMessage(refused refusal) string {
+	return strings.TrimPrefix(refused.note, unconsolidatablePrefix)
+}
+
+// unconsolidatablePrefix starts the note of a consolidation refused
+// because of where its pods would go.
+const unconsolidatablePrefix = "Consolidatable=False: "
 
 // unconsolidatableCondition is the Consolidatable reason of a node whose
 // consolidation was refused: the pool's minNodes or headroom, or pending

@@ -124,7 +124,7 @@ func PlanScaleDown(ctx context.Context, kube client.Client, providers provisioni
 		}
 	}
 	for _, refused := range r.refusals {
-		set(refused.candidate, decisions.NodeKept, refusalReason(refused), refused.note)
+		set(refused.candidate, decisions.NodeKept, refusalReason(refused), refusalMessage(refused))
 	}
 	for _, h := range r.held {
 		set(h.candidate, decisions.NodeKept, h.reason, h.message)
@@ -183,7 +183,7 @@ func notCandidateNote(s *state, claim *v1alpha1.NodeClaim) string {
 	case s.disrupting[claim.Name]:
 		return "already chosen to go"
 	case !meta.IsStatusConditionTrue(claim.Status.Conditions, v1alpha1.ConditionInitialized):
-		return "not initialized yet"
+		return "not initialized yet: room only for the pending pods it was made for, not for the pods of a node that would go"
 	}
 	if _, ok := s.pools[claim.Spec.NodePoolRef.Name]; !ok {
 		return "its pool " + claim.Spec.NodePoolRef.Name + " is gone"

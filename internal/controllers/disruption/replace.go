@@ -30,7 +30,7 @@ func (c *Controller) createReplacement(ctx context.Context, pool *v1alpha1.NodeP
 	if err := c.Kube.Create(ctx, claim); err != nil {
 		return nil, fmt.Errorf("creating a replacement for %s in pool %s (shape %s): %w", olds, pool.Name, node.Shape.Name, err)
 	}
-	metrics.NodeClaimsCreated.WithLabelValues(pool.Name, "replacement").Inc()
+	metrics.NodeClaimsCreated.WithLabelValues(pool.Name, metrics.ReasonReplacement).Inc()
 	err := wait.PollUntilContextTimeout(ctx, 20*time.Millisecond, cacheWait, true, func(ctx context.Context) (bool, error) {
 		var cached v1alpha1.NodeClaim
 		err := c.Kube.Get(ctx, client.ObjectKeyFromObject(claim), &cached)

@@ -79,15 +79,16 @@ func nodeNames(candidates []*candidate) []string {
 }
 
 // simulateRemoval asks whether the candidates' pods (and those of nodes
-// already going) fit on the remaining nodes, with no new node; and with
-// them the pending pods given, whose room the removal must leave.
+// already going) fit on the remaining initialized nodes, with no new node
+// and no booting one (settled.go); and with them the pending pods given
+// whose room is on those nodes, which the removal must leave them.
 func (s *state) simulateRemoval(ctx context.Context, candidates []*candidate, pending ...*corev1.Pod) (scheduling.RemovalResult, error) {
 	s.simulations++
-	sim, err := s.simulator(ctx)
+	sim, err := s.settledSimulator(ctx)
 	if err != nil {
 		return scheduling.RemovalResult{}, err
 	}
-	result, err := sim.SimulateRemoval(ctx, s.removed(candidates), nil, pending...)
+	result, err := sim.SimulateRemoval(ctx, s.settledRemoved(candidates), nil, s.pendingOnSettled(pending)...)
 	if err != nil {
 		return scheduling.RemovalResult{}, fmt.Errorf("simulating the removal of %s: %w", strings.Join(nodeNames(candidates), ", "), err)
 	}
@@ -97,7 +98,7 @@ func (s *state) simulateRemoval(ctx context.Context, candidates []*candidate, pe
 // leavesPendingPodsOut says, when the candidates' removal would fit but for
 // the pending pods given (it takes room they have now), why it may not be.
 func (s *state) leavesPendingPodsOut(ctx context.Context, candidates []*candidate, removal scheduling.RemovalResult, pending []*corev1.Pod) (string, error) {
-	if removal.Fits() || len(pending) == 0 {
+	if removal.Fits() || len(s.pendingOnSettled(pending)) == 0 {
 		return "", nil
 	}
 	alone, err := s.simulateRemoval(ctx, candidates)
@@ -137,18 +138,19 @@ func unbound(pod *corev1.Pod) *corev1.Pod {
 // solveWithout asks which new nodes the candidates' pods (and those of
 // nodes already going) would need with those nodes gone: provisioning's
 // own decision on the cluster without them, so a replacement is what
-// provisioning would have made.
+// provisioning would have made. Nodes still booting are no room for them
+// (settled.go).
 //
-// Pending pods given are placed with them, so the replacement leaves them
-// the room they have now.
+// Pending pods given whose room is on an initialized node are placed with
+// them, so the replacement leaves them the room they have now.
 func (s *state) solveWithout(ctx context.Context, candidates []*candidate, pending ...*corev1.Pod) (scheduling.Result, error) {
 	s.simulations++
 	without, displaced := s.displaced(candidates)
-	sim, err := scheduling.New(ctx, s.simCluster(without))
+	sim, err := scheduling.New(ctx, s.settledCluster(without))
 	if err != nil {
 		return scheduling.Result{}, fmt.Errorf("building the snapshot without %s: %w", strings.Join(nodeNames(candidates), ", "), err)
 	}
-	result, err := sim.Solve(ctx, append(displaced, pending...))
+	result, err := sim.Solve(ctx, append(displaced, s.pendingOnSettled(pending)...))
 	if err != nil {
 		return scheduling.Result{}, fmt.Errorf("placing the pods of %s elsewhere: %w", strings.Join(nodeNames(candidates), ", "), err)
 	}
@@ -182,6 +184,13 @@ func (s *state) consolidation(ctx context.Context, candidates []*candidate) (*co
 		}
 		if why, err := s.leavesPendingPodsOut(ctx, candidates, removal, pending); err != nil || why != "" {
 			return nil, verdict{decisions.NodeReasonPendingPods, why}, err
+		}
+		if !removal.Fits() {
+			// Room a booting node will have is no reason for a new one
+			// either: the move waits until it is initialized.
+			if why, err := s.fitsOnlyWhileBooting(ctx, candidates, pending); err != nil || why != "" {
+				return nil, verdict{decisions.NodeReasonWouldNotFit, why}, err
+			}
 		}
 	}
 	cmd := &command{reason: v1alpha1.DisruptionReasonUnderutilized, candidates: candidates}
@@ -387,8 +396,10 @@ func (s *state) stranded() []*corev1.Pod {
 // is about to place (in a large scale-up perhaps minutes from now), and
 // the stranded pods of nodes being drained, which their eviction is about
 // to make pending. A decision must leave them that room. Pods that only a
-// new node would take are provisioning's; they hold nothing back. Worked
-// out once per round.
+// new node would take are provisioning's; they hold nothing back. Those
+// whose room is on a node still booting are noted (pendingBooting): that
+// room is theirs, and no removal counts on it (settled.go). Worked out
+// once per round.
 func (s *state) pendingWithRoom(ctx context.Context) ([]*corev1.Pod, error) {
 	if s.pending != nil {
 		return *s.pending, nil
@@ -406,8 +417,15 @@ func (s *state) pendingWithRoom(ctx context.Context) ([]*corev1.Pod, error) {
 		return nil, fmt.Errorf("placing %d pods waiting for a place: %w", len(waiting), err)
 	}
 	pending := make([]*corev1.Pod, 0, len(result.Placements))
+	booting := s.booting()
 	for _, placement := range result.Placements {
 		pending = append(pending, placement.Pod)
+		if booting[placement.Node] {
+			if s.pendingBooting == nil {
+				s.pendingBooting = map[*corev1.Pod]bool{}
+			}
+			s.pendingBooting[placement.Pod] = true
+		}
 	}
 	s.pending = &pending
 	return pending, nil

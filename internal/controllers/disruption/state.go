@@ -87,6 +87,13 @@ type state struct {
 	fingerprint uint64
 
 	sim *scheduling.Simulator
+	// settledSim simulates the initialized nodes only (settled.go), and
+	// bootingNodes names the others (both nil until first needed).
+	settledSim   *scheduling.Simulator
+	bootingNodes map[string]bool
+	// pendingBooting are the pending pods whose room is on a booting
+	// node (see pendingWithRoom).
+	pendingBooting map[*corev1.Pod]bool
 	// pending is the unbound pods with a place now (nil until first
 	// needed).
 	pending *[]*corev1.Pod
@@ -264,7 +271,10 @@ func newState(now time.Time, o objects) *state {
 	for i := range o.claims {
 		claim := &o.claims[i]
 		s.claims[claim.Name] = claim
-		keys = append(keys, "claim "+claim.Name+"/"+strconv.FormatBool(claim.DeletionTimestamp.IsZero()))
+		// Whether a claim is initialized decides whether its node is room
+		// for moved pods (settled.go).
+		keys = append(keys, "claim "+claim.Name+"/"+strconv.FormatBool(claim.DeletionTimestamp.IsZero())+
+			"/"+strconv.FormatBool(meta.IsStatusConditionTrue(claim.Status.Conditions, v1alpha1.ConditionInitialized)))
 		if value := claim.Annotations[AnnotationReplaces]; value != "" {
 			group, ok := groups[value]
 			if !ok {

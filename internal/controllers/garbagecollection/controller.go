@@ -13,6 +13,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/utils/clock"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -169,7 +170,7 @@ func (c *Controller) collectMachine(ctx context.Context, machines provider.Provi
 	if err := machines.Delete(ctx, instance.ProviderID); err != nil && !provider.IsNotFound(err) {
 		return fmt.Errorf("deleting machine %s without a claim: %w", instance.ProviderID, err)
 	}
-	metrics.NodeClaimsTerminated.WithLabelValues(instance.Tags[v1alpha1.TagNodePool], "garbage_collected_machine").Inc()
+	metrics.NodeClaimsTerminated.WithLabelValues(instance.Tags[v1alpha1.TagNodePool], metrics.ReasonGarbageCollectedMachine).Inc()
 	return nil
 }
 
@@ -202,8 +203,19 @@ func (c *Controller) collectClaim(ctx context.Context, cached *v1alpha1.NodeClai
 			return fmt.Errorf("getting node %s of claim %s: %w", claim.Status.NodeName, claim.Name, err)
 		}
 	}
-	// Only the copy judged above is deleted: a claim written since (Failed
-	// after all) conflicts, and the next pass judges it again.
+	// Only the copy judged above is marked and deleted: a claim written
+	// since (Failed after all) conflicts, and the next pass judges it
+	// again. The mark tells termination why the claim goes, which counts
+	// it once.
+	message := fmt.Sprintf("machine %s no longer exists and the node is not Ready; deleting the claim", claim.Status.ProviderID)
+	stored := claim.DeepCopy()
+	claim.SetCondition(v1alpha1.ConditionDisrupting, metav1.ConditionTrue, metrics.ReasonMachineGone, message, c.Clock.Now())
+	if err := c.Kube.Status().Patch(ctx, claim, client.MergeFromWithOptions(stored, client.MergeFromWithOptimisticLock{})); err != nil {
+		if apierrors.IsNotFound(err) || apierrors.IsConflict(err) {
+			return nil
+		}
+		return fmt.Errorf("marking claim %s whose machine is gone: %w", claim.Name, err)
+	}
 	uid, resourceVersion := claim.UID, claim.ResourceVersion
 	err = c.Kube.Delete(ctx, claim, client.Preconditions{UID: &uid, ResourceVersion: &resourceVersion})
 	if apierrors.IsNotFound(err) {
@@ -212,10 +224,8 @@ func (c *Controller) collectClaim(ctx context.Context, cached *v1alpha1.NodeClai
 	if err != nil {
 		return fmt.Errorf("deleting claim %s whose machine is gone: %w", claim.Name, err)
 	}
-	message := fmt.Sprintf("machine %s no longer exists and the node is not Ready; deleting the claim", claim.Status.ProviderID)
 	log.FromContext(ctx).Info(message, "nodeClaim", claim.Name)
 	c.Recorder.Eventf(claim, nil, corev1.EventTypeWarning, "MachineGone", "GarbageCollect", message)
-	metrics.NodeClaimsTerminated.WithLabelValues(claim.Spec.NodePoolRef.Name, "machine_gone").Inc()
 	return nil
 }
 

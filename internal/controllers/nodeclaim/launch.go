@@ -66,7 +66,6 @@ func (l *launch) Reconcile(ctx context.Context, claim *v1alpha1.NodeClaim) (reco
 		message := fmt.Sprintf("%v; pool %s shape %s%s backed off for %s", err, poolName(claim), claim.Spec.Shape.Name, inZone(zone), wait)
 		l.setCondition(claim, v1alpha1.ConditionLaunched, metav1.ConditionFalse, "InsufficientCapacity", message)
 		l.eventf(ctx, claim, nil, corev1.EventTypeWarning, "InsufficientCapacity", "Launch", "%s", message)
-		metrics.NodeClaimsTerminated.WithLabelValues(poolName(claim), "insufficient_capacity").Inc()
 		return l.giveUp(ctx, claim, FailedInsufficientCapacity, message)
 
 	case provider.IsInProgress(err):

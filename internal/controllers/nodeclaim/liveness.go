@@ -13,7 +13,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/claimscale/claimscale/api/v1alpha1"
-	"github.com/claimscale/claimscale/internal/metrics"
 )
 
 // liveness gives up on a claim whose node has not registered within the
@@ -43,11 +42,8 @@ func (l *liveness) Reconcile(ctx context.Context, claim *v1alpha1.NodeClaim) (re
 	l.setCondition(claim, v1alpha1.ConditionRegistered, metav1.ConditionFalse, FailedRegistrationTimeout, message)
 	l.eventf(ctx, claim, nil, corev1.EventTypeWarning, FailedRegistrationTimeout, "Register", "%s", message)
 	log.FromContext(ctx).Info("registration timed out", "timeout", timeout)
-	result, err := l.giveUp(ctx, claim, FailedRegistrationTimeout, message)
-	if err == nil && (failed(claim) || !l.KeepFailedClaims) {
-		metrics.NodeClaimsTerminated.WithLabelValues(poolName(claim), "registration_timeout").Inc()
-	}
-	return result, err
+	// Counted when the claim's termination finishes, by this reason.
+	return l.giveUp(ctx, claim, FailedRegistrationTimeout, message)
 }
 
 func (l *liveness) registrationTimeout(ctx context.Context, claim *v1alpha1.NodeClaim) (time.Duration, error) {

@@ -99,22 +99,42 @@ func (c *Controller) terminate(ctx context.Context, claim *v1alpha1.NodeClaim) (
 			return reconcile.Result{}, err
 		}
 	}
-	reason := "deleted"
-	if condition := meta.FindStatusCondition(claim.Status.Conditions, v1alpha1.ConditionDisrupting); condition != nil && condition.Status == metav1.ConditionTrue {
-		reason = condition.Reason
-	}
-	metrics.NodeClaimsTerminated.WithLabelValues(poolName(claim), reason).Inc()
-	c.eventf(ctx, claim, nil, corev1.EventTypeNormal, "Terminated", "Terminate", "machine %s deleted", claim.Status.ProviderID)
-	c.forgetRetries(claim)
-	c.launchesCounted.Delete(claim.UID)
-
 	patch := client.MergeFromWithOptions(claim.DeepCopy(), client.MergeFromWithOptimisticLock{})
 	controllerutil.RemoveFinalizer(claim, v1alpha1.TerminationFinalizer)
 	if err := c.Kube.Patch(ctx, claim, patch); err != nil {
+		// A conflict comes back here, and the claim terminates again:
+		// counted and told only once the finalizer is off.
+		controllerutil.AddFinalizer(claim, v1alpha1.TerminationFinalizer)
 		return reconcile.Result{}, client.IgnoreNotFound(err)
 	}
+	metrics.NodeClaimsTerminated.WithLabelValues(poolName(claim), terminationReason(claim)).Inc()
+	c.eventf(ctx, claim, nil, corev1.EventTypeNormal, "Terminated", "Terminate", "machine %s deleted", claim.Status.ProviderID)
+	c.forgetRetries(claim)
+	c.launchesCounted.Delete(claim.UID)
 	log.FromContext(ctx).Info("terminated", "providerID", claim.Status.ProviderID)
 	return reconcile.Result{}, nil
+}
+
+// terminationReason is why a claim went, for the termination counter:
+// the reason it was disrupted for, else why it failed (a registration
+// timeout, no capacity), else Deleted (by a person, or with its node).
+func terminationReason(claim *v1alpha1.NodeClaim) string {
+	if condition := meta.FindStatusCondition(claim.Status.Conditions, v1alpha1.ConditionDisrupting); condition != nil && condition.Status == metav1.ConditionTrue {
+		return condition.Reason
+	}
+	for _, conditionType := range []string{v1alpha1.ConditionFailed, v1alpha1.ConditionRegistered, v1alpha1.ConditionLaunched} {
+		condition := meta.FindStatusCondition(claim.Status.Conditions, conditionType)
+		if condition == nil {
+			continue
+		}
+		switch {
+		case condition.Reason == FailedRegistrationTimeout && (conditionType != v1alpha1.ConditionRegistered || condition.Status == metav1.ConditionFalse):
+			return metrics.ReasonRegistrationTimeout
+		case condition.Reason == FailedInsufficientCapacity && (conditionType != v1alpha1.ConditionLaunched || condition.Status == metav1.ConditionFalse):
+			return metrics.ReasonInsufficientCapacity
+		}
+	}
+	return metrics.ReasonDeleted
 }
 
 // cordon taints the node so nothing new lands on it while it drains.

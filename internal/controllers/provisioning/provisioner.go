@@ -637,9 +637,9 @@ func (p *Provisioner) createClaims(ctx context.Context, pools map[string]*v1alph
 				workload = append(workload, pod)
 			}
 		}
-		reason := "provisioning"
+		reason := metrics.ReasonProvisioning
 		if len(workload) == 0 {
-			reason = "headroom"
+			reason = metrics.ReasonHeadroom
 		}
 		if p.DryRun {
 			p.recordWouldCreate(pool, newNode, workload, &events)
@@ -817,7 +817,7 @@ func (p *Provisioner) keepWarmCapacity(ctx context.Context, pools map[string]*v1
 			continue
 		}
 		for range missing {
-			claim, err := p.createClaim(ctx, pool, shape, nil, nil, "minNodes")
+			claim, err := p.createClaim(ctx, pool, shape, nil, nil, metrics.ReasonMinNodes)
 			if err != nil {
 				p.poolFailed(ctx, pool, err)
 				break

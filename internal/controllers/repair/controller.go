@@ -352,7 +352,7 @@ func (c *Controller) createReplacement(ctx context.Context, pool *v1alpha1.NodeP
 	if err := c.Kube.Create(ctx, replacement); err != nil {
 		return nil, fmt.Errorf("creating a replacement for unhealthy claim %s in pool %s: %w", claim.Name, pool.Name, err)
 	}
-	metrics.NodeClaimsCreated.WithLabelValues(pool.Name, "repair").Inc()
+	metrics.NodeClaimsCreated.WithLabelValues(pool.Name, metrics.ReasonRepair).Inc()
 	return replacement, nil
 }
 

@@ -48,7 +48,7 @@ func TestNodeNotReadyLongerThanRepairAfterGetsAReplacementAndIsDeleted(t *testin
 	s.g.Expect(s.repairAllowed()).To(And(Not(BeNil()), HaveField("Status", metav1.ConditionTrue), HaveField("Reason", ReasonWithinThreshold)))
 
 	s.g.Expect(valueOf(metrics.NodesRepaired.WithLabelValues(s.pool.Name))).To(Equal(1.0))
-	s.g.Expect(valueOf(metrics.NodeClaimsCreated.WithLabelValues(s.pool.Name, "repair"))).To(Equal(1.0))
+	s.g.Expect(valueOf(metrics.NodeClaimsCreated.WithLabelValues(s.pool.Name, metrics.ReasonRepair))).To(Equal(1.0))
 
 	// The next check makes no second replacement.
 	s.reconcile()
