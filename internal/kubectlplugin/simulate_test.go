@@ -1,0 +1,101 @@
+package kubectlplugin
+
+import (
+	"bytes"
+	"context"
+	"strings"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/claimscale/claimscale/api/v1alpha1"
+	"github.com/claimscale/claimscale/internal/decisions"
+)
+
+// offlineCluster is an empty cluster with one pool of a small and a large
+// shape, as a snapshot holds it.
+func offlineCluster() *Snapshot {
+	quantity := func(s string) *resource.Quantity { q := resource.MustParse(s); return &q }
+	return &Snapshot{
+		Version: snapshotVersion,
+		Offers: []decisions.PoolOffer{{Pool: "general", Shapes: []decisions.OfferShape{
+			{Name: "small", Capacity: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("1"), corev1.ResourceMemory: resource.MustParse("4Gi")}, Price: 0.05},
+			{Name: "large", Capacity: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("4"), corev1.ResourceMemory: resource.MustParse("16Gi")}, Price: 0.2},
+		}}},
+		NodeProviders: []v1alpha1.NodeProvider{{ObjectMeta: metav1.ObjectMeta{Name: "sim"}, Spec: v1alpha1.NodeProviderSpec{Type: v1alpha1.ProviderTypeSimulated}}},
+		NodePools: []v1alpha1.NodePool{{
+			ObjectMeta: metav1.ObjectMeta{Name: "general"},
+			Spec: v1alpha1.NodePoolSpec{
+				ProviderRef: v1alpha1.ProviderReference{Name: "sim"},
+				Shapes: v1alpha1.Shapes{Fixed: []v1alpha1.Shape{
+					{Name: "small", CPU: quantity("1"), Memory: quantity("4Gi"), Price: "0.05"},
+					{Name: "large", CPU: quantity("4"), Memory: quantity("16Gi"), Price: "0.2"},
+				}},
+			},
+		}},
+	}
+}
+
+func TestSimulateDecidesOnPodsAsTheAPIServerStoresThem(t *testing.T) {
+	deployment := func(name string, resources string) string {
+		return `apiVersion: apps/v1
+kind: Deployment
+metadata: {name: ` + name + `}
+spec:
+  replicas: 2
+  selector: {matchLabels: {app: ` + name + `}}
+  template:
+    metadata: {labels: {app: ` + name + `}}
+    spec: {containers: [{name: app, image: x, resources: ` + resources + `}]}
+`
+	}
+	limitRange := corev1.LimitRange{ObjectMeta: metav1.ObjectMeta{Name: "defaults", Namespace: "shop"}, Spec: corev1.LimitRangeSpec{Limits: []corev1.LimitRangeItem{{
+		Type:           corev1.LimitTypeContainer,
+		DefaultRequest: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("2500m")},
+		Default:        corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("3")},
+	}}}}
+	for _, tt := range []struct {
+		name     string
+		manifest string
+		ranges   []corev1.LimitRange
+		want     []string
+	}{{
+		name:     "limits only: the pods request their limits, and take a large node each",
+		manifest: deployment("web", "{limits: {cpu: '3', memory: 1Gi}}"),
+		want:     []string{"general  large  -     2      0.4", "would buy 2 nodes for 0.4/h"},
+	}, {
+		name:     "no resources in a namespace with a LimitRange: its default requests",
+		manifest: deployment("web", "{}"),
+		ranges:   []corev1.LimitRange{limitRange},
+		want:     []string{"general  large  -     2      0.4"},
+	}, {
+		name:     "an extended resource no shape has: pending, as the controller leaves it",
+		manifest: deployment("gpu", "{limits: {nvidia.com/gpu: '1'}}"),
+		want: []string{"would buy no node", "2 pods would stay pending:",
+			`shop/gpu-0: no pool can hold the pod: pool "general": no shape fits the pod and its DaemonSet pods: insufficient nvidia.com/gpu`},
+	}} {
+		t.Run(tt.name, func(t *testing.T) {
+			w, err := readWorkloads([]string{"-"}, strings.NewReader(tt.manifest), "shop")
+			if err != nil {
+				t.Fatal(err)
+			}
+			cluster := offlineCluster()
+			cluster.LimitRanges = tt.ranges
+			report, err := simulate(context.Background(), snapshotReader{cluster}, cluster.Offers, w)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var out bytes.Buffer
+			if err := writeSimulation(&out, report); err != nil {
+				t.Fatal(err)
+			}
+			for _, want := range tt.want {
+				if !strings.Contains(out.String(), want) {
+					t.Errorf("simulate said\n%s\nwant it to contain %q", out.String(), want)
+				}
+			}
+		})
+	}
+}
