@@ -278,12 +278,10 @@ func (v *clusterView) write(w io.Writer, now time.Time) error {
 }
 
 // watchClusterView prints the table, then, as kubectl get -w does, each
-// row again when it changes (its age aside), until the context ends.
-// Claims, nodes and pools are watched; utilisation is read anew then.
+// row again when it changes (its age aside), in the table's columns,
+// until the context ends. Claims, nodes and pools are watched;
+// utilisation is read anew then.
 func watchClusterView(ctx context.Context, kube client.WithWatch, only []string, view *clusterView, w io.Writer) error {
-	if err := view.write(w, time.Now()); err != nil {
-		return err
-	}
 	changes := make(chan struct{}, 1)
 	for _, list := range []client.ObjectList{&v1alpha1.NodeClaimList{}, &v1alpha1.NodePoolList{}, &corev1.NodeList{}} {
 		watcher, err := kube.Watch(ctx, list)
@@ -300,6 +298,16 @@ func watchClusterView(ctx context.Context, kube client.WithWatch, only []string,
 			}
 		}()
 	}
+	keys, shown := view.report(time.Now()).rows()
+	columns := &columns{}
+	columns.fit(tableHeader)
+	for _, key := range keys {
+		columns.fit(shown[key])
+	}
+	columns.print(w, tableHeader)
+	for _, key := range keys {
+		columns.print(w, shown[key])
+	}
 	stable := func(line string) string {
 		// The age column moves by itself; a row is printed again when
 		// something else changed.
@@ -309,7 +317,6 @@ func watchClusterView(ctx context.Context, kube client.WithWatch, only []string,
 		}
 		return strings.Join(fields, "\t")
 	}
-	_, shown := view.report(time.Now()).rows()
 	for {
 		select {
 		case <-ctx.Done():
@@ -324,25 +331,52 @@ func watchClusterView(ctx context.Context, kube client.WithWatch, only []string,
 			return err
 		}
 		keys, lines := next.report(time.Now()).rows()
-		table := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 		for _, key := range keys {
 			if old, ok := shown[key]; !ok || stable(old) != stable(lines[key]) {
-				fmt.Fprintln(table, lines[key])
+				columns.print(w, lines[key])
 			}
 		}
 		for key, old := range shown {
 			if _, ok := lines[key]; !ok && !strings.HasSuffix(key, "/") {
-				// A claim that went: its last row, as gone.
+				// A claim that went: its last row, as deleted.
 				fields := strings.Split(old, "\t")
 				fields[len(fields)-1] = "Deleted"
-				fmt.Fprintln(table, strings.Join(fields, "\t"))
+				columns.print(w, strings.Join(fields, "\t"))
 			}
-		}
-		if err := table.Flush(); err != nil {
-			return err
 		}
 		shown = lines
 	}
+}
+
+// columns are the widths of a table's tab-separated columns, so that rows
+// printed one at a time line up under the header.
+type columns struct{ widths []int }
+
+func (c *columns) fit(line string) {
+	for i, field := range strings.Split(line, "\t") {
+		if i == len(c.widths) {
+			c.widths = append(c.widths, 0)
+		}
+		c.widths[i] = max(c.widths[i], len(field))
+	}
+}
+
+func (c *columns) print(w io.Writer, line string) {
+	fields := strings.Split(line, "\t")
+	var b strings.Builder
+	for i, field := range fields {
+		if i == len(fields)-1 {
+			b.WriteString(field)
+			break
+		}
+		width := len(field)
+		if i < len(c.widths) {
+			width = max(width, c.widths[i])
+		}
+		b.WriteString(field)
+		b.WriteString(strings.Repeat(" ", width-len(field)+2))
+	}
+	fmt.Fprintln(w, strings.TrimRight(b.String(), " "))
 }
 
 // ClaimPhase is the furthest a claim got in its lifecycle, read from its

@@ -379,9 +379,20 @@ func (o *options) nodeVerdictNow(ctx context.Context, endpoint *endpointClient, 
 }
 
 func writeNodeAnswer(w io.Writer, kind, name string, a NodeAnswer, planErr error, now time.Time) error {
+	rounds := func(v *ScaleDownNodeVerdict) bool {
+		// Kept or going: a verdict the controller's rounds record too.
+		return v.Outcome == decisions.NodeKept || v.Outcome == decisions.NodeDisrupting
+	}
 	switch {
 	case a.Record != nil && a.Current:
 		writeNode(w, *a.Record, now)
+		return nil
+	case a.Record != nil && a.Record.Current() && a.Now != nil && rounds(a.Now):
+		// The latest round's record, and a round taken now that decides
+		// otherwise (time has passed, or what the controller remembers of
+		// the node differs from what its objects say): both.
+		writeNode(w, *a.Record, now)
+		fmt.Fprintf(w, "  a round taken now would decide otherwise: %s: %s\n", verdictWords(*a.Now), a.Now.Message)
 		return nil
 	case a.Now != nil:
 		node := a.Now.Node

@@ -133,6 +133,9 @@ func TestWhyPodNamesEachPoolsReason(t *testing.T) {
 		pool.Spec.Template.Labels["gpu-pool"] = "true"
 		pool.Spec.Template.Taints = []corev1.Taint{{Key: "gpu", Value: "true", Effect: corev1.TaintEffectNoSchedule}}
 		pool.Spec.Shapes.Fixed = []v1alpha1.Shape{{Name: "g8", CPU: qty("8"), Memory: qty("32Gi"), Price: "1"}}
+		// At its limit from the start: a pod it could never hold says
+		// that first.
+		pool.Spec.Limits = &v1alpha1.Limits{Nodes: ptr(int32(0))}
 	})
 	t.Cleanup(func() { _ = env.Client.Delete(context.Background(), gpu) })
 
@@ -163,18 +166,21 @@ func TestWhyPodNamesEachPoolsReason(t *testing.T) {
 		pod: "too-big",
 		want: map[string][]string{
 			general.Name: {"TooSmall: no shape fits the pod and its DaemonSet pods: insufficient cpu", "largest shape c4", "requested 32, allocatable 4"},
-			gpu.Name:     {"TooSmall: no shape fits the pod and its DaemonSet pods: insufficient cpu", "largest shape g8", "requested 32, allocatable 8"},
+			gpu.Name: {"TooSmall: no shape fits the pod and its DaemonSet pods: insufficient cpu; and limit nodes=0 reached", "largest shape g8", "requested 32, allocatable 8",
+				"limits:", "nodes:             limit 0, in use 0"},
 		},
 	}, {
 		pod: "no-such-disk",
 		want: map[string][]string{
-			general.Name: {"Filter (plugin NodeAffinity): node(s) didn't match Pod's node affinity/selector"},
-			gpu.Name:     {"Filter (plugin NodeAffinity): node(s) didn't match Pod's node affinity/selector"},
+			general.Name: {"Filter (plugin NodeAffinity): node(s) didn't match Pod's node affinity/selector: it selects disk=ssd, and the pool's nodes have no label disk; they have ",
+				"scenario=" + s.name},
+			gpu.Name: {"Filter (plugin NodeAffinity): node(s) didn't match Pod's node affinity/selector: it selects disk=ssd, and the pool's nodes have no label disk; they have ",
+				"gpu-pool=true"},
 		},
 	}, {
 		pod: "untolerated",
 		want: map[string][]string{
-			general.Name: {"Filter (plugin NodeAffinity)"},
+			general.Name: {"Filter (plugin NodeAffinity): node(s) didn't match Pod's node affinity/selector: it selects gpu-pool=true, and the pool's nodes have no label gpu-pool"},
 			gpu.Name:     {"Filter (plugin TaintToleration): node(s) had untolerated taint {gpu: true}"},
 		},
 	}} {
