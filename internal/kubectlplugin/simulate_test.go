@@ -9,6 +9,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/claimscale/claimscale/api/v1alpha1"
 	"github.com/claimscale/claimscale/internal/decisions"
@@ -97,5 +98,64 @@ spec:
 				}
 			}
 		})
+	}
+}
+
+func TestSimulateSaysWhatADaemonSetCostsOnTheExistingNodes(t *testing.T) {
+	cluster := offlineCluster()
+	node := func(name string) corev1.Node {
+		return corev1.Node{
+			ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{corev1.LabelHostname: name, v1alpha1.LabelNodePool: "general"}},
+			Status: corev1.NodeStatus{
+				Allocatable: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("4"), corev1.ResourceMemory: resource.MustParse("16Gi"), corev1.ResourcePods: resource.MustParse("110")},
+				Conditions:  []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue}},
+			},
+		}
+	}
+	running := func(name, node, cpu string) corev1.Pod {
+		return corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "shop", UID: "uid-" + types.UID(name)},
+			Spec: corev1.PodSpec{NodeName: node, Containers: []corev1.Container{{Name: "app", Resources: corev1.ResourceRequirements{
+				Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse(cpu)}}}}},
+			Status: corev1.PodStatus{Phase: corev1.PodRunning},
+		}
+	}
+	claim := func(node string) v1alpha1.NodeClaim {
+		c := v1alpha1.NodeClaim{ObjectMeta: metav1.ObjectMeta{Name: node}}
+		c.Spec.NodePoolRef.Name = "general"
+		c.Spec.Shape = v1alpha1.ClaimShape{Name: "large", Price: "0.2"}
+		c.Status.NodeName = node
+		return c
+	}
+	cluster.Nodes = []corev1.Node{node("roomy"), node("full")}
+	cluster.Pods = []corev1.Pod{running("a", "roomy", "1"), running("b", "full", "3800m")}
+	cluster.NodeClaims = []v1alpha1.NodeClaim{claim("roomy"), claim("full")}
+	w, err := readWorkloads([]string{"-"}, strings.NewReader(`apiVersion: apps/v1
+kind: DaemonSet
+metadata: {name: agent}
+spec:
+  selector: {matchLabels: {app: agent}}
+  template:
+    metadata: {labels: {app: agent}}
+    spec: {containers: [{name: agent, image: x, resources: {requests: {cpu: 500m}}}]}
+`), "shop")
+	if err != nil {
+		t.Fatal(err)
+	}
+	report, err := simulate(context.Background(), snapshotReader{cluster}, cluster.Offers, w)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out bytes.Buffer
+	if err := writeSimulation(&out, report); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{
+		"DaemonSet shop/agent: a pod (cpu=500m) on each of 2 existing nodes and on every new node it selects, taking 0.025/h of the existing nodes' price",
+		"its pod would stay pending on 1 node without room (a DaemonSet's pod buys no node): full",
+	} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("simulate said\n%s\nwant it to contain %q", out.String(), want)
+		}
 	}
 }
