@@ -159,3 +159,43 @@ spec:
 		}
 	}
 }
+
+func TestSimulatePrintsItsAnswerAsData(t *testing.T) {
+	cluster := offlineCluster()
+	w, err := readWorkloads([]string{"-"}, strings.NewReader(`apiVersion: v1
+kind: Pod
+metadata: {name: web}
+spec: {containers: [{name: app, image: x, resources: {requests: {cpu: '3'}}}]}
+---
+apiVersion: v1
+kind: Service
+metadata: {name: web}
+`), "shop")
+	if err != nil {
+		t.Fatal(err)
+	}
+	report, err := simulate(context.Background(), snapshotReader{cluster}, cluster.Offers, w)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out bytes.Buffer
+	if err := printStructured(&out, "yaml", report); err != nil {
+		t.Fatal(err)
+	}
+	want := `newNodeCount: 1
+newNodes:
+- count: 1
+  pods:
+  - shop/web-0
+  pool: general
+  pricePerHour: 0.2
+  shape: large
+placed: 0
+pricePerHour: 0.2
+skipped:
+- Service web
+`
+	if out.String() != want {
+		t.Errorf("simulate -o yaml printed\n%s\nwant\n%s", out.String(), want)
+	}
+}
