@@ -39,7 +39,7 @@ func newSimulateCommand(o *options) *cobra.Command {
 		Long: `simulate reads the cluster (nodes, pods, pools, claims, DaemonSets, LimitRanges) and what each pool
 can make from the controller, adds the pods of the Deployments, StatefulSets, ReplicaSets, Jobs,
 CronJobs and Pods in the files, as the API server would store them (requests defaulted from limits,
-the namespace's LimitRange defaults), and decides with the controller's own code where they would go:
+the LimitRanges of the cluster and of the files), and decides with the controller's own code where they would go:
 which new nodes (pool, shape, count, hourly cost) and which pods would stay pending, and why. A
 DaemonSet in the files runs on every node it selects: simulate says on how many existing nodes it
 would run, where it would not fit, and what it takes of each node; new nodes are sized with it.
@@ -213,7 +213,7 @@ func simulate(ctx context.Context, kube client.Reader, offers []decisions.PoolOf
 			if err := kube.List(ctx, &list, client.InNamespace(pod.Namespace)); err != nil {
 				return nil, fmt.Errorf("listing the LimitRanges of namespace %s: %w", pod.Namespace, err)
 			}
-			for _, lr := range list.Items {
+			for _, lr := range append(list.Items, w.limitRanges...) {
 				if lr.Namespace == pod.Namespace {
 					ranges = append(ranges, lr)
 				}

@@ -72,6 +72,15 @@ spec:
 		ranges:   []corev1.LimitRange{limitRange},
 		want:     []string{"general  large  -     2      0.4"},
 	}, {
+		name: "a LimitRange in the files applies to their pods, as if applied together",
+		manifest: `apiVersion: v1
+kind: LimitRange
+metadata: {name: defaults}
+spec: {limits: [{type: Container, defaultRequest: {cpu: 2500m}}]}
+---
+` + deployment("web", "{}"),
+		want: []string{"general  large  -     2      0.4"},
+	}, {
 		name:     "an extended resource no shape has: pending, as the controller leaves it",
 		manifest: deployment("gpu", "{limits: {nvidia.com/gpu: '1'}}"),
 		want: []string{"would buy no node", "2 pods would stay pending:",

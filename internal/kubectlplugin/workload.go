@@ -26,6 +26,9 @@ import (
 type workload struct {
 	pods       []*corev1.Pod
 	daemonSets []*appsv1.DaemonSet
+	// limitRanges of the files apply to their namespace's pods, with the
+	// cluster's, as if applied together.
+	limitRanges []corev1.LimitRange
 	// skipped names the objects that make no pods (a Service, a
 	// ConfigMap, a Namespace), so that the user sees they were read.
 	skipped []string
@@ -170,6 +173,15 @@ func (w *workload) add(source string, object *unstructured.Unstructured, namespa
 			o.UID = types.UID("simulated-" + o.Namespace + "-" + o.Name)
 		}
 		w.daemonSets = append(w.daemonSets, &o)
+	case "LimitRange":
+		var o corev1.LimitRange
+		if err := into(&o); err != nil {
+			return err
+		}
+		if o.Namespace == "" {
+			o.Namespace = namespace
+		}
+		w.limitRanges = append(w.limitRanges, o)
 	default:
 		what := gvk.Kind
 		if name := object.GetName(); name != "" {
