@@ -88,7 +88,8 @@ lint-chart: ## helm lint the chart with its default and externalgrpc values.
 
 .PHONY: test
 test: verify tools lint-chart ## Run every test: generated code, chart lint, unit, envtest and end-to-end.
-	go test $(GO_TEST_FLAGS) -timeout 30m ./...
+	go test $(GO_TEST_FLAGS) -timeout 30m ./... 2>&1 | tee $(BIN)/test.log
+	@hack/slowest-tests.sh $(BIN)/test.log > $(BIN)/test-times.txt
 
 .PHONY: bench
 bench: ## Run the benchmarks.

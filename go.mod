@@ -32,8 +32,10 @@ require (
 )
 
 require (
+	github.com/distribution/reference v0.6.0 // indirect
 	github.com/kylelemons/godebug v1.1.0 // indirect
 	github.com/moby/spdystream v0.5.1 // indirect
+	github.com/opencontainers/go-digest v1.0.0 // indirect
 )
 
 require (

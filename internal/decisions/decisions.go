@@ -84,7 +84,16 @@ type NodeRecord struct {
 	// Reason is one of the NodeReason values.
 	Reason  string `json:"reason"`
 	Message string `json:"message"`
+	// LatestRound is when the latest disruption round that recorded any
+	// node decided, set when the record is served: a record older than it
+	// is one a later round did not repeat, because it no longer looked at
+	// the node or found nothing to say.
+	LatestRound time.Time `json:"latestRound,omitempty"`
 }
+
+// Current reports whether the record is from the latest round that
+// recorded anything.
+func (r NodeRecord) Current() bool { return !r.Time.Before(r.LatestRound) }
 
 // Node outcomes.
 const (
@@ -133,6 +142,9 @@ type Store struct {
 	pods   recent[PodRecord]
 	nodes  recent[NodeRecord]
 	offers map[string]PoolOffer
+	// latestNodeRound is the time of the newest node record: a round
+	// records its nodes with the round's time.
+	latestNodeRound time.Time
 }
 
 // EventNote marks an event's note as a dry-run controller's, which decided
@@ -174,6 +186,9 @@ func (s *Store) RecordNode(record NodeRecord) {
 	record.DryRun = s.DryRun
 	s.mu.Lock()
 	s.nodes.put(record.Node, record, s.max())
+	if record.Time.After(s.latestNodeRound) {
+		s.latestNodeRound = record.Time
+	}
 	s.mu.Unlock()
 	NodeDecisions.WithLabelValues(record.Outcome, record.Reason, dryRunLabel(s.DryRun)).Inc()
 }
@@ -190,6 +205,7 @@ func (s *Store) Node(name string) (NodeRecord, bool) {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	if r, ok := s.nodes.get(name); ok {
+		r.LatestRound = s.latestNodeRound
 		return r, true
 	}
 	var byClaim NodeRecord
@@ -200,6 +216,7 @@ func (s *Store) Node(name string) (NodeRecord, bool) {
 		}
 		return !found
 	})
+	byClaim.LatestRound = s.latestNodeRound
 	return byClaim, found
 }
 
@@ -219,7 +236,7 @@ func (s *Store) Pods() []PodRecord {
 func (s *Store) Nodes() []NodeRecord {
 	s.mu.RLock()
 	out := make([]NodeRecord, 0, s.nodes.len())
-	s.nodes.each(func(r NodeRecord) bool { out = append(out, r); return true })
+	s.nodes.each(func(r NodeRecord) bool { r.LatestRound = s.latestNodeRound; out = append(out, r); return true })
 	s.mu.RUnlock()
 	sort.Slice(out, func(i, j int) bool { return out[i].Node < out[j].Node })
 	return out

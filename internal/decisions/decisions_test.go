@@ -95,3 +95,19 @@ func TestHandlerServesRecordsReadOnly(t *testing.T) {
 		t.Fatalf("POST answered %d", response.StatusCode)
 	}
 }
+
+func TestANodeRecordALaterRoundDidNotRepeatIsNotCurrent(t *testing.T) {
+	store := &Store{}
+	start := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	store.RecordNode(NodeRecord{Node: "n1", NodeClaim: "c1", Time: start, Outcome: NodeKept, Reason: NodeReasonConsolidateAfter})
+	if r, _ := store.Node("n1"); !r.Current() {
+		t.Fatalf("the only round's record %+v is not current", r)
+	}
+	store.RecordNode(NodeRecord{Node: "n2", NodeClaim: "c2", Time: start.Add(time.Minute), Outcome: NodeKept, Reason: NodeReasonPDB})
+	for name, current := range map[string]bool{"n1": false, "c1": false, "n2": true} {
+		r, ok := store.Node(name)
+		if !ok || r.Current() != current || !r.LatestRound.Equal(start.Add(time.Minute)) {
+			t.Errorf("record of %s: %+v (current %v), want current %v", name, r, r.Current(), current)
+		}
+	}
+}

@@ -15,6 +15,16 @@ import (
 	"k8s.io/client-go/rest"
 )
 
+// How long the controller's metrics server caches the API server's
+// answers to its SubjectAccessReviews (controller-runtime's
+// filters.WithAuthenticationAndAuthorization, the delegating authorizer's
+// defaults) and TokenReviews: a user who was just bound is still refused
+// for up to the first, one just unbound still served for up to the second.
+const (
+	accessCacheRefused = "30s"
+	accessCacheGranted = "5m"
+)
+
 // errNotFound is the endpoint's 404: no decision recorded.
 var errNotFound = errors.New("not found")
 
@@ -139,7 +149,9 @@ func (c *endpointClient) get(ctx context.Context, path string, out any) error {
 	case http.StatusNotFound:
 		return errNotFound
 	case http.StatusUnauthorized, http.StatusForbidden:
-		return fmt.Errorf("the controller refused the request (%s): bind the claimscale-decisions-reader ClusterRole (and, in the controller's namespace, its Role) to your user", resp.Status)
+		return fmt.Errorf("the controller refused the request (%s): bind the claimscale-decisions-reader ClusterRole (and, in the controller's namespace, its Role) to your user; "+
+			"the controller caches each answer of the API server about a caller, a refusal for %s and a grant for %s, so a new binding takes effect within %s and a removed one within %s",
+			resp.Status, accessCacheRefused, accessCacheGranted, accessCacheRefused, accessCacheGranted)
 	default:
 		return fmt.Errorf("reading decisions from %s: %s: %s", c.base.Host, resp.Status, strings.TrimSpace(string(body)))
 	}

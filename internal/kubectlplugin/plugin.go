@@ -4,9 +4,14 @@
 package kubectlplugin
 
 import (
+	"fmt"
+	"runtime"
+
 	"github.com/spf13/cobra"
 	"k8s.io/cli-runtime/pkg/genericclioptions"
 	"k8s.io/cli-runtime/pkg/genericiooptions"
+
+	"github.com/claimscale/claimscale/internal/version"
 )
 
 // options are the flags every subcommand shares.
@@ -33,6 +38,7 @@ func NewCommand(streams genericiooptions.IOStreams) *cobra.Command {
 	o := &options{streams: streams, config: genericclioptions.NewConfigFlags(true)}
 	root := &cobra.Command{
 		Use:           "kubectl-claimscale",
+		Version:       version.Version,
 		Short:         "Ask claimscale why it decided what it did",
 		SilenceUsage:  true,
 		SilenceErrors: false,
@@ -47,6 +53,29 @@ func NewCommand(streams genericiooptions.IOStreams) *cobra.Command {
 	flags.Int32Var(&o.controllerPort, "controller-port", 0, "the controller pod's metrics port (default: its port named metrics, else 8443)")
 	flags.StringVar(&o.endpointCA, "endpoint-ca", "", "CA file (PEM) that signed the endpoint's certificate")
 	flags.BoolVar(&o.insecureEndpoint, "insecure-skip-endpoint-verify", false, "do not verify the endpoint's certificate (the controller's default one is self-signed)")
-	root.AddCommand(newWhyCommand(o), newGetCommand(o), newSimulateCommand(o), newSnapshotCommand(o))
+	root.AddCommand(newWhyCommand(o), newGetCommand(o), newSimulateCommand(o), newSnapshotCommand(o), newVersionCommand(o))
 	return root
+}
+
+func newVersionCommand(o *options) *cobra.Command {
+	var output string
+	cmd := &cobra.Command{
+		Use:   "version",
+		Short: "Print the plugin's version",
+		Args:  cobra.NoArgs,
+		RunE: func(*cobra.Command, []string) error {
+			if err := checkOutput(output); err != nil {
+				return err
+			}
+			if output != "" {
+				return printStructured(o.streams.Out, output, map[string]string{
+					"version": version.Version, "commit": version.Commit, "goVersion": runtime.Version(),
+				})
+			}
+			_, err := fmt.Fprintf(o.streams.Out, "kubectl-claimscale %s (commit %s, %s)\n", version.Version, version.Commit, runtime.Version())
+			return err
+		},
+	}
+	addOutputFlag(cmd, &output)
+	return cmd
 }

@@ -36,6 +36,9 @@ type Snapshot struct {
 	DaemonSets    []appsv1.DaemonSet      `json:"daemonSets"`
 	// PodDisruptionBudgets hold nodes back in simulate --scale-down.
 	PodDisruptionBudgets []policyv1.PodDisruptionBudget `json:"podDisruptionBudgets,omitempty"`
+	// LimitRanges default and bound the requests of a workload's pods in
+	// simulate -f.
+	LimitRanges []corev1.LimitRange `json:"limitRanges,omitempty"`
 }
 
 func newSnapshotCommand(o *options) *cobra.Command {
@@ -75,7 +78,8 @@ func takeSnapshot(ctx context.Context, kube client.Reader, s *Snapshot) error {
 	var pods corev1.PodList
 	var daemonSets appsv1.DaemonSetList
 	var budgets policyv1.PodDisruptionBudgetList
-	for _, list := range []client.ObjectList{&pools, &providers, &claims, &nodes, &pods, &daemonSets, &budgets} {
+	var limitRanges corev1.LimitRangeList
+	for _, list := range []client.ObjectList{&pools, &providers, &claims, &nodes, &pods, &daemonSets, &budgets, &limitRanges} {
 		if err := kube.List(ctx, list); err != nil {
 			return fmt.Errorf("listing %T: %w", list, err)
 		}
@@ -91,6 +95,11 @@ func takeSnapshot(ctx context.Context, kube client.Reader, s *Snapshot) error {
 		budget := budgets.Items[i]
 		budget.ManagedFields, budget.Annotations = nil, nil
 		s.PodDisruptionBudgets = append(s.PodDisruptionBudgets, budget)
+	}
+	for i := range limitRanges.Items {
+		lr := limitRanges.Items[i]
+		lr.ManagedFields, lr.Annotations = nil, nil
+		s.LimitRanges = append(s.LimitRanges, lr)
 	}
 	for i := range daemonSets.Items {
 		ds := daemonSets.Items[i]
@@ -181,8 +190,16 @@ func (r snapshotReader) Get(_ context.Context, key client.ObjectKey, object clie
 	return fmt.Errorf("%T %s is not in the snapshot", object, key)
 }
 
-func (r snapshotReader) List(_ context.Context, list client.ObjectList, _ ...client.ListOption) error {
+func (r snapshotReader) List(_ context.Context, list client.ObjectList, opts ...client.ListOption) error {
+	var listOptions client.ListOptions
+	listOptions.ApplyOptions(opts)
 	switch l := list.(type) {
+	case *corev1.LimitRangeList:
+		for _, lr := range r.s.LimitRanges {
+			if listOptions.Namespace == "" || lr.Namespace == listOptions.Namespace {
+				l.Items = append(l.Items, lr)
+			}
+		}
 	case *v1alpha1.NodePoolList:
 		l.Items = append([]v1alpha1.NodePool(nil), r.s.NodePools...)
 	case *v1alpha1.NodeProviderList:

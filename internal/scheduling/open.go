@@ -42,7 +42,11 @@ func (r *round) options(cls *podClass) ([]option, map[*poolState]PoolRefusal, er
 			continue
 		}
 		if p.limNodes >= 0 && p.used.nodes+1 > p.limNodes {
-			reasons[p] = nodeLimitRefusal(p)
+			why, err := r.atNodeLimit(cls, p)
+			if err != nil {
+				return nil, nil, err
+			}
+			reasons[p] = why
 			continue
 		}
 		bc, bm := p.budget(vec{})
@@ -196,15 +200,6 @@ func insufficient(p *poolState, cls *podClass, need vec, pods int64, si *shapeIn
 		Pool: p.name, Kind: RefusalTooSmall, Shape: si.shape.Name,
 		Message:   fmt.Sprintf("no shape fits the pod and its DaemonSet pods: insufficient %s", strings.Join(short, ", ")),
 		Requested: requested, Available: resourcesOf(si.alloc, si.allocPods),
-	}
-}
-
-// nodeLimitRefusal: one more node would pass the pool's node limit.
-func nodeLimitRefusal(p *poolState) PoolRefusal {
-	return PoolRefusal{
-		Pool: p.name, Kind: RefusalLimit, Message: fmt.Sprintf("limit nodes=%d reached", p.limNodes),
-		Limits: corev1.ResourceList{corev1.ResourcePods: *resource.NewQuantity(p.limNodes, resource.DecimalSI)},
-		InUse:  corev1.ResourceList{corev1.ResourcePods: *resource.NewQuantity(p.used.nodes, resource.DecimalSI)},
 	}
 }
 

@@ -35,8 +35,9 @@ import (
 type Options struct {
 	// ControllerManager starts kube-controller-manager with the controllers
 	// a workload needs without kubelets: deployments, replicasets,
-	// daemonsets, disruption (PDB status), garbage collection; and the
-	// kubelet TLS bootstrap's CSR approval and signing.
+	// daemonsets, disruption (PDB status), garbage collection; the
+	// kubelet TLS bootstrap's CSR approval and signing; and the
+	// aggregation of ClusterRoles (view, edit, admin).
 	ControllerManager bool
 	// Scheduler starts kube-scheduler.
 	Scheduler bool
@@ -214,7 +215,7 @@ func (e *Environment) startExtras(opts Options, binDir string) error {
 	if opts.ControllerManager {
 		args := append([]string{
 			"--controllers=deployment-controller,replicaset-controller,daemonset-controller,disruption-controller,garbage-collector-controller,statefulset-controller,job-controller," +
-				"certificatesigningrequest-approving-controller,certificatesigningrequest-signing-controller",
+				"certificatesigningrequest-approving-controller,certificatesigningrequest-signing-controller,clusterrole-aggregation-controller",
 			"--cluster-signing-cert-file=" + e.clientCA.certPath(),
 			"--cluster-signing-key-file=" + e.clientCA.keyPath(),
 			"--use-service-account-credentials=false",

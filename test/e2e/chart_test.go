@@ -67,7 +67,7 @@ func TestChartInstallsAndItsRBACIsEnough(t *testing.T) {
 		t.Cleanup(func() { _ = env.Client.Delete(context.Background(), object) })
 	}
 	g.Expect(kinds).To(HaveKeyWithValue("Deployment", 1))
-	g.Expect(kinds).To(HaveKeyWithValue("ClusterRole", 4), "the controller's, the simulated provider's, the metrics reader's and the decisions reader's")
+	g.Expect(kinds).To(HaveKeyWithValue("ClusterRole", 10), "the controller's, the simulated provider's, the metrics reader's and the decisions reader's, and the six for people (view, edit, one per plugin command)")
 
 	serviceAccount := rest.CopyConfig(env.Config)
 	serviceAccount.Impersonate = rest.ImpersonationConfig{
@@ -184,8 +184,10 @@ func TestKustomizeInstallIsAccepted(t *testing.T) {
 	// (cluster-info) and kube-node-lease (heartbeats, for repair); a
 	// binding to kube-system's extension-apiserver-authentication-reader
 	// (the client CA) and the decisions reader's Role (port-forward).
+	// ClusterRoles: the controller's, the decisions reader's, and the six
+	// for people (view, edit, one per plugin command).
 	g.Expect(kinds).To(Equal(map[string]int{
-		"CustomResourceDefinition": 3, "Namespace": 1, "ServiceAccount": 1, "ClusterRole": 2, "ClusterRoleBinding": 3,
+		"CustomResourceDefinition": 3, "Namespace": 1, "ServiceAccount": 1, "ClusterRole": 8, "ClusterRoleBinding": 3,
 		"Role": 5, "RoleBinding": 8, "Deployment": 1, "Service": 1,
 	}))
 }

@@ -3,6 +3,7 @@ package e2e
 import (
 	"bytes"
 	"context"
+	"io"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -39,13 +40,23 @@ type claimscaleCLI struct {
 
 func newClaimscaleCLI(ctx context.Context, t *testing.T, endpoint string) *claimscaleCLI {
 	t.Helper()
+	return newClaimscaleCLIAs(ctx, t, endpoint, "cluster-admin")
+}
+
+// newClaimscaleCLIAs is newClaimscaleCLI for a user who is bound to
+// clusterRole instead of cluster-admin, besides the decisions reader role.
+func newClaimscaleCLIAs(ctx context.Context, t *testing.T, endpoint, clusterRole string) *claimscaleCLI {
+	t.Helper()
 	clientset, err := kubernetes.NewForConfig(env.Config)
 	if err != nil {
 		t.Fatal(err)
 	}
 	account := "decisions-reader-" + strings.ToLower(strings.ReplaceAll(t.Name(), "_", "-"))
+	if clusterRole != "cluster-admin" {
+		account = strings.ReplaceAll(clusterRole, ":", "-") + "-" + strings.ToLower(strings.ReplaceAll(t.Name(), "_", "-"))
+	}
 	if len(account) > 60 {
-		account = account[:60]
+		account = strings.TrimRight(account[:60], "-")
 	}
 	token := serviceAccountToken(ctx, t, clientset, account)
 	role := &rbacv1.ClusterRole{
@@ -63,10 +74,11 @@ func newClaimscaleCLI(ctx context.Context, t *testing.T, endpoint string) *claim
 		t.Fatal(err)
 	}
 	// get and simulate list nodes, pods, DaemonSets and claimscale.io
-	// objects with the caller's credentials; here an administrator's.
+	// objects with the caller's credentials; by default an
+	// administrator's.
 	viewer := &rbacv1.ClusterRoleBinding{
 		ObjectMeta: metav1.ObjectMeta{Name: account + "-view"},
-		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "cluster-admin"},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: clusterRole},
 		Subjects:   []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: account, Namespace: controllerNamespace}},
 	}
 	if err := env.Client.Create(ctx, viewer); err != nil {
@@ -78,11 +90,22 @@ func newClaimscaleCLI(ctx context.Context, t *testing.T, endpoint string) *claim
 
 // run returns what the command printed, and its error.
 func (c *claimscaleCLI) run(args ...string) (string, error) {
-	var out, errOut bytes.Buffer
-	cmd := kubectlplugin.NewCommand(genericiooptions.IOStreams{In: &bytes.Buffer{}, Out: &out, ErrOut: &errOut})
-	cmd.SetArgs(append(args, "--kubeconfig", c.kubeconfig, "--endpoint", c.endpoint, "--insecure-skip-endpoint-verify"))
-	err := cmd.Execute()
+	return c.runWithInput("", args...)
+}
+
+// runWithInput runs the command with stdin.
+func (c *claimscaleCLI) runWithInput(stdin string, args ...string) (string, error) {
+	var out bytes.Buffer
+	err := c.runContext(context.Background(), strings.NewReader(stdin), &out, args...)
 	return out.String(), err
+}
+
+// runContext runs the command until it ends or ctx does, printing to out.
+func (c *claimscaleCLI) runContext(ctx context.Context, in io.Reader, out io.Writer, args ...string) error {
+	var errOut bytes.Buffer
+	cmd := kubectlplugin.NewCommand(genericiooptions.IOStreams{In: in, Out: out, ErrOut: &errOut})
+	cmd.SetArgs(append(args, "--kubeconfig", c.kubeconfig, "--endpoint", c.endpoint, "--insecure-skip-endpoint-verify"))
+	return cmd.ExecuteContext(ctx)
 }
 
 // why runs `why`, failing the poll (not the test) on an error: the
@@ -110,6 +133,9 @@ func TestWhyPodNamesEachPoolsReason(t *testing.T) {
 		pool.Spec.Template.Labels["gpu-pool"] = "true"
 		pool.Spec.Template.Taints = []corev1.Taint{{Key: "gpu", Value: "true", Effect: corev1.TaintEffectNoSchedule}}
 		pool.Spec.Shapes.Fixed = []v1alpha1.Shape{{Name: "g8", CPU: qty("8"), Memory: qty("32Gi"), Price: "1"}}
+		// At its limit from the start: a pod it could never hold says
+		// that first.
+		pool.Spec.Limits = &v1alpha1.Limits{Nodes: ptr(int32(0))}
 	})
 	t.Cleanup(func() { _ = env.Client.Delete(context.Background(), gpu) })
 
@@ -140,18 +166,21 @@ func TestWhyPodNamesEachPoolsReason(t *testing.T) {
 		pod: "too-big",
 		want: map[string][]string{
 			general.Name: {"TooSmall: no shape fits the pod and its DaemonSet pods: insufficient cpu", "largest shape c4", "requested 32, allocatable 4"},
-			gpu.Name:     {"TooSmall: no shape fits the pod and its DaemonSet pods: insufficient cpu", "largest shape g8", "requested 32, allocatable 8"},
+			gpu.Name: {"TooSmall: no shape fits the pod and its DaemonSet pods: insufficient cpu; and limit nodes=0 reached", "largest shape g8", "requested 32, allocatable 8",
+				"limits:", "nodes:             limit 0, in use 0"},
 		},
 	}, {
 		pod: "no-such-disk",
 		want: map[string][]string{
-			general.Name: {"Filter (plugin NodeAffinity): node(s) didn't match Pod's node affinity/selector"},
-			gpu.Name:     {"Filter (plugin NodeAffinity): node(s) didn't match Pod's node affinity/selector"},
+			general.Name: {"Filter (plugin NodeAffinity): node(s) didn't match Pod's node affinity/selector: it selects disk=ssd, and the pool's nodes have no label disk; they have ",
+				"scenario=" + s.name},
+			gpu.Name: {"Filter (plugin NodeAffinity): node(s) didn't match Pod's node affinity/selector: it selects disk=ssd, and the pool's nodes have no label disk; they have ",
+				"gpu-pool=true"},
 		},
 	}, {
 		pod: "untolerated",
 		want: map[string][]string{
-			general.Name: {"Filter (plugin NodeAffinity)"},
+			general.Name: {"Filter (plugin NodeAffinity): node(s) didn't match Pod's node affinity/selector: it selects gpu-pool=true, and the pool's nodes have no label gpu-pool"},
 			gpu.Name:     {"Filter (plugin TaintToleration): node(s) had untolerated taint {gpu: true}"},
 		},
 	}} {

@@ -1,0 +1,236 @@
+package kubectlplugin
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+
+	appsv1 "k8s.io/api/apps/v1"
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+)
+
+// workload is what the files given to simulate -f would add to the
+// cluster: the pods their controllers would make, pending, and the
+// DaemonSets, which follow nodes instead.
+type workload struct {
+	pods       []*corev1.Pod
+	daemonSets []*appsv1.DaemonSet
+	// limitRanges of the files apply to their namespace's pods, with the
+	// cluster's, as if applied together.
+	limitRanges []corev1.LimitRange
+	// skipped names the objects that make no pods (a Service, a
+	// ConfigMap, a Namespace), so that the user sees they were read.
+	skipped []string
+}
+
+// readWorkloads reads every path, as kubectl apply -f does: a file, a
+// directory's .yaml, .yml and .json files (not its subdirectories), or
+// "-" for stdin. Each may hold many documents, and `kind: List`.
+func readWorkloads(paths []string, stdin io.Reader, namespace string) (*workload, error) {
+	w := &workload{}
+	for _, path := range paths {
+		if path == "-" {
+			data, err := io.ReadAll(stdin)
+			if err != nil {
+				return nil, fmt.Errorf("reading stdin: %w", err)
+			}
+			if err := w.read("stdin", data, namespace); err != nil {
+				return nil, err
+			}
+			continue
+		}
+		info, err := os.Stat(path)
+		if err != nil {
+			return nil, fmt.Errorf("reading %s: %w", path, err)
+		}
+		files := []string{path}
+		if info.IsDir() {
+			entries, err := os.ReadDir(path)
+			if err != nil {
+				return nil, fmt.Errorf("reading %s: %w", path, err)
+			}
+			files = files[:0]
+			for _, entry := range entries {
+				switch filepath.Ext(entry.Name()) {
+				case ".yaml", ".yml", ".json":
+					if !entry.IsDir() {
+						files = append(files, filepath.Join(path, entry.Name()))
+					}
+				}
+			}
+			if len(files) == 0 {
+				return nil, fmt.Errorf("%s: no .yaml, .yml or .json file in the directory", path)
+			}
+		}
+		for _, file := range files {
+			data, err := os.ReadFile(file)
+			if err != nil {
+				return nil, fmt.Errorf("reading %s: %w", file, err)
+			}
+			if err := w.read(file, data, namespace); err != nil {
+				return nil, err
+			}
+		}
+	}
+	return w, nil
+}
+
+// read adds the objects of one file's documents.
+func (w *workload) read(source string, data []byte, namespace string) error {
+	decoder := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(data), 4096)
+	for {
+		object := map[string]any{}
+		if err := decoder.Decode(&object); err != nil {
+			if errors.Is(err, io.EOF) {
+				return nil
+			}
+			return fmt.Errorf("decoding %s: %w", source, err)
+		}
+		if len(object) == 0 {
+			continue
+		}
+		if err := w.add(source, &unstructured.Unstructured{Object: object}, namespace); err != nil {
+			return err
+		}
+	}
+}
+
+// add turns one object into the pods it makes, or notes it as skipped.
+func (w *workload) add(source string, object *unstructured.Unstructured, namespace string) error {
+	gvk := object.GroupVersionKind()
+	if gvk.Kind == "" {
+		return fmt.Errorf("%s: an object without a kind", source)
+	}
+	if object.IsList() {
+		return object.EachListItem(func(item runtime.Object) error {
+			return w.add(source, item.(*unstructured.Unstructured), namespace)
+		})
+	}
+	into := func(typed any) error {
+		if err := runtime.DefaultUnstructuredConverter.FromUnstructured(object.Object, typed); err != nil {
+			return fmt.Errorf("%s: decoding %s %s: %w", source, gvk.Kind, object.GetName(), err)
+		}
+		return nil
+	}
+	switch gvk.GroupKind().String() {
+	case "Deployment.apps":
+		var o appsv1.Deployment
+		if err := into(&o); err != nil {
+			return err
+		}
+		w.pods = append(w.pods, podsOf(o.ObjectMeta, namespace, o.Spec.Template, replicas(o.Spec.Replicas))...)
+	case "StatefulSet.apps":
+		var o appsv1.StatefulSet
+		if err := into(&o); err != nil {
+			return err
+		}
+		w.pods = append(w.pods, podsOf(o.ObjectMeta, namespace, o.Spec.Template, replicas(o.Spec.Replicas))...)
+	case "ReplicaSet.apps":
+		var o appsv1.ReplicaSet
+		if err := into(&o); err != nil {
+			return err
+		}
+		w.pods = append(w.pods, podsOf(o.ObjectMeta, namespace, o.Spec.Template, replicas(o.Spec.Replicas))...)
+	case "Job.batch":
+		var o batchv1.Job
+		if err := into(&o); err != nil {
+			return err
+		}
+		w.pods = append(w.pods, podsOf(o.ObjectMeta, namespace, o.Spec.Template, replicas(o.Spec.Parallelism))...)
+	case "CronJob.batch":
+		// One run's pods: the runs of a schedule come one at a time.
+		var o batchv1.CronJob
+		if err := into(&o); err != nil {
+			return err
+		}
+		w.pods = append(w.pods, podsOf(o.ObjectMeta, namespace, o.Spec.JobTemplate.Spec.Template, replicas(o.Spec.JobTemplate.Spec.Parallelism))...)
+	case "Pod":
+		var o corev1.Pod
+		if err := into(&o); err != nil {
+			return err
+		}
+		w.pods = append(w.pods, podsOf(o.ObjectMeta, namespace, corev1.PodTemplateSpec{ObjectMeta: o.ObjectMeta, Spec: o.Spec}, 1)...)
+	case "DaemonSet.apps":
+		var o appsv1.DaemonSet
+		if err := into(&o); err != nil {
+			return err
+		}
+		if o.Namespace == "" {
+			o.Namespace = namespace
+		}
+		if o.UID == "" {
+			o.UID = types.UID("simulated-" + o.Namespace + "-" + o.Name)
+		}
+		w.daemonSets = append(w.daemonSets, &o)
+	case "LimitRange":
+		var o corev1.LimitRange
+		if err := into(&o); err != nil {
+			return err
+		}
+		if o.Namespace == "" {
+			o.Namespace = namespace
+		}
+		w.limitRanges = append(w.limitRanges, o)
+	default:
+		what := gvk.Kind
+		if name := object.GetName(); name != "" {
+			what += " " + name
+		}
+		w.skipped = append(w.skipped, what)
+	}
+	return nil
+}
+
+// skippedNote says which objects of the files make no pods, in one line.
+func (w *workload) skippedNote() string {
+	if len(w.skipped) == 0 {
+		return ""
+	}
+	skipped := append([]string(nil), w.skipped...)
+	sort.Strings(skipped)
+	return fmt.Sprintf("skipped %d %s that make no pods: %s", len(skipped), plural(len(skipped), "object", "objects"), strings.Join(skipped, ", "))
+}
+
+func replicas(n *int32) int {
+	if n == nil {
+		return 1
+	}
+	return int(*n)
+}
+
+// podsOf makes n pending pods of a template, named after their owner.
+func podsOf(owner metav1.ObjectMeta, namespace string, template corev1.PodTemplateSpec, n int) []*corev1.Pod {
+	if owner.Namespace != "" {
+		namespace = owner.Namespace
+	}
+	pods := make([]*corev1.Pod, 0, n)
+	for i := range n {
+		pod := &corev1.Pod{ObjectMeta: *template.ObjectMeta.DeepCopy(), Spec: *template.Spec.DeepCopy()}
+		pod.Name = fmt.Sprintf("%s-%d", owner.Name, i)
+		pod.Namespace = namespace
+		pod.UID = types.UID("simulated-" + pod.Namespace + "-" + pod.Name)
+		pod.Status.Phase = corev1.PodPending
+		pod.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodScheduled, Status: corev1.ConditionFalse, Reason: corev1.PodReasonUnschedulable}}
+		pods = append(pods, pod)
+	}
+	return pods
+}
+
+// plural picks the word for n things.
+func plural(n int, one, many string) string {
+	if n == 1 {
+		return one
+	}
+	return many
+}

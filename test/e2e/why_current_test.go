@@ -1,0 +1,121 @@
+package e2e
+
+import (
+	"context"
+	"encoding/json"
+	"strings"
+	"testing"
+	"time"
+
+	. "github.com/onsi/gomega"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/claimscale/claimscale/api/v1alpha1"
+	"github.com/claimscale/claimscale/internal/kubectlplugin"
+)
+
+// why answers what is true now: a pod that never existed is not found, one
+// that is gone says so with its last decision, and a node whose last
+// record a later round no longer repeats (it emptied out, then took pods
+// in a pool that consolidates only empty nodes) is answered as a round
+// would decide it now, not with a frozen "(… left)". get and why speak
+// kubectl: KIND NAME, pods -A, --pool, -w, -o json.
+func TestWhyAndGetAnswerWhatIsTrueNow(t *testing.T) {
+	address := freeLocalAddress(t)
+	startOperator(t, operatorOptions{metricsAddress: address})
+	s := newScenario(t, "why-now")
+	defer s.cleanup()
+	cli := newClaimscaleCLI(s.ctx, t, address)
+	s.createProvider(v1alpha1.SimulatedSettings{})
+	s.createPool(func(pool *v1alpha1.NodePool) {
+		pool.Spec.Disruption.ConsolidateAfter.Duration = time.Hour
+	})
+
+	s.g.Eventually(func() error {
+		_, err := cli.run("why", "pod", "never-was", "-n", s.namespace)
+		return err
+	}).Should(MatchError(ContainSubstring("pod %s/never-was not found", s.namespace)), "once the controller's endpoint answers")
+
+	// A pod no shape holds is pending with a record; why pods -A lists it.
+	huge := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "huge", Namespace: s.namespace},
+		Spec: corev1.PodSpec{
+			NodeSelector: map[string]string{"scenario": s.name},
+			Containers: []corev1.Container{{Name: "app", Image: "registry.example/app:1", Resources: corev1.ResourceRequirements{
+				Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("32")},
+			}}},
+		},
+	}
+	s.g.Expect(env.Client.Create(s.ctx, huge)).To(Succeed())
+	var pending string
+	s.g.Eventually(func(g Gomega) {
+		var err error
+		pending, err = cli.run("why", "pods", "-A")
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(pending).To(MatchRegexp(`(?m)^%s\s+huge\s+\S+\s+\S+ ago\s+Unschedulable\s+pool "%s": no shape fits`, s.namespace, s.name))
+	}).Should(Succeed())
+	t.Logf("kubectl claimscale why pods -A:\n%s", pending)
+	out, err := cli.run("why", "pod", "huge", "-n", s.namespace, "-o", "json")
+	s.g.Expect(err).NotTo(HaveOccurred())
+	var answer kubectlplugin.PodAnswer
+	s.g.Expect(json.Unmarshal([]byte(out), &answer)).To(Succeed(), out)
+	s.g.Expect(answer.Exists).To(BeTrue())
+	s.g.Expect(answer.Record.Pools[0].Kind).To(Equal("TooSmall"))
+
+	s.g.Expect(env.Client.Delete(s.ctx, huge)).To(Succeed())
+	s.g.Eventually(func(g Gomega) {
+		out = cli.why(g, "pod/huge", "-n", s.namespace)
+		g.Expect(out).To(HavePrefix("pod %s/huge is gone; the last decision about it:\npod %s/huge: Unschedulable", s.namespace, s.namespace))
+	}).Should(Succeed())
+	t.Logf("kubectl claimscale why pod/huge (deleted):\n%s", out)
+
+	// get -w prints the booting claim with its shape and price, then its
+	// row again as it changes.
+	watchCtx, stopWatch := context.WithCancel(s.ctx)
+	watched := &lockedBuffer{}
+	watchDone := make(chan error, 1)
+	go func() {
+		watchDone <- cli.runContext(watchCtx, strings.NewReader(""), watched, "get", "--pool", s.name, "-w")
+	}()
+	s.g.Eventually(watched.String).Should(ContainSubstring("(pool: 0 claims, limit 20 nodes)"), "an empty pool's row")
+	web := s.createDeployment("web", 1, "1", nil)
+	s.g.Eventually(func() int { return s.runningPods("web") }).Should(Equal(1))
+	claim := s.claims()[0]
+	s.g.Eventually(watched.String).Should(MatchRegexp(`(?m)^%s\s+%s\s+-\s+c4\s+-\s+\S+\s+-\s+-\s+0\.1\s+(Pending|Launched)$`, s.name, claim.Name), "the booting claim's shape and price")
+	s.g.Eventually(watched.String).Should(MatchRegexp(`(?m)^%s\s+%s\s+%s\s+c4\s+-\s+\S+\s+\d+%%\s+\d+%%\s+0\.1\s+Ready$`, s.name, claim.Name, claim.Status.NodeName), "the Ready claim")
+	stopWatch()
+	s.g.Expect(<-watchDone).To(Succeed())
+	t.Logf("kubectl claimscale get --pool %s -w:\n%s", s.name, watched.String())
+
+	out, err = cli.run("get", "--pool", s.name, "-o", "json")
+	s.g.Expect(err).NotTo(HaveOccurred())
+	var report kubectlplugin.ClusterReport
+	s.g.Expect(json.Unmarshal([]byte(out), &report)).To(Succeed(), out)
+	s.g.Expect(report.Pools).To(HaveLen(1))
+	s.g.Expect(report.Claims).To(ConsistOf(HaveField("NodeClaim", claim.Name)))
+
+	// Emptied: the round holds the node for consolidateAfter.
+	s.scale(web, 0)
+	node := s.nodes()[0].Name
+	s.g.Eventually(func(g Gomega) {
+		out = cli.why(g, "node", node)
+		g.Expect(out).To(ContainSubstring("node %s (claim %s, pool %s): Kept, ConsolidateAfter", node, claim.Name, s.name))
+	}).Should(Succeed())
+	t.Logf("kubectl claimscale why node %s (empty):\n%s", node, out)
+	// Three pods land on it: the pool consolidates only empty nodes, so no
+	// round looks at it any more, and the record of the empty node is
+	// stale.
+	s.scale(web, 3)
+	s.g.Eventually(func() int { return s.runningPods("web") }).Should(Equal(3))
+	s.g.Eventually(func(g Gomega) {
+		out = cli.why(g, "node", node)
+		g.Expect(out).To(ContainSubstring("node %s (claim %s, pool %s): not a candidate now, as a disruption round would decide it", node, claim.Name, s.name))
+		g.Expect(out).To(ContainSubstring("runs 3 pods, and pool %s consolidates only empty nodes", s.name))
+		g.Expect(out).To(ContainSubstring("no longer holds: Kept, ConsolidateAfter"))
+	}).Should(Succeed())
+	t.Logf("kubectl claimscale why node %s (3 pods):\n%s", node, out)
+	s.g.Expect(s.claims()).To(HaveLen(1))
+	s.scale(web, 0)
+}
