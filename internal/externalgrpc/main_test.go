@@ -20,9 +20,9 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"github.com/claimscale/claimscale/api/v1alpha1"
-	"github.com/claimscale/claimscale/internal/controllers/index"
 	"github.com/claimscale/claimscale/internal/externalgrpc/protos"
 	"github.com/claimscale/claimscale/internal/externalgrpc/testcerts"
+	"github.com/claimscale/claimscale/internal/index"
 	"github.com/claimscale/claimscale/internal/providers"
 	"github.com/claimscale/claimscale/internal/scheme"
 	"github.com/claimscale/claimscale/internal/testenv"

@@ -33,14 +33,12 @@ import (
 // Name of the poller in logs.
 const Name = "externalscaler"
 
-// ConditionExternalHeadroom on a pool with an external headroom: True
-// while its scaler answers, False (ExternalScalerUnreachable) while it
-// does not.
-const ConditionExternalHeadroom = "ExternalHeadroom"
+// ConditionExternalHeadroom is v1alpha1.ConditionExternalHeadroom.
+const ConditionExternalHeadroom = v1alpha1.ConditionExternalHeadroom
 
 const (
-	reasonAnswering   = "ScalerAnswering"
-	reasonUnreachable = "ExternalScalerUnreachable"
+	reasonAnswering   = v1alpha1.ReasonScalerAnswering
+	reasonUnreachable = v1alpha1.ReasonExternalScalerUnreachable
 )
 
 // DefaultInterval between two questions to a pool's scaler.

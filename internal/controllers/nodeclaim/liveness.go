@@ -40,10 +40,10 @@ func (l *liveness) Reconcile(ctx context.Context, claim *v1alpha1.NodeClaim) (re
 	if !l.KeepFailedClaims {
 		message += "; deleting the machine and the claim"
 	}
-	l.setCondition(claim, v1alpha1.ConditionRegistered, metav1.ConditionFalse, FailedRegistrationTimeout, message)
-	l.eventf(ctx, claim, nil, corev1.EventTypeWarning, FailedRegistrationTimeout, "Register", "%s", message)
+	l.setCondition(claim, v1alpha1.ConditionRegistered, metav1.ConditionFalse, v1alpha1.ReasonRegistrationTimeout, message)
+	l.eventf(ctx, claim, nil, corev1.EventTypeWarning, v1alpha1.ReasonRegistrationTimeout, "Register", "%s", message)
 	log.FromContext(ctx).Info("registration timed out", "timeout", timeout)
-	result, err := l.giveUp(ctx, claim, FailedRegistrationTimeout, message)
+	result, err := l.giveUp(ctx, claim, v1alpha1.ReasonRegistrationTimeout, message)
 	if err == nil && (failed(claim) || !l.KeepFailedClaims) {
 		metrics.NodeClaimsTerminated.WithLabelValues(poolName(claim), "registration_timeout").Inc()
 	}

@@ -20,7 +20,7 @@ import (
 
 	"github.com/claimscale/claimscale/api/v1alpha1"
 	"github.com/claimscale/claimscale/internal/bootstrap"
-	"github.com/claimscale/claimscale/internal/controllers/index"
+	"github.com/claimscale/claimscale/internal/index"
 	"github.com/claimscale/claimscale/internal/providers"
 	"github.com/claimscale/claimscale/internal/testenv"
 	"github.com/claimscale/claimscale/pkg/provider"

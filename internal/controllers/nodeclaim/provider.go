@@ -9,13 +9,6 @@ import (
 	"github.com/claimscale/claimscale/pkg/provider"
 )
 
-// Reasons a claim's provider cannot be had.
-const (
-	ReasonNodePoolNotFound     = "NodePoolNotFound"
-	ReasonNodeProviderNotFound = "NodeProviderNotFound"
-	ReasonProviderUnavailable  = "ProviderUnavailable"
-)
-
 // providerOf returns the provider that makes (or made) the claim's machine
 // and records its NodeProvider in the claim's status, before the first
 // call that could make a machine: from then on the machine is found and
@@ -43,9 +36,9 @@ func unavailableReason(err error) string {
 	var providerGone *providers.ProviderNotFoundError
 	switch {
 	case errors.As(err, &poolGone):
-		return ReasonNodePoolNotFound
+		return v1alpha1.ReasonNodePoolNotFound
 	case errors.As(err, &providerGone):
-		return ReasonNodeProviderNotFound
+		return v1alpha1.ReasonNodeProviderNotFound
 	}
-	return ReasonProviderUnavailable
+	return v1alpha1.ReasonProviderUnavailable
 }

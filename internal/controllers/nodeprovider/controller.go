@@ -49,14 +49,6 @@ func (c *Controller) SetupWithManager(mgr ctrl.Manager) error {
 	return ctrl.NewControllerManagedBy(mgr).Named(Name).For(&v1alpha1.NodeProvider{}).Complete(c)
 }
 
-// Condition reasons of a NodeProvider's Ready.
-const (
-	ReasonReady                = "Ready"
-	ReasonInvalidConfiguration = "InvalidConfiguration"
-	ReasonUnreachable          = "Unreachable"
-	ReasonAPIError             = "APIError"
-)
-
 // probeTimeout bounds building the provider and asking it for its
 // machines: an API that accepts connections and never answers is
 // Unreachable after this long.
@@ -71,7 +63,7 @@ func (c *Controller) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	}
 	stored := nodeProvider.DeepCopy()
 	condition := metav1.Condition{
-		Type: v1alpha1.ConditionReady, Status: metav1.ConditionTrue, Reason: ReasonReady,
+		Type: v1alpha1.ConditionReady, Status: metav1.ConditionTrue, Reason: v1alpha1.ReasonReady,
 		Message: "settings and credentials read, API answers", ObservedGeneration: nodeProvider.Generation,
 	}
 	if reason, err := c.probe(ctx, nodeProvider); err != nil {
@@ -102,16 +94,16 @@ func (c *Controller) probe(ctx context.Context, nodeProvider *v1alpha1.NodeProvi
 	machines, err := c.Providers.For(ctx, nodeProvider)
 	switch {
 	case providers.IsUnreachable(err):
-		return ReasonUnreachable, err
+		return v1alpha1.ReasonUnreachable, err
 	case err != nil:
-		return ReasonInvalidConfiguration, err
+		return v1alpha1.ReasonInvalidConfiguration, err
 	}
 	if _, err := machines.List(ctx); err != nil {
 		err = fmt.Errorf("listing machines: %w", err)
 		if providers.IsUnreachable(err) {
-			return ReasonUnreachable, err
+			return v1alpha1.ReasonUnreachable, err
 		}
-		return ReasonAPIError, err
+		return v1alpha1.ReasonAPIError, err
 	}
 	return "", nil
 }
