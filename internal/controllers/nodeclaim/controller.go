@@ -35,8 +35,8 @@ import (
 
 	"github.com/claimscale/claimscale/api/v1alpha1"
 	"github.com/claimscale/claimscale/internal/clusterstate"
-	"github.com/claimscale/claimscale/internal/controllers/statusapply"
 	"github.com/claimscale/claimscale/internal/index"
+	"github.com/claimscale/claimscale/internal/statusapply"
 	"github.com/claimscale/claimscale/pkg/provider"
 )
 

@@ -22,13 +22,13 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/claimscale/claimscale/api/v1alpha1"
-	"github.com/claimscale/claimscale/internal/controllers/statusapply"
 	"github.com/claimscale/claimscale/internal/index"
 	"github.com/claimscale/claimscale/internal/metrics"
 	"github.com/claimscale/claimscale/internal/poolclaims"
 	"github.com/claimscale/claimscale/internal/providers"
 	"github.com/claimscale/claimscale/internal/retry"
 	"github.com/claimscale/claimscale/internal/scheduling"
+	"github.com/claimscale/claimscale/internal/statusapply"
 	"github.com/claimscale/claimscale/pkg/provider"
 )
 

@@ -20,6 +20,7 @@ import (
 	"github.com/claimscale/claimscale/api/v1alpha1"
 	"github.com/claimscale/claimscale/internal/providers"
 	"github.com/claimscale/claimscale/internal/retry"
+	"github.com/claimscale/claimscale/internal/statusapply"
 	"github.com/claimscale/claimscale/pkg/provider"
 )
 
@@ -72,7 +73,10 @@ func (c *Controller) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	was := meta.FindStatusCondition(stored.Status.Conditions, v1alpha1.ConditionReady)
 	meta.SetStatusCondition(&nodeProvider.Status.Conditions, condition)
 	if !equality.Semantic.DeepEqual(stored.Status, nodeProvider.Status) {
-		if err := c.Kube.Status().Patch(ctx, nodeProvider, client.MergeFrom(stored)); err != nil {
+		// Server-side apply of the one condition this controller owns,
+		// under its own field manager, as every status writer does.
+		owned := v1alpha1.NodeProviderStatus{Conditions: []metav1.Condition{*meta.FindStatusCondition(nodeProvider.Status.Conditions, v1alpha1.ConditionReady)}}
+		if _, err := statusapply.Apply(ctx, c.Kube, "NodeProvider", nodeProvider.Name, &owned, Name); err != nil {
 			return reconcile.Result{}, client.IgnoreNotFound(err)
 		}
 		if c.Recorder != nil && condition.Status != metav1.ConditionTrue && (was == nil || was.Reason != condition.Reason) {
