@@ -32,7 +32,7 @@ import (
 	"github.com/claimscale/claimscale/internal/externalgrpc"
 	"github.com/claimscale/claimscale/internal/externalscaler"
 	"github.com/claimscale/claimscale/internal/index"
-	"github.com/claimscale/claimscale/internal/providers"
+	"github.com/claimscale/claimscale/internal/providerresolver"
 	"github.com/claimscale/claimscale/internal/warmcapacity"
 	"github.com/claimscale/claimscale/pkg/provider"
 	"github.com/claimscale/claimscale/pkg/provider/clusterapi"
@@ -107,7 +107,7 @@ type BootstrapOptions struct {
 // Operator is the assembled controllers, for callers that need a piece
 // (the externalgrpc shim uses the resolver).
 type Operator struct {
-	Providers *providers.Resolver
+	Providers *providerresolver.Resolver
 	Capacity  *capacity.Backoff
 	// ExternalGRPC is the externalgrpc server in ModeExternalGRPC, else nil.
 	ExternalGRPC *externalgrpc.Server
@@ -133,7 +133,7 @@ func Setup(ctx context.Context, mgr manager.Manager, opts Options) (*Operator, e
 	if err := registerClusterAPI(mgr, opts.Registry); err != nil {
 		return nil, err
 	}
-	resolver := &providers.Resolver{
+	resolver := &providerresolver.Resolver{
 		Kube:         mgr.GetClient(),
 		SecretReader: mgr.GetAPIReader(),
 		Registry:     opts.Registry,

@@ -21,7 +21,7 @@ import (
 	"github.com/claimscale/claimscale/api/v1alpha1"
 	"github.com/claimscale/claimscale/internal/bootstrap"
 	"github.com/claimscale/claimscale/internal/index"
-	"github.com/claimscale/claimscale/internal/providers"
+	"github.com/claimscale/claimscale/internal/providerresolver"
 	"github.com/claimscale/claimscale/internal/testenv"
 	"github.com/claimscale/claimscale/pkg/provider"
 )
@@ -141,14 +141,14 @@ type resolver struct {
 
 func (r *resolver) ProviderNameOf(context.Context, *v1alpha1.NodeClaim) (string, error) {
 	if r.gone {
-		return "", &providers.ProviderNotFoundError{Provider: "test"}
+		return "", &providerresolver.ProviderNotFoundError{Provider: "test"}
 	}
 	return "test", nil
 }
 
 func (r *resolver) ForProviderName(_ context.Context, name string) (provider.Provider, error) {
 	if r.gone {
-		return nil, &providers.ProviderNotFoundError{Provider: name}
+		return nil, &providerresolver.ProviderNotFoundError{Provider: name}
 	}
 	if r.wrapped != nil {
 		return r.wrapped, nil

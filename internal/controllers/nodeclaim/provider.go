@@ -5,7 +5,7 @@ import (
 	"errors"
 
 	"github.com/claimscale/claimscale/api/v1alpha1"
-	"github.com/claimscale/claimscale/internal/providers"
+	"github.com/claimscale/claimscale/internal/providerresolver"
 	"github.com/claimscale/claimscale/pkg/provider"
 )
 
@@ -32,8 +32,8 @@ func (c *Controller) providerOf(ctx context.Context, claim *v1alpha1.NodeClaim) 
 
 // unavailableReason names why a claim's provider could not be had.
 func unavailableReason(err error) string {
-	var poolGone *providers.PoolNotFoundError
-	var providerGone *providers.ProviderNotFoundError
+	var poolGone *providerresolver.PoolNotFoundError
+	var providerGone *providerresolver.ProviderNotFoundError
 	switch {
 	case errors.As(err, &poolGone):
 		return v1alpha1.ReasonNodePoolNotFound

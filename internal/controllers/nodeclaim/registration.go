@@ -16,7 +16,7 @@ import (
 
 	"github.com/claimscale/claimscale/api/v1alpha1"
 	"github.com/claimscale/claimscale/internal/metrics"
-	"github.com/claimscale/claimscale/internal/providers"
+	"github.com/claimscale/claimscale/internal/providerresolver"
 )
 
 // How often a claim whose machine has not joined yet looks again, besides
@@ -84,7 +84,7 @@ func (r *registration) adopt(ctx context.Context, claim *v1alpha1.NodeClaim, nod
 		node.Labels = map[string]string{}
 	}
 	for key, value := range claim.Labels {
-		if key == providers.LabelNodeProvider {
+		if key == providerresolver.LabelNodeProvider {
 			continue
 		}
 		node.Labels[key] = value

@@ -10,14 +10,14 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/claimscale/claimscale/api/v1alpha1"
-	"github.com/claimscale/claimscale/internal/providers"
+	"github.com/claimscale/claimscale/internal/providerresolver"
 )
 
 // machineOwnerGone says whether err means the claim's pool or NodeProvider
 // no longer exists, so its machine cannot be deleted for now.
 func machineOwnerGone(err error) bool {
-	var poolGone *providers.PoolNotFoundError
-	var providerGone *providers.ProviderNotFoundError
+	var poolGone *providerresolver.PoolNotFoundError
+	var providerGone *providerresolver.ProviderNotFoundError
 	return errors.As(err, &poolGone) || errors.As(err, &providerGone)
 }
 

@@ -25,7 +25,7 @@ import (
 	"github.com/claimscale/claimscale/internal/index"
 	"github.com/claimscale/claimscale/internal/metrics"
 	"github.com/claimscale/claimscale/internal/poolclaims"
-	"github.com/claimscale/claimscale/internal/providers"
+	"github.com/claimscale/claimscale/internal/providerresolver"
 	"github.com/claimscale/claimscale/internal/retry"
 	"github.com/claimscale/claimscale/internal/scheduling"
 	"github.com/claimscale/claimscale/internal/statusapply"
@@ -174,18 +174,18 @@ func (c *Controller) tell(pool *v1alpha1.NodePool, was *metav1.Condition, status
 
 func (c *Controller) providerReadiness(ctx context.Context, pool *v1alpha1.NodePool) (metav1.ConditionStatus, string, string, []provider.Shape) {
 	machines, err := c.Providers.ForProviderName(ctx, pool.Spec.ProviderRef.Name)
-	var notFound *providers.ProviderNotFoundError
+	var notFound *providerresolver.ProviderNotFoundError
 	switch {
 	case errors.As(err, &notFound):
 		return metav1.ConditionFalse, v1alpha1.ReasonProviderNotFound, err.Error(), nil
-	case providers.IsUnreachable(err):
+	case providerresolver.IsUnreachable(err):
 		return metav1.ConditionFalse, v1alpha1.ReasonUnreachable, err.Error(), nil
 	case err != nil:
 		return metav1.ConditionFalse, v1alpha1.ReasonProviderUnavailable, err.Error(), nil
 	}
 	shapes, err := machines.Shapes(ctx, pool)
 	switch {
-	case providers.IsUnreachable(err):
+	case providerresolver.IsUnreachable(err):
 		return metav1.ConditionFalse, v1alpha1.ReasonUnreachable, fmt.Sprintf("resolving shapes with NodeProvider %s: %v", pool.Spec.ProviderRef.Name, err), nil
 	case err != nil:
 		return metav1.ConditionFalse, v1alpha1.ReasonShapesUnavailable, err.Error(), nil

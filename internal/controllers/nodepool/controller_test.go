@@ -22,7 +22,7 @@ import (
 	"github.com/claimscale/claimscale/api/v1alpha1"
 	"github.com/claimscale/claimscale/internal/index"
 	"github.com/claimscale/claimscale/internal/metrics"
-	"github.com/claimscale/claimscale/internal/providers"
+	"github.com/claimscale/claimscale/internal/providerresolver"
 	"github.com/claimscale/claimscale/internal/scheduling"
 	"github.com/claimscale/claimscale/internal/testenv"
 	"github.com/claimscale/claimscale/pkg/provider"
@@ -232,7 +232,7 @@ func TestPoolReadyReasonsSayWhatKeepsThePoolFromMakingNodes(t *testing.T) {
 		message       string
 		providerReady metav1.ConditionStatus
 	}{
-		{"a NodeProvider that does not exist", func() { s.resolver.err = &providers.ProviderNotFoundError{Provider: "test"} },
+		{"a NodeProvider that does not exist", func() { s.resolver.err = &providerresolver.ProviderNotFoundError{Provider: "test"} },
 			v1alpha1.ReasonProviderNotFound, "NodeProvider test does not exist", metav1.ConditionFalse},
 		{"a provider that cannot be built", func() { s.resolver.err = errors.New("credentials Secret has no key token") },
 			v1alpha1.ReasonProviderUnavailable, "credentials Secret has no key token", metav1.ConditionFalse},

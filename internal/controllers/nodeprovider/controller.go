@@ -18,7 +18,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/claimscale/claimscale/api/v1alpha1"
-	"github.com/claimscale/claimscale/internal/providers"
+	"github.com/claimscale/claimscale/internal/providerresolver"
 	"github.com/claimscale/claimscale/internal/retry"
 	"github.com/claimscale/claimscale/internal/statusapply"
 	"github.com/claimscale/claimscale/pkg/provider"
@@ -97,14 +97,14 @@ func (c *Controller) probe(ctx context.Context, nodeProvider *v1alpha1.NodeProvi
 	defer cancel()
 	machines, err := c.Providers.For(ctx, nodeProvider)
 	switch {
-	case providers.IsUnreachable(err):
+	case providerresolver.IsUnreachable(err):
 		return v1alpha1.ReasonUnreachable, err
 	case err != nil:
 		return v1alpha1.ReasonInvalidConfiguration, err
 	}
 	if _, err := machines.List(ctx); err != nil {
 		err = fmt.Errorf("listing machines: %w", err)
-		if providers.IsUnreachable(err) {
+		if providerresolver.IsUnreachable(err) {
 			return v1alpha1.ReasonUnreachable, err
 		}
 		return v1alpha1.ReasonAPIError, err

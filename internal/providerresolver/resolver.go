@@ -1,8 +1,8 @@
-// Package providers turns NodeProviders into live provider.Provider values:
+// Package providerresolver turns NodeProviders into live provider.Provider values:
 // it reads each NodeProvider's credentials Secret, builds the implementation
 // from the registry, and keeps it until the NodeProvider or the Secret
 // changes, so controllers never rebuild a client per reconcile.
-package providers
+package providerresolver
 
 import (
 	"context"
