@@ -19,7 +19,7 @@ import (
 
 	"github.com/claimscale/claimscale/api/v1alpha1"
 	"github.com/claimscale/claimscale/internal/bootstrap"
-	"github.com/claimscale/claimscale/internal/capacity"
+	"github.com/claimscale/claimscale/internal/capacitybackoff"
 	"github.com/claimscale/claimscale/internal/clusterstate"
 	"github.com/claimscale/claimscale/internal/controllers/disruption"
 	"github.com/claimscale/claimscale/internal/controllers/garbagecollection"
@@ -108,7 +108,7 @@ type BootstrapOptions struct {
 // (the externalgrpc shim uses the resolver).
 type Operator struct {
 	Providers *providerresolver.Resolver
-	Capacity  *capacity.Backoff
+	Capacity  *capacitybackoff.Backoff
 	// ExternalGRPC is the externalgrpc server in ModeExternalGRPC, else nil.
 	ExternalGRPC *externalgrpc.Server
 	// Decisions are the latest provisioning and disruption decisions,
@@ -144,7 +144,7 @@ func Setup(ctx context.Context, mgr manager.Manager, opts Options) (*Operator, e
 	if opts.CapacityClock == nil {
 		opts.CapacityClock = opts.Clock
 	}
-	capacityBackoff := capacity.NewBackoff(opts.CapacityClock)
+	capacityBackoff := capacitybackoff.NewBackoff(opts.CapacityClock)
 	if opts.WarmCapacityClock == nil {
 		opts.WarmCapacityClock = opts.Clock
 	}

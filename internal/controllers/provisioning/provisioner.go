@@ -54,7 +54,7 @@ type ObjectSource interface {
 }
 
 // CapacityChecker says where a pool may open nodes after capacity errors:
-// which of its zones and shapes are backed off (see capacity.Backoff.Narrow).
+// which of its zones and shapes are backed off (see capacitybackoff.Backoff.Narrow).
 type CapacityChecker interface {
 	Narrow(pool string, zones, shapes []string) (available, unavailable []string)
 }

@@ -14,7 +14,7 @@ import (
 	clocktesting "k8s.io/utils/clock/testing"
 
 	"github.com/claimscale/claimscale/api/v1alpha1"
-	"github.com/claimscale/claimscale/internal/capacity"
+	"github.com/claimscale/claimscale/internal/capacitybackoff"
 	"github.com/claimscale/claimscale/internal/testenv"
 	"github.com/claimscale/claimscale/internal/testenv/expect"
 	"github.com/claimscale/claimscale/pkg/provider"
@@ -65,7 +65,7 @@ func newRound(t *testing.T, shapes ...provider.Shape) *round {
 		t: t, g: NewWithT(t), ctx: context.Background(), infra: infra, clock: clk, recorder: recorder,
 		provisioner: &Provisioner{
 			Kube: env.Client, Providers: resolver{provider: infra.Provider("test")},
-			Capacity: capacity.NewBackoff(clk), Recorder: recorder, Clock: clk,
+			Capacity: capacitybackoff.NewBackoff(clk), Recorder: recorder, Clock: clk,
 		},
 	}
 }
@@ -211,7 +211,7 @@ func TestRoundBacksOffAPoolWhoseProviderFails(t *testing.T) {
 func TestRoundSkipsAShapeBackedOffForCapacity(t *testing.T) {
 	r := newRound(t, c2, c4)
 	expect.Applied(t, env.Client, expect.Provider("sim"), expect.Pool("general", "sim", "c2", "c4"), expect.PendingPod(namespace, "web", "1", "1Gi"))
-	backoff := r.provisioner.Capacity.(*capacity.Backoff)
+	backoff := r.provisioner.Capacity.(*capacitybackoff.Backoff)
 	backoff.Record("general", "c2", "")
 
 	r.run()
