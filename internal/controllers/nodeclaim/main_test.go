@@ -23,6 +23,7 @@ import (
 	"github.com/claimscale/claimscale/internal/index"
 	"github.com/claimscale/claimscale/internal/providerresolver"
 	"github.com/claimscale/claimscale/internal/testenv"
+	"github.com/claimscale/claimscale/internal/testenv/expect"
 	"github.com/claimscale/claimscale/pkg/provider"
 )
 
@@ -375,17 +376,7 @@ func condition(claim *v1alpha1.NodeClaim, conditionType string) *metav1.Conditio
 }
 
 // recorded drains the events recorded so far.
-func (s *scenario) recorded() []string {
-	var found []string
-	for {
-		select {
-		case event := <-s.recorder.Events:
-			found = append(found, event)
-		default:
-			return found
-		}
-	}
-}
+func (s *scenario) recorded() []string { return expect.Events(s.recorder) }
 
 // withBootstrap gives the controller the real bootstrapper against the
 // test API server.

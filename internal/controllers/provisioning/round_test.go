@@ -75,19 +75,6 @@ func (r *round) run() {
 	r.g.Expect(r.provisioner.Provision(r.ctx)).To(Succeed())
 }
 
-// events drains the events the round recorded so far.
-func (r *round) events() []string {
-	var out []string
-	for {
-		select {
-		case event := <-r.recorder.Events:
-			out = append(out, event)
-		default:
-			return out
-		}
-	}
-}
-
 // shapes are the shape names of claims, in order.
 func shapes(claims []v1alpha1.NodeClaim) []string {
 	out := make([]string, 0, len(claims))
@@ -184,7 +171,7 @@ func TestRoundStopsAtThePoolsLimits(t *testing.T) {
 	r.run()
 
 	r.g.Expect(expect.Claims(t, env.Client, "general")).To(HaveLen(2), "three pods that need a node each, a pool of two nodes at most")
-	r.g.Expect(r.events()).To(ContainElement(ContainSubstring("FailedProvisioning")), "the pod left over is told why")
+	r.g.Expect(expect.Events(r.recorder)).To(ContainElement(ContainSubstring("FailedProvisioning")), "the pod left over is told why")
 }
 
 func TestRoundBacksOffAPoolWhoseProviderFails(t *testing.T) {
@@ -240,5 +227,5 @@ func TestDryRunRoundWritesNoClaim(t *testing.T) {
 	r.run()
 
 	r.g.Expect(expect.Claims(t, env.Client, "general")).To(BeEmpty())
-	r.g.Expect(r.events()).To(ContainElement(ContainSubstring("WouldNominate")))
+	r.g.Expect(expect.Events(r.recorder)).To(ContainElement(ContainSubstring("WouldNominate")))
 }

@@ -20,8 +20,10 @@ import (
 	"github.com/onsi/gomega"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/events"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/claimscale/claimscale/api/v1alpha1"
@@ -205,30 +207,26 @@ func Cleared(t testing.TB, kube client.Client, namespace string) {
 }
 
 func items(list client.ObjectList) []client.Object {
-	var out []client.Object
-	switch l := list.(type) {
-	case *corev1.PodList:
-		for i := range l.Items {
-			out = append(out, &l.Items[i])
-		}
-	case *corev1.NodeList:
-		for i := range l.Items {
-			out = append(out, &l.Items[i])
-		}
-	case *v1alpha1.NodeClaimList:
-		for i := range l.Items {
-			out = append(out, &l.Items[i])
-		}
-	case *v1alpha1.NodePoolList:
-		for i := range l.Items {
-			out = append(out, &l.Items[i])
-		}
-	case *v1alpha1.NodeProviderList:
-		for i := range l.Items {
-			out = append(out, &l.Items[i])
-		}
+	objects, _ := meta.ExtractList(list)
+	out := make([]client.Object, 0, len(objects))
+	for _, object := range objects {
+		out = append(out, object.(client.Object))
 	}
 	return out
+}
+
+// Events drains the events recorder has recorded so far, as the fake
+// recorder formats them ("Normal Nominated pod should schedule on …").
+func Events(recorder *events.FakeRecorder) []string {
+	var out []string
+	for {
+		select {
+		case event := <-recorder.Events:
+			out = append(out, event)
+		default:
+			return out
+		}
+	}
 }
 
 // remove deletes object at once: its finalizers dropped, no grace period.
