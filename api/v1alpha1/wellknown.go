@@ -9,12 +9,31 @@ const (
 	LabelNodeClaim = "claimscale.io/nodeclaim"
 	// LabelInitialized is set on a node once its claim is Initialized.
 	LabelInitialized = "claimscale.io/initialized"
+	// LabelNodeProvider on a NodeClaim and its Node names the NodeProvider
+	// of its pool, for people and selectors. It is informational: the
+	// controller finds a claim's machine through status.nodeProviderName,
+	// which only it writes, so a label a user sets cannot point a claim at
+	// another provider.
+	LabelNodeProvider = "claimscale.io/nodeprovider"
+	// LabelBootstrapToken marks a bootstrap token Secret as claimscale's:
+	// only Secrets carrying it are ever deleted by claimscale.
+	LabelBootstrapToken = "claimscale.io/bootstrap-token"
 
 	// AnnotationDoNotDisrupt on a pod or node blocks voluntary scale-down.
 	AnnotationDoNotDisrupt = "claimscale.io/do-not-disrupt"
 	// AnnotationTemplateHash records the hash of the pool template and shape
 	// a claim was made from, so drift can be detected.
 	AnnotationTemplateHash = "claimscale.io/template-hash"
+	// AnnotationProviderHash records the hash of the NodeProvider's
+	// settings a claim's machine was made with, so drift can be detected.
+	AnnotationProviderHash = "claimscale.io/provider-hash"
+	// AnnotationReplaces on a replacement claim names the claims it
+	// replaces, comma-separated. They are deleted once every claim naming
+	// them is Ready; a restart resumes from here.
+	AnnotationReplaces = "claimscale.io/replaces"
+	// AnnotationDisruptionReason on a replacement claim says why the
+	// claims it replaces go: Underutilized, Drifted or Expired.
+	AnnotationDisruptionReason = "claimscale.io/disruption-reason"
 
 	// AnnotationReleaseMachine: "true" on a deleted claim whose pool or
 	// NodeProvider is gone lets its finalizer come off without deleting

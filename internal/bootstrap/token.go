@@ -22,9 +22,9 @@ import (
 // looks for token Secrets.
 const TokenNamespace = metav1.NamespaceSystem
 
-// LabelBootstrapToken marks a bootstrap token Secret as claimscale's: only
-// Secrets carrying it are ever deleted by claimscale.
-const LabelBootstrapToken = "claimscale.io/bootstrap-token"
+// LabelBootstrapToken is v1alpha1.LabelBootstrapToken, where every
+// user-visible name is listed.
+const LabelBootstrapToken = v1alpha1.LabelBootstrapToken
 
 // GroupNodeToken is the extra group of every per-claim token. The bootstrap
 // token authenticator always adds system:bootstrappers besides

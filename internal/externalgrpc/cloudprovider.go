@@ -23,9 +23,9 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/claimscale/claimscale/api/v1alpha1"
-	"github.com/claimscale/claimscale/internal/controllers/provisioning"
 	"github.com/claimscale/claimscale/internal/externalgrpc/protos"
 	"github.com/claimscale/claimscale/internal/metrics"
+	"github.com/claimscale/claimscale/internal/poolclaims"
 	"github.com/claimscale/claimscale/internal/scheduling"
 )
 
@@ -164,7 +164,7 @@ func (c *cloudProvider) NodeGroupIncreaseSize(ctx context.Context, request *prot
 	}
 	created := make([]string, 0, delta)
 	for range delta {
-		claim := provisioning.NewClaim(pool, shape, nil, nil)
+		claim := poolclaims.New(pool, shape, nil, nil)
 		if err := c.kube.Create(ctx, claim); err != nil {
 			// The claims written so far stay: the target size says so.
 			return nil, status.Errorf(codes.Unavailable, "creating claim %d of %d for node group %s: %v", len(created)+1, delta, id, err)

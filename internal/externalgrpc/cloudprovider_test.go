@@ -16,7 +16,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/claimscale/claimscale/api/v1alpha1"
-	"github.com/claimscale/claimscale/internal/controllers/nodeclaim"
 	"github.com/claimscale/claimscale/internal/externalgrpc/protos"
 	"github.com/claimscale/claimscale/internal/scheduling"
 )
@@ -318,15 +317,15 @@ func TestNodeGroupNodesReportEachClaimsState(t *testing.T) {
 	waiting := w.claim(pool, nil)
 	noCapacity := w.claim(pool, failedStatus("InsufficientCapacity"))
 	failed := w.claim(pool, failedStatus("LaunchFailed"))
-	inProgress := w.claim(pool, failedStatus(nodeclaim.ReasonLaunching))
+	inProgress := w.claim(pool, failedStatus(v1alpha1.ReasonLaunching))
 	timedOut := w.claim(pool, func(claim *v1alpha1.NodeClaim) {
 		launchedStatus(claim)
-		setCondition(claim, v1alpha1.ConditionRegistered, metav1.ConditionFalse, nodeclaim.FailedRegistrationTimeout)
-		setCondition(claim, v1alpha1.ConditionFailed, metav1.ConditionTrue, nodeclaim.FailedRegistrationTimeout)
+		setCondition(claim, v1alpha1.ConditionRegistered, metav1.ConditionFalse, v1alpha1.ReasonRegistrationTimeout)
+		setCondition(claim, v1alpha1.ConditionFailed, metav1.ConditionTrue, v1alpha1.ReasonRegistrationTimeout)
 	})
 	keptNoCapacity := w.claim(pool, func(claim *v1alpha1.NodeClaim) {
 		setCondition(claim, v1alpha1.ConditionLaunched, metav1.ConditionFalse, "InsufficientCapacity")
-		setCondition(claim, v1alpha1.ConditionFailed, metav1.ConditionTrue, nodeclaim.FailedInsufficientCapacity)
+		setCondition(claim, v1alpha1.ConditionFailed, metav1.ConditionTrue, v1alpha1.ReasonInsufficientCapacity)
 	})
 	neverReady := w.claim(pool, func(claim *v1alpha1.NodeClaim) {
 		registeredStatus(claim)

@@ -11,8 +11,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/claimscale/claimscale/api/v1alpha1"
-	"github.com/claimscale/claimscale/internal/controllers/nodepool"
 	"github.com/claimscale/claimscale/internal/externalgrpc/protos"
+	"github.com/claimscale/claimscale/internal/poolclaims"
 	"github.com/claimscale/claimscale/internal/scheduling"
 )
 
@@ -134,7 +134,7 @@ func (e *expander) rank(ctx context.Context, option *protos.Option, daemonSets [
 	if err := e.kube.List(ctx, &claims, client.MatchingLabels{v1alpha1.LabelNodePool: pool.Name}); err != nil {
 		return ranking{}, fmt.Errorf("listing claims of NodePool %s: %w", pool.Name, err)
 	}
-	nodes, resources := nodepool.InUse(claims.Items)
+	nodes, resources := poolclaims.InUse(claims.Items)
 	var zones []string
 	if zone := soleZone(&nodeProvider); zone != "" {
 		zones = []string{zone}

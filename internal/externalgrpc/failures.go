@@ -8,7 +8,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/claimscale/claimscale/api/v1alpha1"
-	"github.com/claimscale/claimscale/internal/controllers/nodeclaim"
 	"github.com/claimscale/claimscale/internal/externalgrpc/protos"
 )
 
@@ -65,9 +64,9 @@ func neverReady(claim *v1alpha1.NodeClaim, now time.Time, timeout time.Duration)
 func instanceError(claim *v1alpha1.NodeClaim) *protos.InstanceErrorInfo {
 	if failed := meta.FindStatusCondition(claim.Status.Conditions, v1alpha1.ConditionFailed); failed != nil && failed.Status == metav1.ConditionTrue {
 		switch failed.Reason {
-		case nodeclaim.FailedInsufficientCapacity:
+		case v1alpha1.ReasonInsufficientCapacity:
 			return &protos.InstanceErrorInfo{ErrorCode: ErrorCodeInsufficientCapacity, ErrorMessage: failed.Message, InstanceErrorClass: errorClassOutOfResources}
-		case nodeclaim.FailedRegistrationTimeout:
+		case v1alpha1.ReasonRegistrationTimeout:
 			return &protos.InstanceErrorInfo{ErrorCode: ErrorCodeRegistrationTimeout, ErrorMessage: failed.Message, InstanceErrorClass: errorClassOther}
 		}
 		return &protos.InstanceErrorInfo{ErrorCode: ErrorCodeLaunchFailed, ErrorMessage: failed.Message, InstanceErrorClass: errorClassOther}

@@ -15,7 +15,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
 	"github.com/claimscale/claimscale/api/v1alpha1"
-	"github.com/claimscale/claimscale/internal/controllers/provisioning"
+	"github.com/claimscale/claimscale/internal/poolclaims"
 	"github.com/claimscale/claimscale/internal/scheduling"
 )
 
@@ -93,7 +93,7 @@ var testShapes = map[string]scheduling.Shape{
 
 // claimOf is claim of another shape.
 func (w *world) claimOf(pool *v1alpha1.NodePool, shape string, setStatus func(*v1alpha1.NodeClaim)) *v1alpha1.NodeClaim {
-	claim := provisioning.NewClaim(pool, testShapes[shape], nil, nil)
+	claim := poolclaims.New(pool, testShapes[shape], nil, nil)
 	w.g.Expect(env.Client.Create(w.ctx, claim)).To(Succeed())
 	if setStatus != nil {
 		setStatus(claim)
@@ -105,7 +105,7 @@ func (w *world) claimOf(pool *v1alpha1.NodePool, shape string, setStatus func(*v
 
 // claimQuietly is claim without waiting for the cache, for bulk setups.
 func (w *world) claimQuietly(pool *v1alpha1.NodePool, setStatus func(*v1alpha1.NodeClaim)) *v1alpha1.NodeClaim {
-	claim := provisioning.NewClaim(pool, scheduling.Shape{Name: "c2", CPU: resource.MustParse("2"), Memory: resource.MustParse("4Gi"), Price: 0.1}, nil, nil)
+	claim := poolclaims.New(pool, scheduling.Shape{Name: "c2", CPU: resource.MustParse("2"), Memory: resource.MustParse("4Gi"), Price: 0.1}, nil, nil)
 	w.g.Expect(env.Client.Create(w.ctx, claim)).To(Succeed())
 	setStatus(claim)
 	w.g.Expect(env.Client.Status().Update(w.ctx, claim)).To(Succeed())

@@ -12,8 +12,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/claimscale/claimscale/api/v1alpha1"
-	"github.com/claimscale/claimscale/internal/controllers/index"
 	"github.com/claimscale/claimscale/internal/externalgrpc/protos"
+	"github.com/claimscale/claimscale/internal/index"
 	"github.com/claimscale/claimscale/internal/scheduling"
 )
 

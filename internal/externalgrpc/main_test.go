@@ -20,10 +20,10 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"github.com/claimscale/claimscale/api/v1alpha1"
-	"github.com/claimscale/claimscale/internal/controllers/index"
 	"github.com/claimscale/claimscale/internal/externalgrpc/protos"
 	"github.com/claimscale/claimscale/internal/externalgrpc/testcerts"
-	"github.com/claimscale/claimscale/internal/providers"
+	"github.com/claimscale/claimscale/internal/index"
+	"github.com/claimscale/claimscale/internal/providerresolver"
 	"github.com/claimscale/claimscale/internal/scheme"
 	"github.com/claimscale/claimscale/internal/testenv"
 	"github.com/claimscale/claimscale/pkg/provider"
@@ -44,7 +44,7 @@ var (
 	// with the certificate caFile verifies.
 	expanderAddress, caFile string
 	// resolver resolves providers the way the server does.
-	resolver *providers.Resolver
+	resolver *providerresolver.Resolver
 )
 
 func TestMain(m *testing.M) {
@@ -94,7 +94,7 @@ func startServer(ctx context.Context, stopped chan<- struct{}) error {
 	cached = mgr.GetClient()
 	registry := provider.NewRegistry()
 	registry.Register(v1alpha1.ProviderTypeSimulated, simulated.NewFactory(simulated.Config{Kube: mgr.GetClient(), ExternalRegistrar: true}))
-	resolver = &providers.Resolver{
+	resolver = &providerresolver.Resolver{
 		Kube: mgr.GetClient(), SecretReader: mgr.GetAPIReader(),
 		Registry: registry, ClusterName: "test", Namespace: "default",
 	}

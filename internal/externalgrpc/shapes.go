@@ -12,6 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/utils/clock"
 
+	"github.com/claimscale/claimscale/api/shapecatalog"
 	"github.com/claimscale/claimscale/api/v1alpha1"
 	"github.com/claimscale/claimscale/internal/scheduling"
 	"github.com/claimscale/claimscale/pkg/provider"
@@ -55,7 +56,7 @@ func (p *poolShapes) shape(name string) (scheduling.Shape, bool) {
 // price is a shape's hourly price, when one is known.
 func (p *poolShapes) price(name string, cpu, memory resource.Quantity) (float64, bool) {
 	if p.flexiblePriced {
-		return float64(cpu.MilliValue())/1000*p.pricePerCPU + float64(memory.Value())/(1<<30)*p.pricePerGiB, true
+		return shapecatalog.SizePrice(cpu, memory, p.pricePerCPU, p.pricePerGiB), true
 	}
 	price, ok := p.prices[name]
 	return price, ok

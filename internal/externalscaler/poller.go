@@ -28,19 +28,18 @@ import (
 
 	"github.com/claimscale/claimscale/api/v1alpha1"
 	pb "github.com/claimscale/claimscale/internal/externalscaler/protos"
+	"github.com/claimscale/claimscale/internal/statusapply"
 )
 
 // Name of the poller in logs.
 const Name = "externalscaler"
 
-// ConditionExternalHeadroom on a pool with an external headroom: True
-// while its scaler answers, False (ExternalScalerUnreachable) while it
-// does not.
-const ConditionExternalHeadroom = "ExternalHeadroom"
+// ConditionExternalHeadroom is v1alpha1.ConditionExternalHeadroom.
+const ConditionExternalHeadroom = v1alpha1.ConditionExternalHeadroom
 
 const (
-	reasonAnswering   = "ScalerAnswering"
-	reasonUnreachable = "ExternalScalerUnreachable"
+	reasonAnswering   = v1alpha1.ReasonScalerAnswering
+	reasonUnreachable = v1alpha1.ReasonExternalScalerUnreachable
 )
 
 // DefaultInterval between two questions to a pool's scaler.
@@ -335,9 +334,12 @@ func (p *Poller) report(ctx context.Context, pool *v1alpha1.NodePool, last readi
 		existing.Status == condition.Status && existing.Reason == condition.Reason && existing.Message == condition.Message {
 		return
 	}
-	patched := pool.DeepCopy()
-	meta.SetStatusCondition(&patched.Status.Conditions, condition)
-	if err := p.Kube.Status().Patch(ctx, patched, client.MergeFromWithOptions(pool, client.MergeFromWithOptimisticLock{})); err != nil {
+	if existing := meta.FindStatusCondition(pool.Status.Conditions, ConditionExternalHeadroom); existing != nil && existing.Status == condition.Status {
+		condition.LastTransitionTime = existing.LastTransitionTime
+	} else {
+		condition.LastTransitionTime = metav1.NewTime(now)
+	}
+	if err := p.applyCondition(ctx, pool, &condition); err != nil {
 		log.FromContext(ctx).V(1).Info("setting the ExternalHeadroom condition failed; next round tries again", "nodePool", pool.Name, "error", err.Error())
 	}
 }
@@ -348,9 +350,34 @@ func (p *Poller) forget(ctx context.Context, pool *v1alpha1.NodePool) {
 	if !pool.DeletionTimestamp.IsZero() || meta.FindStatusCondition(pool.Status.Conditions, ConditionExternalHeadroom) == nil {
 		return
 	}
-	patched := pool.DeepCopy()
-	meta.RemoveStatusCondition(&patched.Status.Conditions, ConditionExternalHeadroom)
-	if err := p.Kube.Status().Patch(ctx, patched, client.MergeFromWithOptions(pool, client.MergeFromWithOptimisticLock{})); err != nil {
+	// Applying the condition first takes it over from whoever wrote it
+	// last (a version that patched it), so that applying none removes it.
+	existing := meta.FindStatusCondition(pool.Status.Conditions, ConditionExternalHeadroom)
+	if err := p.applyCondition(ctx, pool, existing); err != nil {
+		log.FromContext(ctx).V(1).Info("removing the ExternalHeadroom condition failed; next round tries again", "nodePool", pool.Name, "error", err.Error())
+		return
+	}
+	if err := p.applyCondition(ctx, pool, nil); err != nil {
 		log.FromContext(ctx).V(1).Info("removing the ExternalHeadroom condition failed; next round tries again", "nodePool", pool.Name, "error", err.Error())
 	}
+}
+
+// applyCondition writes the pool's ExternalHeadroom condition by
+// server-side apply under the poller's own field manager, the one status
+// field it owns; nil removes it. The pool's other conditions belong to
+// other writers and are left alone.
+func (p *Poller) applyCondition(ctx context.Context, pool *v1alpha1.NodePool, condition *metav1.Condition) error {
+	var owned headroomStatus
+	if condition != nil {
+		owned.Conditions = []metav1.Condition{*condition}
+	}
+	_, err := statusapply.Apply(ctx, p.Kube, "NodePool", pool.Name, &owned, Name)
+	return err
+}
+
+// headroomStatus is the part of a NodePool's status the poller owns. Not
+// a NodePoolStatus: that always carries the node count, which the nodepool
+// controller owns.
+type headroomStatus struct {
+	Conditions []metav1.Condition `json:"conditions,omitempty"`
 }

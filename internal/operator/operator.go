@@ -19,12 +19,11 @@ import (
 
 	"github.com/claimscale/claimscale/api/v1alpha1"
 	"github.com/claimscale/claimscale/internal/bootstrap"
-	"github.com/claimscale/claimscale/internal/capacity"
+	"github.com/claimscale/claimscale/internal/capacitybackoff"
 	"github.com/claimscale/claimscale/internal/clusterstate"
 	"github.com/claimscale/claimscale/internal/controllers/csrapproval"
 	"github.com/claimscale/claimscale/internal/controllers/disruption"
 	"github.com/claimscale/claimscale/internal/controllers/garbagecollection"
-	"github.com/claimscale/claimscale/internal/controllers/index"
 	"github.com/claimscale/claimscale/internal/controllers/nodeclaim"
 	"github.com/claimscale/claimscale/internal/controllers/nodepool"
 	"github.com/claimscale/claimscale/internal/controllers/nodeprovider"
@@ -33,7 +32,8 @@ import (
 	"github.com/claimscale/claimscale/internal/decisions"
 	"github.com/claimscale/claimscale/internal/externalgrpc"
 	"github.com/claimscale/claimscale/internal/externalscaler"
-	"github.com/claimscale/claimscale/internal/providers"
+	"github.com/claimscale/claimscale/internal/index"
+	"github.com/claimscale/claimscale/internal/providerresolver"
 	"github.com/claimscale/claimscale/internal/warmcapacity"
 	"github.com/claimscale/claimscale/pkg/provider"
 	"github.com/claimscale/claimscale/pkg/provider/clusterapi"
@@ -108,8 +108,8 @@ type BootstrapOptions struct {
 // Operator is the assembled controllers, for callers that need a piece
 // (the externalgrpc shim uses the resolver).
 type Operator struct {
-	Providers *providers.Resolver
-	Capacity  *capacity.Backoff
+	Providers *providerresolver.Resolver
+	Capacity  *capacitybackoff.Backoff
 	// ExternalGRPC is the externalgrpc server in ModeExternalGRPC, else nil.
 	ExternalGRPC *externalgrpc.Server
 	// Decisions are the latest provisioning and disruption decisions,
@@ -134,7 +134,7 @@ func Setup(ctx context.Context, mgr manager.Manager, opts Options) (*Operator, e
 	if err := registerClusterAPI(mgr, opts.Registry); err != nil {
 		return nil, err
 	}
-	resolver := &providers.Resolver{
+	resolver := &providerresolver.Resolver{
 		Kube:         mgr.GetClient(),
 		SecretReader: mgr.GetAPIReader(),
 		Registry:     opts.Registry,
@@ -145,7 +145,7 @@ func Setup(ctx context.Context, mgr manager.Manager, opts Options) (*Operator, e
 	if opts.CapacityClock == nil {
 		opts.CapacityClock = opts.Clock
 	}
-	capacityBackoff := capacity.NewBackoff(opts.CapacityClock)
+	capacityBackoff := capacitybackoff.NewBackoff(opts.CapacityClock)
 	if opts.WarmCapacityClock == nil {
 		opts.WarmCapacityClock = opts.Clock
 	}

@@ -16,7 +16,7 @@ import (
 	"github.com/claimscale/claimscale/api/v1alpha1"
 	"github.com/claimscale/claimscale/internal/externalgrpc/testcerts"
 	"github.com/claimscale/claimscale/internal/providerexample"
-	"github.com/claimscale/claimscale/internal/providers"
+	"github.com/claimscale/claimscale/internal/providerresolver"
 	"github.com/claimscale/claimscale/internal/testenv"
 	"github.com/claimscale/claimscale/pkg/provider"
 	"github.com/claimscale/claimscale/pkg/provider/conformance"
@@ -217,7 +217,7 @@ func TestAnUnreachablePluginIsUnreachable(t *testing.T) {
 
 	started := time.Now()
 	_, err = c.List(t.Context())
-	if !provider.IsRetryable(err) || !providers.IsUnreachable(err) {
+	if !provider.IsRetryable(err) || !providerresolver.IsUnreachable(err) {
 		t.Fatalf("List of a plugin that is down answered %v, want a retryable error read as unreachable", err)
 	}
 	if took := time.Since(started); took > 4*time.Second {

@@ -9,19 +9,9 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 
+	"github.com/claimscale/claimscale/api/shapecatalog"
 	"github.com/claimscale/claimscale/api/v1alpha1"
-	"github.com/claimscale/claimscale/pkg/provider"
 )
-
-// Default prices for shapes whose pool and provider name none: one unit per
-// core and a quarter unit per GiB, the same as an unpriced flexible pool, so
-// that "cheapest" still means "smallest".
-const (
-	defaultPricePerCPU = 1.0
-	defaultPricePerGiB = 0.25
-)
-
-const gib = 1 << 30
 
 // Shape is one machine size a pool can make.
 type Shape struct {
@@ -37,7 +27,7 @@ type Shape struct {
 
 // ShapeFromProvider converts a provider's shape. An ephemeral-storage entry
 // in its capacity becomes the disk size.
-func ShapeFromProvider(s provider.Shape) Shape {
+func ShapeFromProvider(s shapecatalog.Shape) Shape {
 	return Shape{
 		Name:             s.Name,
 		CPU:              s.Capacity[corev1.ResourceCPU],
@@ -68,15 +58,15 @@ type Flexible struct {
 
 // PoolShapes resolves what a pool may make. Fixed shapes take CPU, memory
 // and price from the pool where it names them, else from the provider's
-// catalog (resolved, as returned by provider.Shapes) by name, else a price
+// catalog (resolved, as returned by shapecatalog.Shapes) by name, else a price
 // derived from size. A flexible pool ignores resolved.
-func PoolShapes(pool *v1alpha1.NodePool, resolved []provider.Shape) (Shapes, error) {
+func PoolShapes(pool *v1alpha1.NodePool, resolved []shapecatalog.Shape) (Shapes, error) {
 	spec := pool.Spec.Shapes
 	if f := spec.Flexible; f != nil {
 		flex := &Flexible{
 			MinCPU: f.MinCPU, MaxCPU: f.MaxCPU, CPUStep: resource.MustParse("1"),
 			MinMemory: f.MinMemory, MaxMemory: f.MaxMemory, MemoryStep: resource.MustParse("1Gi"),
-			PricePerCPU: defaultPricePerCPU, PricePerGiB: defaultPricePerGiB,
+			PricePerCPU: shapecatalog.DefaultPricePerCPU, PricePerGiB: shapecatalog.DefaultPricePerGiB,
 		}
 		if f.CPUStep != nil {
 			flex.CPUStep = *f.CPUStep
@@ -100,7 +90,7 @@ func PoolShapes(pool *v1alpha1.NodePool, resolved []provider.Shape) (Shapes, err
 		}
 		return Shapes{Flexible: flex}, nil
 	}
-	byName := make(map[string]provider.Shape, len(resolved))
+	byName := make(map[string]shapecatalog.Shape, len(resolved))
 	for _, s := range resolved {
 		if prev, dup := byName[s.Name]; dup && !sameSize(prev, s) {
 			return Shapes{}, fmt.Errorf("the provider's catalog for pool %s lists shape %s twice with different sizes", pool.Name, s.Name)
@@ -131,7 +121,7 @@ func PoolShapes(pool *v1alpha1.NodePool, resolved []provider.Shape) (Shapes, err
 			s.Price = p
 		}
 		if s.Price == 0 {
-			s.Price = sizePrice(s.CPU, s.Memory, defaultPricePerCPU, defaultPricePerGiB)
+			s.Price = shapecatalog.SizePrice(s.CPU, s.Memory, shapecatalog.DefaultPricePerCPU, shapecatalog.DefaultPricePerGiB)
 		}
 		out.Fixed = append(out.Fixed, s)
 	}
@@ -144,7 +134,7 @@ func PoolShapes(pool *v1alpha1.NodePool, resolved []provider.Shape) (Shapes, err
 	return out, nil
 }
 
-func sameSize(a, b provider.Shape) bool {
+func sameSize(a, b shapecatalog.Shape) bool {
 	return a.Capacity.Cpu().Cmp(*b.Capacity.Cpu()) == 0 && a.Capacity.Memory().Cmp(*b.Capacity.Memory()) == 0
 }
 
@@ -171,10 +161,6 @@ func validateFixed(shapes []Shape) error {
 		seen[s.Name] = true
 	}
 	return nil
-}
-
-func sizePrice(cpu, memory resource.Quantity, perCPU, perGiB float64) float64 {
-	return float64(cpu.MilliValue())/1000*perCPU + float64(memory.Value())/gib*perGiB
 }
 
 // maxQuantity bounds every cpu (in millicores) and memory (in bytes) value
@@ -331,11 +317,11 @@ func (f *Flexible) at(ci, mi int) Shape {
 	cpu := resource.NewMilliQuantity(f.cpuGrid().size(ci), resource.DecimalSI)
 	mem := resource.NewQuantity(f.memGrid().size(mi), resource.BinarySI)
 	return Shape{
-		Name:             fmt.Sprintf("flex-%s-%s", cpu, mem),
+		Name:             shapecatalog.FlexibleName(*cpu, *mem),
 		CPU:              *cpu,
 		Memory:           *mem,
 		EphemeralStorage: f.EphemeralStorage,
-		Price:            sizePrice(*cpu, *mem, f.PricePerCPU, f.PricePerGiB),
+		Price:            shapecatalog.SizePrice(*cpu, *mem, f.PricePerCPU, f.PricePerGiB),
 	}
 }
 

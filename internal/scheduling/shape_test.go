@@ -8,13 +8,13 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 
+	"github.com/claimscale/claimscale/api/shapecatalog"
 	"github.com/claimscale/claimscale/api/v1alpha1"
-	"github.com/claimscale/claimscale/pkg/provider"
 )
 
 func TestPoolShapes(t *testing.T) {
 	cpu4, mem8 := q("4"), q("8Gi")
-	catalog := []provider.Shape{
+	offered := []shapecatalog.Shape{
 		{Name: "flex-4-8", Capacity: corev1.ResourceList{corev1.ResourceCPU: q("4"), corev1.ResourceMemory: q("8Gi"), corev1.ResourceEphemeralStorage: q("50Gi")}, Price: 0.12},
 		{Name: "flex-8-16", Capacity: corev1.ResourceList{corev1.ResourceCPU: q("8"), corev1.ResourceMemory: q("16Gi")}, Price: 0.24},
 	}
@@ -48,7 +48,7 @@ func TestPoolShapes(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			np := &v1alpha1.NodePool{ObjectMeta: metaName("p"), Spec: v1alpha1.NodePoolSpec{Shapes: v1alpha1.Shapes{Fixed: tc.fixed}}}
-			got, err := PoolShapes(np, catalog)
+			got, err := PoolShapes(np, offered)
 			if (err != nil) != tc.wantErr {
 				t.Fatalf("err = %v, want error %v", err, tc.wantErr)
 			}
@@ -77,7 +77,7 @@ func TestPoolShapesFlexibleDefaults(t *testing.T) {
 		t.Fatal(err)
 	}
 	f := got.Flexible
-	if f == nil || f.CPUStep.Cmp(q("1")) != 0 || f.MemoryStep.Cmp(q("1Gi")) != 0 || f.PricePerCPU != 0.5 || f.PricePerGiB != defaultPricePerGiB {
+	if f == nil || f.CPUStep.Cmp(q("1")) != 0 || f.MemoryStep.Cmp(q("1Gi")) != 0 || f.PricePerCPU != 0.5 || f.PricePerGiB != shapecatalog.DefaultPricePerGiB {
 		t.Fatalf("flexible = %+v, want steps 1 and 1Gi, 0.5 per cpu, default per GiB", f)
 	}
 }
@@ -106,7 +106,7 @@ func TestFlexibleGrid(t *testing.T) {
 			if ok != tc.fits || got.Name != tc.want {
 				t.Errorf("Smallest(%s, %s) = %q, %v; want %q, %v", tc.cpu, tc.mem, got.Name, ok, tc.want, tc.fits)
 			}
-			if ok && got.Price != float64(got.CPU.Value())+float64(got.Memory.Value())/gib*0.25 {
+			if ok && got.Price != float64(got.CPU.Value())+float64(got.Memory.Value())/(1<<30)*0.25 {
 				t.Errorf("price %v does not follow the per-cpu and per-GiB prices", got.Price)
 			}
 		})
@@ -133,7 +133,7 @@ func TestPoolShapesRefusesInconsistentShapes(t *testing.T) {
 	tests := []struct {
 		name     string
 		fixed    []v1alpha1.Shape
-		resolved []provider.Shape
+		resolved []shapecatalog.Shape
 		want     string
 	}{
 		{
@@ -154,7 +154,7 @@ func TestPoolShapesRefusesInconsistentShapes(t *testing.T) {
 		{
 			name:  "a catalog naming one shape twice with different sizes",
 			fixed: []v1alpha1.Shape{{Name: "s"}},
-			resolved: []provider.Shape{
+			resolved: []shapecatalog.Shape{
 				{Name: "s", Capacity: corev1.ResourceList{corev1.ResourceCPU: q("4"), corev1.ResourceMemory: q("8Gi")}},
 				{Name: "s", Capacity: corev1.ResourceList{corev1.ResourceCPU: q("8"), corev1.ResourceMemory: q("8Gi")}},
 			},

@@ -18,7 +18,7 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/claimscale/claimscale/api/v1alpha1"
-	"github.com/claimscale/claimscale/internal/schedule"
+	"github.com/claimscale/claimscale/internal/cronwindow"
 	"github.com/claimscale/claimscale/internal/scheduling"
 )
 
@@ -93,7 +93,7 @@ func At(pool *v1alpha1.NodePool, now time.Time) (Target, error) {
 		headroom *v1alpha1.Headroom
 	)
 	for i, entry := range pool.Spec.CapacitySchedules {
-		active, err := schedule.ActiveAt(entry.Schedule, entry.Duration.Duration, now)
+		active, err := cronwindow.ActiveAt(entry.Schedule, entry.Duration.Duration, now)
 		if err != nil {
 			return target, fmt.Errorf("capacity schedule %d of pool %s: %w", i, pool.Name, err)
 		}

@@ -9,6 +9,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 
+	"github.com/claimscale/claimscale/api/shapecatalog"
 	"github.com/claimscale/claimscale/api/v1alpha1"
 )
 
@@ -76,14 +77,9 @@ type Instance struct {
 // ClaimName returns the claim the machine was made for, from its tags.
 func (i *Instance) ClaimName() string { return i.Tags[v1alpha1.TagNodeClaim] }
 
-// Shape is a machine size a provider can make.
-type Shape struct {
-	Name string
-	// Capacity: cpu and memory.
-	Capacity corev1.ResourceList
-	// Price per hour; zero when unknown.
-	Price float64
-}
+// Shape is a machine size a provider can make. It lives in api/catalog so
+// that the scheduling core reads it without depending on this package.
+type Shape = shapecatalog.Shape
 
 // Tags returns the ownership tags for a claim's machine.
 func Tags(clusterName string, claim *v1alpha1.NodeClaim) map[string]string {

@@ -67,7 +67,7 @@ func TestBootstrapTokenJoinsTheNode(t *testing.T) {
 	var secret corev1.Secret
 	g.Expect(env.Client.Get(s.ctx, client.ObjectKey{Namespace: "kube-system", Name: "bootstrap-token-" + tokenID}, &secret)).To(Succeed())
 	g.Expect(secret.Type).To(Equal(corev1.SecretType("bootstrap.kubernetes.io/token")))
-	g.Expect(secret.Labels).To(HaveKeyWithValue(bootstrap.LabelBootstrapToken, "true"))
+	g.Expect(secret.Labels).To(HaveKeyWithValue(v1alpha1.LabelBootstrapToken, "true"))
 	g.Expect(secret.Labels).To(HaveKeyWithValue(v1alpha1.LabelNodeClaim, claim.Name))
 	g.Expect(string(secret.Data["auth-extra-groups"])).To(Equal(bootstrap.GroupNodeToken))
 	g.Expect(string(secret.Data["usage-bootstrap-authentication"])).To(Equal("true"))
@@ -308,7 +308,7 @@ func TestGarbageCollectionRemovesOrphanedBootstrapTokens(t *testing.T) {
 	expiration := time.Now().Add(time.Hour).UTC().Format(time.RFC3339)
 	orphan := &corev1.Secret{
 		ObjectMeta: metav1.ObjectMeta{Namespace: "kube-system", Name: "bootstrap-token-orphan",
-			Labels: map[string]string{bootstrap.LabelBootstrapToken: "true", v1alpha1.LabelNodeClaim: "claim-that-is-gone"}},
+			Labels: map[string]string{v1alpha1.LabelBootstrapToken: "true", v1alpha1.LabelNodeClaim: "claim-that-is-gone"}},
 		Type:       "bootstrap.kubernetes.io/token",
 		StringData: map[string]string{"token-id": "orphan", "token-secret": "0123456789abcdef", "expiration": expiration, "usage-bootstrap-authentication": "true"},
 	}

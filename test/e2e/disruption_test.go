@@ -18,7 +18,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/claimscale/claimscale/api/v1alpha1"
-	"github.com/claimscale/claimscale/internal/controllers/disruption"
 	"github.com/claimscale/claimscale/internal/scheme"
 )
 
@@ -403,7 +402,7 @@ func TestReplacementResumesAfterRestart(t *testing.T) {
 		mu.Lock()
 		seen[claim.Name] = true
 		mu.Unlock()
-		if claim.Annotations[disruption.AnnotationReplaces] == old.Name {
+		if claim.Annotations[v1alpha1.AnnotationReplaces] == old.Name {
 			once.Do(func() { close(replacing) })
 		}
 	})
@@ -420,7 +419,7 @@ func TestReplacementResumesAfterRestart(t *testing.T) {
 		g.Expect(current).To(HaveLen(1))
 		g.Expect(current[0].Name).NotTo(Equal(old.Name))
 		g.Expect(current[0].Spec.Shape.Name).To(Equal("c2"))
-		g.Expect(current[0].Annotations).NotTo(HaveKey(disruption.AnnotationReplaces), "the pairing is cleared once done")
+		g.Expect(current[0].Annotations).NotTo(HaveKey(v1alpha1.AnnotationReplaces), "the pairing is cleared once done")
 		g.Expect(s.runningPods("small")).To(Equal(1))
 	}).Should(Succeed())
 	claims.stop()

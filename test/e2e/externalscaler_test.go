@@ -14,7 +14,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/claimscale/claimscale/api/v1alpha1"
-	"github.com/claimscale/claimscale/internal/externalscaler"
 	pb "github.com/claimscale/claimscale/internal/externalscaler/protos"
 )
 
@@ -93,7 +92,7 @@ func TestExternalScalerRaisesHeadroomAndFallsBackWhenUnreachable(t *testing.T) {
 	condition := func() *metav1.Condition {
 		var pool v1alpha1.NodePool
 		s.g.Expect(env.Client.Get(s.ctx, client.ObjectKey{Name: s.name}, &pool)).To(Succeed())
-		return meta.FindStatusCondition(pool.Status.Conditions, externalscaler.ConditionExternalHeadroom)
+		return meta.FindStatusCondition(pool.Status.Conditions, v1alpha1.ConditionExternalHeadroom)
 	}
 	s.g.Eventually(condition).Should(HaveField("Status", metav1.ConditionTrue))
 	s.g.Consistently(func() int { return len(s.claims()) }, 2*time.Second, 250*time.Millisecond).Should(BeZero(), "an empty queue wants no headroom")

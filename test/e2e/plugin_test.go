@@ -14,7 +14,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/claimscale/claimscale/api/v1alpha1"
-	"github.com/claimscale/claimscale/internal/controllers/nodeprovider"
 	"github.com/claimscale/claimscale/internal/externalgrpc/testcerts"
 	"github.com/claimscale/claimscale/internal/operator"
 	"github.com/claimscale/claimscale/internal/providerexample"
@@ -267,7 +266,7 @@ func TestPluginKilledMidScaleUpRecovers(t *testing.T) {
 	second := s.createDeployment("second", 4, "1", nil)
 
 	s.g.Eventually(s.nodeProviderReady).Should(And(
-		HaveField("Status", metav1.ConditionFalse), HaveField("Reason", nodeprovider.ReasonUnreachable)),
+		HaveField("Status", metav1.ConditionFalse), HaveField("Reason", v1alpha1.ReasonUnreachable)),
 		"the NodeProvider is Unreachable while the plugin is down")
 	t.Logf("NodeProvider Unreachable %s after the plugin was killed", time.Since(killed).Round(time.Second))
 	launched := map[string]bool{}

@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/claimscale/claimscale/api/v1alpha1"
-	"github.com/claimscale/claimscale/internal/schedule"
+	"github.com/claimscale/claimscale/internal/cronwindow"
 )
 
 // AllowedDisruptions returns how many of a pool's nodes may be disrupting at
@@ -51,14 +51,14 @@ func appliesTo(budget v1alpha1.Budget, reason v1alpha1.DisruptionReason) bool {
 }
 
 // activeAt reports whether a scheduled budget's window covers now (see
-// schedule.ActiveAt). A budget whose window cannot be read is an error:
+// cronwindow.ActiveAt). A budget whose window cannot be read is an error:
 // the caller lets the pool disrupt nothing rather than guess. (A
 // never-firing schedule once counted as always active.)
 func activeAt(budget v1alpha1.Budget, now time.Time) (bool, error) {
 	if budget.Schedule == nil || budget.Duration == nil {
 		return true, nil
 	}
-	return schedule.ActiveAt(*budget.Schedule, budget.Duration.Duration, now)
+	return cronwindow.ActiveAt(*budget.Schedule, budget.Duration.Duration, now)
 }
 
 // budgetNodes reads a budget's nodes: a count, or a percentage (0% to

@@ -8,7 +8,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/claimscale/claimscale/api/v1alpha1"
-	"github.com/claimscale/claimscale/internal/schedule"
+	"github.com/claimscale/claimscale/internal/cronwindow"
 )
 
 // FuzzAllowedDisruptions feeds a budget's nodes, schedule and duration as a
@@ -44,7 +44,7 @@ func FuzzAllowedDisruptions(f *testing.F) {
 			return
 		}
 		// A budget found active must have a schedule that fires.
-		parsed, err := schedule.Parse(spec)
+		parsed, err := cronwindow.Parse(spec)
 		if err != nil {
 			t.Fatalf("schedule %q was used but does not parse: %v", spec, err)
 		}

@@ -16,7 +16,7 @@ import (
 // AnnotationProviderHash records on a claim the hash of its NodeProvider's
 // settings (ProviderHash) as they were when the claim was made, so a later
 // change to them shows as drift.
-const AnnotationProviderHash = "claimscale.io/provider-hash"
+const AnnotationProviderHash = v1alpha1.AnnotationProviderHash
 
 // ProviderHash identifies the settings a NodeProvider makes machines with:
 // the type and its settings block. Credentials are not part of it (a
@@ -60,12 +60,12 @@ func cloudscaleForHash(settings *v1alpha1.CloudscaleSettings) *v1alpha1.Cloudsca
 
 // Drift reasons, as the Drifted condition's reason.
 const (
-	driftLabels        = "LabelsDrifted"
-	driftTaints        = "TaintsDrifted"
-	driftStartupTaints = "StartupTaintsDrifted"
-	driftKubelet       = "KubeletDrifted"
-	driftShape         = "ShapeDrifted"
-	driftProvider      = "ProviderDrifted"
+	driftLabels        = v1alpha1.ReasonLabelsDrifted
+	driftTaints        = v1alpha1.ReasonTaintsDrifted
+	driftStartupTaints = v1alpha1.ReasonStartupTaintsDrifted
+	driftKubelet       = v1alpha1.ReasonKubeletDrifted
+	driftShape         = v1alpha1.ReasonShapeDrifted
+	driftProvider      = v1alpha1.ReasonProviderDrifted
 )
 
 // driftOf says whether a claim no longer matches what its pool would make

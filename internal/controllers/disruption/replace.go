@@ -10,8 +10,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/claimscale/claimscale/api/v1alpha1"
-	"github.com/claimscale/claimscale/internal/controllers/provisioning"
 	"github.com/claimscale/claimscale/internal/metrics"
+	"github.com/claimscale/claimscale/internal/poolclaims"
 	"github.com/claimscale/claimscale/internal/scheduling"
 )
 
@@ -21,7 +21,7 @@ import (
 // cache has it: the next round must see the replacement in flight, or it
 // would release the claims it replaces.
 func (c *Controller) createReplacement(ctx context.Context, pool *v1alpha1.NodePool, providerHash string, node scheduling.NewNode, olds string, reason v1alpha1.DisruptionReason) (*v1alpha1.NodeClaim, error) {
-	claim := provisioning.NewClaim(pool, node.Shape, node.TotalRequests(), node.Requirements)
+	claim := poolclaims.New(pool, node.Shape, node.TotalRequests(), node.Requirements)
 	claim.Annotations[AnnotationReplaces] = olds
 	claim.Annotations[AnnotationDisruptionReason] = string(reason)
 	if providerHash != "" {

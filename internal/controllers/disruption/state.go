@@ -15,6 +15,7 @@ import (
 	policyv1 "k8s.io/api/policy/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 
+	"github.com/claimscale/claimscale/api/shapecatalog"
 	"github.com/claimscale/claimscale/api/v1alpha1"
 	"github.com/claimscale/claimscale/internal/scheduling"
 	"github.com/claimscale/claimscale/internal/warmcapacity"
@@ -24,15 +25,15 @@ const (
 	// AnnotationReplaces on a replacement claim names the claims it
 	// replaces, comma-separated. They are deleted once every claim naming
 	// them is Ready; a restart resumes from here.
-	AnnotationReplaces = "claimscale.io/replaces"
+	AnnotationReplaces = v1alpha1.AnnotationReplaces
 	// AnnotationDisruptionReason on a replacement claim says why the
 	// claims it replaces go: Underutilized, Drifted or Expired.
-	AnnotationDisruptionReason = "claimscale.io/disruption-reason"
+	AnnotationDisruptionReason = v1alpha1.AnnotationDisruptionReason
 )
 
 // reasonExpired is expiration's reason. It is not a budget reason:
 // expiration ignores budgets.
-const reasonExpired v1alpha1.DisruptionReason = "Expired"
+const reasonExpired = v1alpha1.DisruptionReasonExpired
 
 // poolInfo is a pool with what a round knows of it.
 type poolInfo struct {
@@ -396,13 +397,6 @@ func (s *state) poolTotals() (pools []*v1alpha1.NodePool, total, disrupting map[
 	return pools, total, disrupting
 }
 
-// Default prices, as the scheduling package derives them for shapes with
-// none: one unit per core and a quarter per GiB.
-const (
-	defaultPricePerCPU = 1.0
-	defaultPricePerGiB = 0.25
-)
-
 // claimPrice is what the claim's node costs per hour, by the pool's
 // catalog where it still lists the shape (so it compares with what a
 // replacement would cost), else as recorded on the claim, else derived
@@ -424,11 +418,11 @@ func claimPrice(claim *v1alpha1.NodeClaim, pool *scheduling.Pool) float64 {
 			return price
 		}
 	}
-	return sizePrice(shape, defaultPricePerCPU, defaultPricePerGiB)
+	return sizePrice(shape, shapecatalog.DefaultPricePerCPU, shapecatalog.DefaultPricePerGiB)
 }
 
 func sizePrice(shape v1alpha1.ClaimShape, perCPU, perGiB float64) float64 {
-	return float64(shape.CPU.MilliValue())/1000*perCPU + float64(shape.Memory.Value())/(1<<30)*perGiB
+	return shapecatalog.SizePrice(shape.CPU, shape.Memory, perCPU, perGiB)
 }
 
 // simulator is the round's scheduling simulator, built on first use.

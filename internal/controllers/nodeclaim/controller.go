@@ -35,8 +35,8 @@ import (
 
 	"github.com/claimscale/claimscale/api/v1alpha1"
 	"github.com/claimscale/claimscale/internal/clusterstate"
-	"github.com/claimscale/claimscale/internal/controllers/index"
-	"github.com/claimscale/claimscale/internal/controllers/statusapply"
+	"github.com/claimscale/claimscale/internal/index"
+	"github.com/claimscale/claimscale/internal/statusapply"
 	"github.com/claimscale/claimscale/pkg/provider"
 )
 
@@ -183,7 +183,7 @@ func (c *Controller) summarizeReady(claim *v1alpha1.NodeClaim) {
 	for _, conditionType := range []string{v1alpha1.ConditionLaunched, v1alpha1.ConditionRegistered, v1alpha1.ConditionInitialized} {
 		condition := meta.FindStatusCondition(claim.Status.Conditions, conditionType)
 		if condition == nil {
-			c.setCondition(claim, v1alpha1.ConditionReady, metav1.ConditionUnknown, "AwaitingReconciliation", conditionType+" has not been evaluated yet")
+			c.setCondition(claim, v1alpha1.ConditionReady, metav1.ConditionUnknown, v1alpha1.ReasonAwaitingReconciliation, conditionType+" has not been evaluated yet")
 			return
 		}
 		if condition.Status != metav1.ConditionTrue {
@@ -191,7 +191,7 @@ func (c *Controller) summarizeReady(claim *v1alpha1.NodeClaim) {
 			return
 		}
 	}
-	c.setCondition(claim, v1alpha1.ConditionReady, metav1.ConditionTrue, "Ready", "node "+claim.Status.NodeName+" is ready")
+	c.setCondition(claim, v1alpha1.ConditionReady, metav1.ConditionTrue, v1alpha1.ReasonReady, "node "+claim.Status.NodeName+" is ready")
 }
 
 // disruptionConditions are the claim conditions the disruption controller

@@ -17,13 +17,6 @@ import (
 	"github.com/claimscale/claimscale/pkg/provider"
 )
 
-// Reasons of the Failed condition; the externalgrpc shim turns each into
-// the stable error code cluster-autoscaler sees.
-const (
-	FailedRegistrationTimeout  = "RegistrationTimeout"
-	FailedInsufficientCapacity = "InsufficientCapacity"
-)
-
 // failed says whether the claim gave up for good: nothing more is done
 // for it, but deleting its machine, until it is deleted.
 func failed(claim *v1alpha1.NodeClaim) bool {

@@ -76,12 +76,12 @@ func TestAKeptClaimIsFailedOnTheAPIServerBeforeItsMachineIsDeleted(t *testing.T)
 	s, witness := keptFailures(t, "failfirst")
 
 	s.mustReconcile("failfirst-a")
-	s.g.Expect(witness.witnessed()).To(Equal([]string{"Failed=True " + FailedRegistrationTimeout}))
+	s.g.Expect(witness.witnessed()).To(Equal([]string{"Failed=True " + v1alpha1.ReasonRegistrationTimeout}))
 	s.g.Expect(s.machineExists("test://failfirst-a")).To(BeFalse())
 	claim := s.claim("failfirst-a")
 	s.g.Expect(claim.DeletionTimestamp).To(BeNil(), "kept for cluster-autoscaler")
 	s.g.Expect(condition(claim, v1alpha1.ConditionFailed)).To(And(
-		HaveField("Status", metav1.ConditionTrue), HaveField("Reason", FailedRegistrationTimeout),
+		HaveField("Status", metav1.ConditionTrue), HaveField("Reason", v1alpha1.ReasonRegistrationTimeout),
 		HaveField("Message", And(ContainSubstring("10m0s"), HaveSuffix(machineDeletedNote)))))
 	s.g.Expect(s.recorded()).To(ContainElement(And(HavePrefix("Warning Failed"), ContainSubstring("kept for cluster-autoscaler to see"))))
 
@@ -106,7 +106,7 @@ func TestAFailedClaimWhoseMachineDeletionFailedDeletesItLater(t *testing.T) {
 	s.g.Expect(s.machineExists("test://failretry-a")).To(BeFalse(), "the Failed claim's machine is deleted on retry")
 	s.g.Expect(witness.witnessed()).To(HaveExactElements(HavePrefix("Failed=True"), HavePrefix("Failed=True")))
 	s.g.Expect(condition(s.claim("failretry-a"), v1alpha1.ConditionFailed)).To(And(
-		HaveField("Reason", FailedRegistrationTimeout), HaveField("Message", HaveSuffix(machineDeletedNote))))
+		HaveField("Reason", v1alpha1.ReasonRegistrationTimeout), HaveField("Message", HaveSuffix(machineDeletedNote))))
 
 	s.mustReconcile("failretry-a")
 	s.g.Expect(witness.witnessed()).To(HaveLen(2), "nothing left to delete")

@@ -36,11 +36,11 @@ func (i *initialization) Reconcile(ctx context.Context, claim *v1alpha1.NodeClai
 		return reconcile.Result{}, client.IgnoreNotFound(err)
 	}
 	if !nodeReady(node) {
-		i.setCondition(claim, v1alpha1.ConditionInitialized, metav1.ConditionFalse, "NodeNotReady", "node "+node.Name+" is not Ready yet")
+		i.setCondition(claim, v1alpha1.ConditionInitialized, metav1.ConditionFalse, v1alpha1.ReasonNodeNotReady, "node "+node.Name+" is not Ready yet")
 		return reconcile.Result{}, nil
 	}
 	if pending := pendingTaints(node, claim.Spec.StartupTaints); len(pending) > 0 {
-		i.setCondition(claim, v1alpha1.ConditionInitialized, metav1.ConditionFalse, "StartupTaintsPresent",
+		i.setCondition(claim, v1alpha1.ConditionInitialized, metav1.ConditionFalse, v1alpha1.ReasonStartupTaintsPresent,
 			fmt.Sprintf("node %s still has taints %s", node.Name, strings.Join(pending, ", ")))
 		return reconcile.Result{}, nil
 	}
@@ -56,7 +56,7 @@ func (i *initialization) Reconcile(ctx context.Context, claim *v1alpha1.NodeClai
 		metrics.LaunchToReadySeconds.WithLabelValues(poolName(claim)).Observe(i.Clock.Since(claim.CreationTimestamp.Time).Seconds())
 		i.eventf(ctx, claim, node, corev1.EventTypeNormal, "Initialized", "Initialize", "node %s is ready for pods", node.Name)
 	}
-	i.setCondition(claim, v1alpha1.ConditionInitialized, metav1.ConditionTrue, "Initialized", "node "+node.Name+" is Ready and has no startup taints")
+	i.setCondition(claim, v1alpha1.ConditionInitialized, metav1.ConditionTrue, v1alpha1.ReasonInitialized, "node "+node.Name+" is Ready and has no startup taints")
 	return reconcile.Result{}, nil
 }
 

@@ -26,10 +26,6 @@ const (
 	inProgressRetry = 10 * time.Second
 )
 
-// ReasonLaunching is the Launched=False reason of a claim whose machine the
-// provider is still making.
-const ReasonLaunching = "Launching"
-
 // launch makes (or adopts) the claim's machine.
 type launch struct{ *Controller }
 
@@ -45,8 +41,8 @@ func (l *launch) Reconcile(ctx context.Context, claim *v1alpha1.NodeClaim) (reco
 
 	opts, err := l.createOptions(ctx, claim)
 	if err != nil {
-		l.setCondition(claim, v1alpha1.ConditionLaunched, metav1.ConditionFalse, "BootstrapFailed", err.Error())
-		l.eventf(ctx, claim, nil, corev1.EventTypeWarning, "BootstrapFailed", "Launch", "%v", err)
+		l.setCondition(claim, v1alpha1.ConditionLaunched, metav1.ConditionFalse, v1alpha1.ReasonBootstrapFailed, err.Error())
+		l.eventf(ctx, claim, nil, corev1.EventTypeWarning, v1alpha1.ReasonBootstrapFailed, "Launch", "%v", err)
 		return reconcile.Result{RequeueAfter: l.retryAfter(claim, err, maxTerminalRetryInterval)}, nil
 	}
 	started := time.Now()
@@ -64,9 +60,9 @@ func (l *launch) Reconcile(ctx context.Context, claim *v1alpha1.NodeClaim) (reco
 		zone := claimZone(claim)
 		wait := l.Capacity.Record(poolName(claim), claim.Spec.Shape.Name, zone)
 		message := fmt.Sprintf("%v; pool %s shape %s%s backed off for %s", err, poolName(claim), claim.Spec.Shape.Name, inZone(zone), wait)
-		l.setCondition(claim, v1alpha1.ConditionLaunched, metav1.ConditionFalse, "InsufficientCapacity", message)
-		l.eventf(ctx, claim, nil, corev1.EventTypeWarning, "InsufficientCapacity", "Launch", "%s", message)
-		return l.giveUp(ctx, claim, FailedInsufficientCapacity, message)
+		l.setCondition(claim, v1alpha1.ConditionLaunched, metav1.ConditionFalse, v1alpha1.ReasonInsufficientCapacity, message)
+		l.eventf(ctx, claim, nil, corev1.EventTypeWarning, v1alpha1.ReasonInsufficientCapacity, "Launch", "%s", message)
+		return l.giveUp(ctx, claim, v1alpha1.ReasonInsufficientCapacity, message)
 
 	case provider.IsInProgress(err):
 		// Nothing failed: the claim says what the provider waits for, with
@@ -76,21 +72,21 @@ func (l *launch) Reconcile(ctx context.Context, claim *v1alpha1.NodeClaim) (reco
 		if wait <= 0 {
 			wait = inProgressRetry
 		}
-		if launched := meta.FindStatusCondition(claim.Status.Conditions, v1alpha1.ConditionLaunched); launched == nil || launched.Reason != ReasonLaunching {
-			l.eventf(ctx, claim, nil, corev1.EventTypeNormal, ReasonLaunching, "Launch", "%v", err)
+		if launched := meta.FindStatusCondition(claim.Status.Conditions, v1alpha1.ConditionLaunched); launched == nil || launched.Reason != v1alpha1.ReasonLaunching {
+			l.eventf(ctx, claim, nil, corev1.EventTypeNormal, v1alpha1.ReasonLaunching, "Launch", "%v", err)
 		}
-		l.setCondition(claim, v1alpha1.ConditionLaunched, metav1.ConditionFalse, ReasonLaunching, err.Error())
+		l.setCondition(claim, v1alpha1.ConditionLaunched, metav1.ConditionFalse, v1alpha1.ReasonLaunching, err.Error())
 		return reconcile.Result{RequeueAfter: wait}, nil
 
 	case provider.IsTerminal(err):
-		l.setCondition(claim, v1alpha1.ConditionLaunched, metav1.ConditionFalse, "LaunchFailed", err.Error())
-		l.eventf(ctx, claim, nil, corev1.EventTypeWarning, "LaunchFailed", "Launch", "%v", err)
+		l.setCondition(claim, v1alpha1.ConditionLaunched, metav1.ConditionFalse, v1alpha1.ReasonLaunchFailed, err.Error())
+		l.eventf(ctx, claim, nil, corev1.EventTypeWarning, v1alpha1.ReasonLaunchFailed, "Launch", "%v", err)
 		return reconcile.Result{RequeueAfter: l.retryAfter(claim, err, maxTerminalRetryInterval)}, nil
 
 	default:
 		wait := l.retryAfter(claim, err, maxRetryInterval)
-		l.setCondition(claim, v1alpha1.ConditionLaunched, metav1.ConditionFalse, "LaunchFailed", fmt.Sprintf("%v (retrying in %s)", err, wait.Round(time.Second)))
-		l.eventf(ctx, claim, nil, corev1.EventTypeWarning, "LaunchFailed", "Launch", "%v", err)
+		l.setCondition(claim, v1alpha1.ConditionLaunched, metav1.ConditionFalse, v1alpha1.ReasonLaunchFailed, fmt.Sprintf("%v (retrying in %s)", err, wait.Round(time.Second)))
+		l.eventf(ctx, claim, nil, corev1.EventTypeWarning, v1alpha1.ReasonLaunchFailed, "Launch", "%v", err)
 		log.FromContext(ctx).Info("launch failed, retrying", "error", err.Error(), "after", wait)
 		return reconcile.Result{RequeueAfter: wait}, nil
 	}
@@ -106,8 +102,8 @@ func (l *launch) launched(ctx context.Context, claim *v1alpha1.NodeClaim, instan
 		}
 	}
 	message := fmt.Sprintf("machine %s launched as %s", instance.Name, instance.ProviderID)
-	l.setCondition(claim, v1alpha1.ConditionLaunched, metav1.ConditionTrue, "Launched", message)
-	l.eventf(ctx, claim, nil, corev1.EventTypeNormal, "Launched", "Launch", "%s", message)
+	l.setCondition(claim, v1alpha1.ConditionLaunched, metav1.ConditionTrue, v1alpha1.ReasonLaunched, message)
+	l.eventf(ctx, claim, nil, corev1.EventTypeNormal, v1alpha1.ReasonLaunched, "Launch", "%s", message)
 	pool := poolName(claim)
 	countAfterStatus(ctx, func() {
 		if _, counted := l.launchesCounted.LoadOrStore(claim.UID, struct{}{}); !counted {

@@ -123,7 +123,7 @@ func TestLaunchInProgressIsAWaitNotAFailure(t *testing.T) {
 		events = append(events, s.recorded()...)
 	}
 	s.g.Expect(condition(s.claim("inprogress-a"), v1alpha1.ConditionLaunched)).To(And(
-		HaveField("Status", metav1.ConditionFalse), HaveField("Reason", ReasonLaunching),
+		HaveField("Status", metav1.ConditionFalse), HaveField("Reason", v1alpha1.ReasonLaunching),
 		HaveField("Message", ContainSubstring("waiting for infrastructure"))))
 	s.g.Expect(events).To(HaveExactElements(And(HavePrefix("Normal Launching"), ContainSubstring("no providerID yet"))), "one event for the whole wait")
 
@@ -309,7 +309,7 @@ func TestLivenessDeletesAMachineWhoseNodeNeverRegisters(t *testing.T) {
 	claim := s.claim("liveness-a")
 	s.g.Expect(claim.DeletionTimestamp).NotTo(BeNil())
 	s.g.Expect(condition(claim, v1alpha1.ConditionRegistered)).To(And(
-		HaveField("Reason", FailedRegistrationTimeout), HaveField("Message", ContainSubstring("10m0s"))))
+		HaveField("Reason", v1alpha1.ReasonRegistrationTimeout), HaveField("Message", ContainSubstring("10m0s"))))
 
 	s.mustReconcile("liveness-a")
 	s.g.Expect(s.provider.recorded()).To(ContainElement("delete test://liveness-a"))
@@ -406,7 +406,7 @@ func TestReleaseAnnotationLetsAClaimGoWhoseNodeProviderIsGone(t *testing.T) {
 	claim := s.claim("release-a")
 	s.g.Expect(claim).NotTo(BeNil(), "the machine may still run: the claim waits")
 	s.g.Expect(condition(claim, v1alpha1.ConditionTerminating)).To(And(
-		HaveField("Reason", ReasonWaitingForNodeProvider), HaveField("Message", ContainSubstring(v1alpha1.AnnotationReleaseMachine))))
+		HaveField("Reason", v1alpha1.ReasonWaitingForNodeProvider), HaveField("Message", ContainSubstring(v1alpha1.AnnotationReleaseMachine))))
 
 	patch := client.MergeFrom(claim.DeepCopy())
 	claim.Annotations = map[string]string{v1alpha1.AnnotationReleaseMachine: "true"}

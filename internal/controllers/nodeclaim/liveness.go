@@ -39,11 +39,11 @@ func (l *liveness) Reconcile(ctx context.Context, claim *v1alpha1.NodeClaim) (re
 	if !l.KeepFailedClaims {
 		message += "; deleting the machine and the claim"
 	}
-	l.setCondition(claim, v1alpha1.ConditionRegistered, metav1.ConditionFalse, FailedRegistrationTimeout, message)
-	l.eventf(ctx, claim, nil, corev1.EventTypeWarning, FailedRegistrationTimeout, "Register", "%s", message)
+	l.setCondition(claim, v1alpha1.ConditionRegistered, metav1.ConditionFalse, v1alpha1.ReasonRegistrationTimeout, message)
+	l.eventf(ctx, claim, nil, corev1.EventTypeWarning, v1alpha1.ReasonRegistrationTimeout, "Register", "%s", message)
 	log.FromContext(ctx).Info("registration timed out", "timeout", timeout)
 	// Counted when the claim's termination finishes, by this reason.
-	return l.giveUp(ctx, claim, FailedRegistrationTimeout, message)
+	return l.giveUp(ctx, claim, v1alpha1.ReasonRegistrationTimeout, message)
 }
 
 func (l *liveness) registrationTimeout(ctx context.Context, claim *v1alpha1.NodeClaim) (time.Duration, error) {

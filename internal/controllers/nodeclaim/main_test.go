@@ -20,9 +20,10 @@ import (
 
 	"github.com/claimscale/claimscale/api/v1alpha1"
 	"github.com/claimscale/claimscale/internal/bootstrap"
-	"github.com/claimscale/claimscale/internal/controllers/index"
-	"github.com/claimscale/claimscale/internal/providers"
+	"github.com/claimscale/claimscale/internal/index"
+	"github.com/claimscale/claimscale/internal/providerresolver"
 	"github.com/claimscale/claimscale/internal/testenv"
+	"github.com/claimscale/claimscale/internal/testenv/expect"
 	"github.com/claimscale/claimscale/pkg/provider"
 )
 
@@ -141,14 +142,14 @@ type resolver struct {
 
 func (r *resolver) ProviderNameOf(context.Context, *v1alpha1.NodeClaim) (string, error) {
 	if r.gone {
-		return "", &providers.ProviderNotFoundError{Provider: "test"}
+		return "", &providerresolver.ProviderNotFoundError{Provider: "test"}
 	}
 	return "test", nil
 }
 
 func (r *resolver) ForProviderName(_ context.Context, name string) (provider.Provider, error) {
 	if r.gone {
-		return nil, &providers.ProviderNotFoundError{Provider: name}
+		return nil, &providerresolver.ProviderNotFoundError{Provider: name}
 	}
 	if r.wrapped != nil {
 		return r.wrapped, nil
@@ -375,17 +376,7 @@ func condition(claim *v1alpha1.NodeClaim, conditionType string) *metav1.Conditio
 }
 
 // recorded drains the events recorded so far.
-func (s *scenario) recorded() []string {
-	var found []string
-	for {
-		select {
-		case event := <-s.recorder.Events:
-			found = append(found, event)
-		default:
-			return found
-		}
-	}
-}
+func (s *scenario) recorded() []string { return expect.Events(s.recorder) }
 
 // withBootstrap gives the controller the real bootstrapper against the
 // test API server.

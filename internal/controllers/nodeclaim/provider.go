@@ -5,15 +5,8 @@ import (
 	"errors"
 
 	"github.com/claimscale/claimscale/api/v1alpha1"
-	"github.com/claimscale/claimscale/internal/providers"
+	"github.com/claimscale/claimscale/internal/providerresolver"
 	"github.com/claimscale/claimscale/pkg/provider"
-)
-
-// Reasons a claim's provider cannot be had.
-const (
-	ReasonNodePoolNotFound     = "NodePoolNotFound"
-	ReasonNodeProviderNotFound = "NodeProviderNotFound"
-	ReasonProviderUnavailable  = "ProviderUnavailable"
 )
 
 // providerOf returns the provider that makes (or made) the claim's machine
@@ -39,13 +32,13 @@ func (c *Controller) providerOf(ctx context.Context, claim *v1alpha1.NodeClaim) 
 
 // unavailableReason names why a claim's provider could not be had.
 func unavailableReason(err error) string {
-	var poolGone *providers.PoolNotFoundError
-	var providerGone *providers.ProviderNotFoundError
+	var poolGone *providerresolver.PoolNotFoundError
+	var providerGone *providerresolver.ProviderNotFoundError
 	switch {
 	case errors.As(err, &poolGone):
-		return ReasonNodePoolNotFound
+		return v1alpha1.ReasonNodePoolNotFound
 	case errors.As(err, &providerGone):
-		return ReasonNodeProviderNotFound
+		return v1alpha1.ReasonNodeProviderNotFound
 	}
-	return ReasonProviderUnavailable
+	return v1alpha1.ReasonProviderUnavailable
 }

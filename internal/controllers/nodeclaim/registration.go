@@ -16,7 +16,7 @@ import (
 
 	"github.com/claimscale/claimscale/api/v1alpha1"
 	"github.com/claimscale/claimscale/internal/metrics"
-	"github.com/claimscale/claimscale/internal/providers"
+	"github.com/claimscale/claimscale/internal/providerresolver"
 )
 
 // How often a claim whose machine has not joined yet looks again, besides
@@ -39,11 +39,11 @@ func (r *registration) Reconcile(ctx context.Context, claim *v1alpha1.NodeClaim)
 		if meta.IsStatusConditionTrue(claim.Status.Conditions, v1alpha1.ConditionRegistered) {
 			// The node is gone after it had joined: garbage collection
 			// decides whether the machine went with it.
-			r.setCondition(claim, v1alpha1.ConditionRegistered, metav1.ConditionFalse, "NodeNotFound",
+			r.setCondition(claim, v1alpha1.ConditionRegistered, metav1.ConditionFalse, v1alpha1.ReasonNodeNotFound,
 				fmt.Sprintf("node %s registered earlier but no longer exists", claim.Status.NodeName))
 			return reconcile.Result{RequeueAfter: registrationPoll}, nil
 		}
-		r.setCondition(claim, v1alpha1.ConditionRegistered, metav1.ConditionFalse, "WaitingForNode",
+		r.setCondition(claim, v1alpha1.ConditionRegistered, metav1.ConditionFalse, v1alpha1.ReasonWaitingForNode,
 			fmt.Sprintf("machine created, no node with providerID %s yet", claim.Status.ProviderID))
 		return reconcile.Result{RequeueAfter: registrationPoll}, nil
 	}
@@ -64,10 +64,10 @@ func (r *registration) Reconcile(ctx context.Context, claim *v1alpha1.NodeClaim)
 		claim.Status.Allocatable = node.Status.Allocatable
 	}
 	if !meta.IsStatusConditionTrue(claim.Status.Conditions, v1alpha1.ConditionRegistered) {
-		r.eventf(ctx, claim, node, corev1.EventTypeNormal, "Registered", "Register", "node %s registered", node.Name)
+		r.eventf(ctx, claim, node, corev1.EventTypeNormal, v1alpha1.ReasonRegistered, "Register", "node %s registered", node.Name)
 		metrics.NodeClaimsRegistered.WithLabelValues(poolName(claim)).Inc()
 	}
-	r.setCondition(claim, v1alpha1.ConditionRegistered, metav1.ConditionTrue, "Registered", "node "+node.Name+" registered")
+	r.setCondition(claim, v1alpha1.ConditionRegistered, metav1.ConditionTrue, v1alpha1.ReasonRegistered, "node "+node.Name+" registered")
 	return reconcile.Result{}, nil
 }
 
@@ -84,7 +84,7 @@ func (r *registration) adopt(ctx context.Context, claim *v1alpha1.NodeClaim, nod
 		node.Labels = map[string]string{}
 	}
 	for key, value := range claim.Labels {
-		if key == providers.LabelNodeProvider {
+		if key == providerresolver.LabelNodeProvider {
 			continue
 		}
 		node.Labels[key] = value

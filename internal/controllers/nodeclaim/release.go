@@ -10,20 +10,14 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/claimscale/claimscale/api/v1alpha1"
-	"github.com/claimscale/claimscale/internal/providers"
-)
-
-// Reasons of Terminating while a deleted claim cannot reach its machine.
-const (
-	ReasonWaitingForNodePool     = "WaitingForNodePool"
-	ReasonWaitingForNodeProvider = "WaitingForNodeProvider"
+	"github.com/claimscale/claimscale/internal/providerresolver"
 )
 
 // machineOwnerGone says whether err means the claim's pool or NodeProvider
 // no longer exists, so its machine cannot be deleted for now.
 func machineOwnerGone(err error) bool {
-	var poolGone *providers.PoolNotFoundError
-	var providerGone *providers.ProviderNotFoundError
+	var poolGone *providerresolver.PoolNotFoundError
+	var providerGone *providerresolver.ProviderNotFoundError
 	return errors.As(err, &poolGone) || errors.As(err, &providerGone)
 }
 
@@ -45,9 +39,9 @@ func neverLaunched(claim *v1alpha1.NodeClaim) bool {
 // deletion waits for and how to let it go, and looks again on the claim's
 // backoff: the NodeProvider may come back.
 func (c *Controller) waitForMachineOwner(ctx context.Context, claim *v1alpha1.NodeClaim, err error) reconcile.Result {
-	reason := ReasonWaitingForNodeProvider
-	if unavailableReason(err) == ReasonNodePoolNotFound {
-		reason = ReasonWaitingForNodePool
+	reason := v1alpha1.ReasonWaitingForNodeProvider
+	if unavailableReason(err) == v1alpha1.ReasonNodePoolNotFound {
+		reason = v1alpha1.ReasonWaitingForNodePool
 	}
 	message := fmt.Sprintf("%v, so the machine cannot be deleted; recreate it, or annotate the claim %s=true to release the claim and leave the machine to garbage collection",
 		err, v1alpha1.AnnotationReleaseMachine)

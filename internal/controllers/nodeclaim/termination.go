@@ -18,7 +18,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/claimscale/claimscale/api/v1alpha1"
-	"github.com/claimscale/claimscale/internal/controllers/index"
+	"github.com/claimscale/claimscale/internal/index"
 	"github.com/claimscale/claimscale/internal/metrics"
 	"github.com/claimscale/claimscale/internal/scheduling"
 	"github.com/claimscale/claimscale/pkg/provider"
@@ -74,16 +74,16 @@ func (c *Controller) terminate(ctx context.Context, claim *v1alpha1.NodeClaim) (
 			if blocked > 0 {
 				message += fmt.Sprintf(", %d waiting for a PodDisruptionBudget", blocked)
 			}
-			c.setCondition(claim, v1alpha1.ConditionTerminating, metav1.ConditionTrue, "Draining", message)
+			c.setCondition(claim, v1alpha1.ConditionTerminating, metav1.ConditionTrue, v1alpha1.ReasonDraining, message)
 			return reconcile.Result{RequeueAfter: drainPoll}, nil
 		}
 	}
 
-	c.setCondition(claim, v1alpha1.ConditionTerminating, metav1.ConditionTrue, "Deprovisioning", "deleting the machine")
+	c.setCondition(claim, v1alpha1.ConditionTerminating, metav1.ConditionTrue, v1alpha1.ReasonDeprovisioning, "deleting the machine")
 	if err := c.deleteMachine(ctx, claim); err != nil {
 		if !machineOwnerGone(err) {
-			c.setCondition(claim, v1alpha1.ConditionTerminating, metav1.ConditionTrue, "DeprovisionFailed", err.Error())
-			c.eventf(ctx, claim, nil, corev1.EventTypeWarning, "DeprovisionFailed", "Terminate", "%v", err)
+			c.setCondition(claim, v1alpha1.ConditionTerminating, metav1.ConditionTrue, v1alpha1.ReasonDeprovisionFailed, err.Error())
+			c.eventf(ctx, claim, nil, corev1.EventTypeWarning, v1alpha1.ReasonDeprovisionFailed, "Terminate", "%v", err)
 			return reconcile.Result{RequeueAfter: c.retryAfter(claim, err, maxRetryInterval)}, nil
 		}
 		if !releaseRequested(claim) && !neverLaunched(claim) {
@@ -128,9 +128,9 @@ func terminationReason(claim *v1alpha1.NodeClaim) string {
 			continue
 		}
 		switch {
-		case condition.Reason == FailedRegistrationTimeout && (conditionType != v1alpha1.ConditionRegistered || condition.Status == metav1.ConditionFalse):
+		case condition.Reason == v1alpha1.ReasonRegistrationTimeout && (conditionType != v1alpha1.ConditionRegistered || condition.Status == metav1.ConditionFalse):
 			return metrics.ReasonRegistrationTimeout
-		case condition.Reason == FailedInsufficientCapacity && (conditionType != v1alpha1.ConditionLaunched || condition.Status == metav1.ConditionFalse):
+		case condition.Reason == v1alpha1.ReasonInsufficientCapacity && (conditionType != v1alpha1.ConditionLaunched || condition.Status == metav1.ConditionFalse):
 			return metrics.ReasonInsufficientCapacity
 		}
 	}

@@ -13,7 +13,6 @@ import (
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
-	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
@@ -23,12 +22,13 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/claimscale/claimscale/api/v1alpha1"
-	"github.com/claimscale/claimscale/internal/controllers/index"
-	"github.com/claimscale/claimscale/internal/controllers/statusapply"
+	"github.com/claimscale/claimscale/internal/index"
 	"github.com/claimscale/claimscale/internal/metrics"
-	"github.com/claimscale/claimscale/internal/providers"
+	"github.com/claimscale/claimscale/internal/poolclaims"
+	"github.com/claimscale/claimscale/internal/providerresolver"
 	"github.com/claimscale/claimscale/internal/retry"
 	"github.com/claimscale/claimscale/internal/scheduling"
+	"github.com/claimscale/claimscale/internal/statusapply"
 	"github.com/claimscale/claimscale/pkg/provider"
 )
 
@@ -48,17 +48,6 @@ type ProviderResolver interface {
 type TemplateChecker interface {
 	Check(ctx context.Context, pool *v1alpha1.NodePool, shapes scheduling.Shapes) error
 }
-
-// Condition reasons of a NodePool's ProviderReady and Ready.
-const (
-	ReasonReady               = "Ready"
-	ReasonProviderNotFound    = "ProviderNotFound"
-	ReasonProviderUnavailable = "ProviderUnavailable"
-	ReasonUnreachable         = "Unreachable"
-	ReasonShapesUnavailable   = "ShapesUnavailable"
-	ReasonNoShapes            = "NoShapes"
-	ReasonTemplateInvalid     = "TemplateInvalid"
-)
 
 // providerCallTimeout bounds each provider call of a status check.
 const providerCallTimeout = 10 * time.Second
@@ -119,7 +108,7 @@ func (c *Controller) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	if err := c.Kube.List(ctx, &claims, client.MatchingFields{index.NodeClaimNodePool: pool.Name}, client.UnsafeDisableDeepCopy); err != nil {
 		return reconcile.Result{}, fmt.Errorf("listing claims of pool %s: %w", pool.Name, err)
 	}
-	nodes, resources := InUse(claims.Items)
+	nodes, resources := poolclaims.InUse(claims.Items)
 	pool.Status.Nodes = int32(nodes)
 	pool.Status.Resources = resources
 	metrics.NodePoolNodes.WithLabelValues(pool.Name).Set(float64(nodes))
@@ -185,42 +174,42 @@ func (c *Controller) tell(pool *v1alpha1.NodePool, was *metav1.Condition, status
 
 func (c *Controller) providerReadiness(ctx context.Context, pool *v1alpha1.NodePool) (metav1.ConditionStatus, string, string, []provider.Shape) {
 	machines, err := c.Providers.ForProviderName(ctx, pool.Spec.ProviderRef.Name)
-	var notFound *providers.ProviderNotFoundError
+	var notFound *providerresolver.ProviderNotFoundError
 	switch {
 	case errors.As(err, &notFound):
-		return metav1.ConditionFalse, ReasonProviderNotFound, err.Error(), nil
-	case providers.IsUnreachable(err):
-		return metav1.ConditionFalse, ReasonUnreachable, err.Error(), nil
+		return metav1.ConditionFalse, v1alpha1.ReasonProviderNotFound, err.Error(), nil
+	case providerresolver.IsUnreachable(err):
+		return metav1.ConditionFalse, v1alpha1.ReasonUnreachable, err.Error(), nil
 	case err != nil:
-		return metav1.ConditionFalse, ReasonProviderUnavailable, err.Error(), nil
+		return metav1.ConditionFalse, v1alpha1.ReasonProviderUnavailable, err.Error(), nil
 	}
 	shapes, err := machines.Shapes(ctx, pool)
 	switch {
-	case providers.IsUnreachable(err):
-		return metav1.ConditionFalse, ReasonUnreachable, fmt.Sprintf("resolving shapes with NodeProvider %s: %v", pool.Spec.ProviderRef.Name, err), nil
+	case providerresolver.IsUnreachable(err):
+		return metav1.ConditionFalse, v1alpha1.ReasonUnreachable, fmt.Sprintf("resolving shapes with NodeProvider %s: %v", pool.Spec.ProviderRef.Name, err), nil
 	case err != nil:
-		return metav1.ConditionFalse, ReasonShapesUnavailable, err.Error(), nil
+		return metav1.ConditionFalse, v1alpha1.ReasonShapesUnavailable, err.Error(), nil
 	}
 	if len(shapes) == 0 {
-		return metav1.ConditionFalse, ReasonNoShapes, "the provider offers none of the pool's shapes", nil
+		return metav1.ConditionFalse, v1alpha1.ReasonNoShapes, "the provider offers none of the pool's shapes", nil
 	}
-	return metav1.ConditionTrue, ReasonReady, fmt.Sprintf("provider %s offers %d shapes", pool.Spec.ProviderRef.Name, len(shapes)), shapes
+	return metav1.ConditionTrue, v1alpha1.ReasonReady, fmt.Sprintf("provider %s offers %d shapes", pool.Spec.ProviderRef.Name, len(shapes)), shapes
 }
 
 // templateValidity says whether the pool's template can make nodes of the
 // shapes its provider offers.
 func (c *Controller) templateValidity(ctx context.Context, pool *v1alpha1.NodePool, offered []provider.Shape) (metav1.ConditionStatus, string, string) {
 	if message := c.unusedBootstrap(ctx, pool); message != "" {
-		return metav1.ConditionFalse, ReasonTemplateInvalid, message
+		return metav1.ConditionFalse, v1alpha1.ReasonTemplateInvalid, message
 	}
 	shapes, err := scheduling.PoolShapes(pool, offered)
 	if err == nil && c.Templates != nil {
 		err = c.Templates.Check(ctx, pool, shapes)
 	}
 	if err != nil {
-		return metav1.ConditionFalse, ReasonTemplateInvalid, err.Error()
+		return metav1.ConditionFalse, v1alpha1.ReasonTemplateInvalid, err.Error()
 	}
-	return metav1.ConditionTrue, ReasonReady, fmt.Sprintf("provider %s offers %d shapes", pool.Spec.ProviderRef.Name, len(offered))
+	return metav1.ConditionTrue, v1alpha1.ReasonReady, fmt.Sprintf("provider %s offers %d shapes", pool.Spec.ProviderRef.Name, len(offered))
 }
 
 // unusedBootstrap says why the pool's template.bootstrap would be ignored,
@@ -239,39 +228,6 @@ func (c *Controller) unusedBootstrap(ctx context.Context, pool *v1alpha1.NodePoo
 		return ""
 	}
 	return fmt.Sprintf("template.bootstrap is set, but the machines of NodeProvider %s join through %s; remove template.bootstrap and configure the join there", pool.Spec.ProviderRef.Name, joiner.OwnJoin())
-}
-
-// InUse counts the claims that are not being deleted and totals their
-// capacity (the shape's, until the machine reports its own).
-func InUse(claims []v1alpha1.NodeClaim) (int, corev1.ResourceList) {
-	pointers := make([]*v1alpha1.NodeClaim, len(claims))
-	for i := range claims {
-		pointers[i] = &claims[i]
-	}
-	return InUseOf(pointers)
-}
-
-// InUseOf is InUse of claims held by pointer, such as the cache's own.
-func InUseOf(claims []*v1alpha1.NodeClaim) (int, corev1.ResourceList) {
-	cpu, memory := resource.Quantity{}, resource.Quantity{}
-	nodes := 0
-	for _, claim := range claims {
-		if !claim.DeletionTimestamp.IsZero() {
-			continue
-		}
-		nodes++
-		if capacity, ok := claim.Status.Capacity[corev1.ResourceCPU]; ok {
-			cpu.Add(capacity)
-		} else {
-			cpu.Add(claim.Spec.Shape.CPU)
-		}
-		if capacity, ok := claim.Status.Capacity[corev1.ResourceMemory]; ok {
-			memory.Add(capacity)
-		} else {
-			memory.Add(claim.Spec.Shape.Memory)
-		}
-	}
-	return nodes, corev1.ResourceList{corev1.ResourceCPU: cpu, corev1.ResourceMemory: memory}
 }
 
 func setCondition(pool *v1alpha1.NodePool, conditionType string, status metav1.ConditionStatus, reason, message string) {

@@ -20,9 +20,9 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/claimscale/claimscale/api/v1alpha1"
-	"github.com/claimscale/claimscale/internal/controllers/index"
+	"github.com/claimscale/claimscale/internal/index"
 	"github.com/claimscale/claimscale/internal/metrics"
-	"github.com/claimscale/claimscale/internal/providers"
+	"github.com/claimscale/claimscale/internal/providerresolver"
 	"github.com/claimscale/claimscale/internal/scheduling"
 	"github.com/claimscale/claimscale/internal/testenv"
 	"github.com/claimscale/claimscale/pkg/provider"
@@ -218,7 +218,7 @@ func TestPoolStatusCountsLiveClaimsAndTheirCapacity(t *testing.T) {
 	s.g.Expect(pool.Status.Nodes).To(Equal(int32(2)), "a claim being deleted does not count")
 	s.g.Expect(pool.Status.Resources.Cpu().String()).To(Equal("3800m"))
 	s.g.Expect(pool.Status.Resources.Memory().String()).To(Equal("7Gi"))
-	s.g.Expect(conditionOf(pool, v1alpha1.ConditionReady)).To(And(HaveField("Status", metav1.ConditionTrue), HaveField("Reason", ReasonReady)))
+	s.g.Expect(conditionOf(pool, v1alpha1.ConditionReady)).To(And(HaveField("Status", metav1.ConditionTrue), HaveField("Reason", v1alpha1.ReasonReady)))
 	s.g.Expect(conditionOf(pool, v1alpha1.ConditionProviderReady)).To(HaveField("Status", metav1.ConditionTrue))
 	s.g.Expect(result.RequeueAfter).To(Equal(shapesRefresh))
 }
@@ -232,18 +232,18 @@ func TestPoolReadyReasonsSayWhatKeepsThePoolFromMakingNodes(t *testing.T) {
 		message       string
 		providerReady metav1.ConditionStatus
 	}{
-		{"a NodeProvider that does not exist", func() { s.resolver.err = &providers.ProviderNotFoundError{Provider: "test"} },
-			ReasonProviderNotFound, "NodeProvider test does not exist", metav1.ConditionFalse},
+		{"a NodeProvider that does not exist", func() { s.resolver.err = &providerresolver.ProviderNotFoundError{Provider: "test"} },
+			v1alpha1.ReasonProviderNotFound, "NodeProvider test does not exist", metav1.ConditionFalse},
 		{"a provider that cannot be built", func() { s.resolver.err = errors.New("credentials Secret has no key token") },
-			ReasonProviderUnavailable, "credentials Secret has no key token", metav1.ConditionFalse},
+			v1alpha1.ReasonProviderUnavailable, "credentials Secret has no key token", metav1.ConditionFalse},
 		{"a provider API that does not answer", func() { s.provider.set(nil, fmt.Errorf("listing flavors: %w", context.DeadlineExceeded)) },
-			ReasonUnreachable, "listing flavors", metav1.ConditionFalse},
+			v1alpha1.ReasonUnreachable, "listing flavors", metav1.ConditionFalse},
 		{"a provider API that refuses", func() { s.provider.set(nil, errors.New("403 forbidden")) },
-			ReasonShapesUnavailable, "403 forbidden", metav1.ConditionFalse},
+			v1alpha1.ReasonShapesUnavailable, "403 forbidden", metav1.ConditionFalse},
 		{"a provider offering none of the shapes", func() { s.provider.set([]provider.Shape{}, nil) },
-			ReasonNoShapes, "offers none of the pool's shapes", metav1.ConditionFalse},
+			v1alpha1.ReasonNoShapes, "offers none of the pool's shapes", metav1.ConditionFalse},
 		{"a template no node can satisfy", func() { s.template.err = errors.New("startup taint blocks every DaemonSet") },
-			ReasonTemplateInvalid, "startup taint blocks every DaemonSet", metav1.ConditionTrue},
+			v1alpha1.ReasonTemplateInvalid, "startup taint blocks every DaemonSet", metav1.ConditionTrue},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			s.resolver.err, s.template.err = nil, nil
@@ -295,7 +295,7 @@ func TestPoolWithABootstrapItsProviderIgnoresIsNotReady(t *testing.T) {
 	pool, _ = s.reconcile()
 	ready := conditionOf(pool, v1alpha1.ConditionReady)
 	s.g.Expect(ready.Status).To(Equal(metav1.ConditionFalse))
-	s.g.Expect(ready.Reason).To(Equal(ReasonTemplateInvalid))
+	s.g.Expect(ready.Reason).To(Equal(v1alpha1.ReasonTemplateInvalid))
 	s.g.Expect(ready.Message).To(And(ContainSubstring("template.bootstrap is set"), ContainSubstring("the Cluster API bootstrap provider")))
 	s.g.Expect(conditionOf(pool, v1alpha1.ConditionProviderReady).Status).To(Equal(metav1.ConditionTrue))
 }

@@ -19,8 +19,9 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/claimscale/claimscale/api/v1alpha1"
-	"github.com/claimscale/claimscale/internal/providers"
+	"github.com/claimscale/claimscale/internal/providerresolver"
 	"github.com/claimscale/claimscale/internal/retry"
+	"github.com/claimscale/claimscale/internal/statusapply"
 	"github.com/claimscale/claimscale/pkg/provider"
 )
 
@@ -50,14 +51,6 @@ func (c *Controller) SetupWithManager(mgr ctrl.Manager) error {
 	return ctrl.NewControllerManagedBy(mgr).Named(Name).For(&v1alpha1.NodeProvider{}).Complete(c)
 }
 
-// Condition reasons of a NodeProvider's Ready.
-const (
-	ReasonReady                = "Ready"
-	ReasonInvalidConfiguration = "InvalidConfiguration"
-	ReasonUnreachable          = "Unreachable"
-	ReasonAPIError             = "APIError"
-)
-
 // probeTimeout bounds building the provider and asking it for its
 // machines: an API that accepts connections and never answers is
 // Unreachable after this long.
@@ -72,7 +65,7 @@ func (c *Controller) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	}
 	stored := nodeProvider.DeepCopy()
 	condition := metav1.Condition{
-		Type: v1alpha1.ConditionReady, Status: metav1.ConditionTrue, Reason: ReasonReady,
+		Type: v1alpha1.ConditionReady, Status: metav1.ConditionTrue, Reason: v1alpha1.ReasonReady,
 		Message: "settings and credentials read, API answers", ObservedGeneration: nodeProvider.Generation,
 	}
 	reason, err := c.probe(ctx, nodeProvider)
@@ -85,7 +78,10 @@ func (c *Controller) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	wasDegraded := meta.FindStatusCondition(stored.Status.Conditions, v1alpha1.ConditionDegraded)
 	meta.SetStatusCondition(&nodeProvider.Status.Conditions, degraded)
 	if !equality.Semantic.DeepEqual(stored.Status, nodeProvider.Status) {
-		if err := c.Kube.Status().Patch(ctx, nodeProvider, client.MergeFrom(stored)); err != nil {
+		// Server-side apply of the one condition this controller owns,
+		// under its own field manager, as every status writer does.
+		owned := v1alpha1.NodeProviderStatus{Conditions: []metav1.Condition{*meta.FindStatusCondition(nodeProvider.Status.Conditions, v1alpha1.ConditionReady)}}
+		if _, err := statusapply.Apply(ctx, c.Kube, "NodeProvider", nodeProvider.Name, &owned, Name); err != nil {
 			return reconcile.Result{}, client.IgnoreNotFound(err)
 		}
 		if c.Recorder != nil && condition.Status != metav1.ConditionTrue && (was == nil || was.Reason != condition.Reason) {
@@ -109,17 +105,17 @@ func (c *Controller) probe(ctx context.Context, nodeProvider *v1alpha1.NodeProvi
 	defer cancel()
 	machines, err := c.Providers.For(ctx, nodeProvider)
 	switch {
-	case providers.IsUnreachable(err):
-		return ReasonUnreachable, err
+	case providerresolver.IsUnreachable(err):
+		return v1alpha1.ReasonUnreachable, err
 	case err != nil:
-		return ReasonInvalidConfiguration, err
+		return v1alpha1.ReasonInvalidConfiguration, err
 	}
 	if _, err := machines.List(ctx); err != nil {
 		err = fmt.Errorf("listing machines: %w", err)
-		if providers.IsUnreachable(err) {
-			return ReasonUnreachable, err
+		if providerresolver.IsUnreachable(err) {
+			return v1alpha1.ReasonUnreachable, err
 		}
-		return ReasonAPIError, err
+		return v1alpha1.ReasonAPIError, err
 	}
 	return "", nil
 }

@@ -91,7 +91,7 @@ func TestNodeProviderReadySaysWhetherItsAPICanBeUsed(t *testing.T) {
 	}
 
 	condition, result := ready()
-	g.Expect(condition).To(And(Not(BeNil()), HaveField("Status", metav1.ConditionTrue), HaveField("Reason", ReasonReady)))
+	g.Expect(condition).To(And(Not(BeNil()), HaveField("Status", metav1.ConditionTrue), HaveField("Reason", v1alpha1.ReasonReady)))
 	g.Expect(machines.lists).To(Equal(1), "the API is asked")
 	g.Expect(result.RequeueAfter).To(Equal(recheck))
 
@@ -101,10 +101,10 @@ func TestNodeProviderReadySaysWhetherItsAPICanBeUsed(t *testing.T) {
 		listErr         error
 		reason, message string
 	}{
-		{"settings that do not build a provider", errors.New("zone lpg1 is not one of rma1"), nil, ReasonInvalidConfiguration, "zone lpg1"},
-		{"an API that refuses connections", nil, &net.OpError{Op: "dial", Net: "tcp", Err: errors.New("connection refused")}, ReasonUnreachable, "connection refused"},
-		{"an API that does not answer in time", nil, context.DeadlineExceeded, ReasonUnreachable, "listing machines"},
-		{"an API that answers with an error", nil, errors.New("401 invalid token"), ReasonAPIError, "401 invalid token"},
+		{"settings that do not build a provider", errors.New("zone lpg1 is not one of rma1"), nil, v1alpha1.ReasonInvalidConfiguration, "zone lpg1"},
+		{"an API that refuses connections", nil, &net.OpError{Op: "dial", Net: "tcp", Err: errors.New("connection refused")}, v1alpha1.ReasonUnreachable, "connection refused"},
+		{"an API that does not answer in time", nil, context.DeadlineExceeded, v1alpha1.ReasonUnreachable, "listing machines"},
+		{"an API that answers with an error", nil, errors.New("401 invalid token"), v1alpha1.ReasonAPIError, "401 invalid token"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			providers.err, machines.listErr = tc.buildErr, tc.listErr

@@ -10,9 +10,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math"
 	"slices"
-	"strconv"
 	"sync"
 	"time"
 
@@ -20,7 +18,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/utils/clock"
@@ -28,10 +25,9 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/claimscale/claimscale/api/v1alpha1"
-	"github.com/claimscale/claimscale/internal/controllers/nodepool"
 	"github.com/claimscale/claimscale/internal/decisions"
 	"github.com/claimscale/claimscale/internal/metrics"
-	"github.com/claimscale/claimscale/internal/providers"
+	"github.com/claimscale/claimscale/internal/poolclaims"
 	"github.com/claimscale/claimscale/internal/retry"
 	"github.com/claimscale/claimscale/internal/scheduling"
 	"github.com/claimscale/claimscale/internal/warmcapacity"
@@ -60,7 +56,7 @@ type ObjectSource interface {
 }
 
 // CapacityChecker says where a pool may open nodes after capacity errors:
-// which of its zones and shapes are backed off (see capacity.Backoff.Narrow).
+// which of its zones and shapes are backed off (see capacitybackoff.Backoff.Narrow).
 type CapacityChecker interface {
 	Narrow(pool string, zones, shapes []string) (available, unavailable []string, unavailableIn map[string][]string)
 }
@@ -571,7 +567,7 @@ func (p *Provisioner) lastGood(pool *v1alpha1.NodePool) (scheduling.Pool, bool) 
 func closedPool(last scheduling.Pool, pool *v1alpha1.NodePool, claims []*v1alpha1.NodeClaim) scheduling.Pool {
 	closed := last
 	closed.NodePool = pool
-	nodes, resources := nodepool.InUseOf(claims)
+	nodes, resources := poolclaims.InUseOf(claims)
 	closed.InUse = scheduling.Usage{Nodes: int64(nodes), CPU: resources[corev1.ResourceCPU], Memory: resources[corev1.ResourceMemory]}
 	closed.Unavailable = nil
 	for _, shape := range last.Shapes.Fixed {
@@ -596,7 +592,7 @@ func (p *Provisioner) schedulingPool(ctx context.Context, pool *v1alpha1.NodePoo
 	if err := p.Kube.Get(ctx, client.ObjectKey{Name: pool.Spec.ProviderRef.Name}, &nodeProvider); err != nil {
 		return scheduling.Pool{}, err
 	}
-	nodes, resources := nodepool.InUseOf(claims)
+	nodes, resources := poolclaims.InUseOf(claims)
 	shapeNames := make([]string, 0, len(offered))
 	for _, shape := range offered {
 		shapeNames = append(shapeNames, shape.Name)
@@ -702,7 +698,7 @@ func (p *Provisioner) now() time.Time {
 }
 
 func (p *Provisioner) createClaim(ctx context.Context, pool *v1alpha1.NodePool, shape scheduling.Shape, requests corev1.ResourceList, requirements []corev1.NodeSelectorRequirement, reason string) (*v1alpha1.NodeClaim, error) {
-	claim := NewClaim(pool, shape, requests, requirements)
+	claim := poolclaims.New(pool, shape, requests, requirements)
 	if err := p.Kube.Create(ctx, claim); err != nil {
 		err = fmt.Errorf("creating claim for pool %s shape %s: %w", pool.Name, shape.Name, err)
 		if apierrors.IsInvalid(err) || apierrors.IsBadRequest(err) {
@@ -712,61 +708,6 @@ func (p *Provisioner) createClaim(ctx context.Context, pool *v1alpha1.NodePool, 
 	}
 	metrics.NodeClaimsCreated.WithLabelValues(pool.Name, reason).Inc()
 	return claim, nil
-}
-
-// knownPrice says whether a shape's price was named by somebody: the pool
-// (a fixed shape's price, a flexible range's per-unit prices) or the
-// provider's catalog. An unpriced shape is ranked by the scheduling
-// package with a price derived from its size (one per cpu, a quarter per
-// GiB): that orders shapes, it is no amount of money, so it goes on no
-// claim, into no cost metric and no PRICE/H column. A catalog price equal
-// to that rank by chance is taken for one.
-func knownPrice(pool *v1alpha1.NodePool, shape scheduling.Shape) bool {
-	if f := pool.Spec.Shapes.Flexible; f != nil {
-		return f.PricePerCPU != "" || f.PricePerGiB != ""
-	}
-	for _, fixed := range pool.Spec.Shapes.Fixed {
-		if fixed.Name == shape.Name && fixed.Price != "" {
-			return true
-		}
-	}
-	rank := float64(shape.CPU.MilliValue())/1000 + float64(shape.Memory.Value())/(1<<30)/4
-	return math.Abs(shape.Price-rank) > 1e-9*max(1, rank)
-}
-
-// NewClaim builds, without writing it, the claim for one new node of pool
-// in shape, sized for requests and bound by requirements (both may be
-// nil): named <pool>-<random>, carrying the pool's labels, the nodepool
-// and nodeprovider labels, the template-hash annotation and the pool's
-// taints. Provisioning and the externalgrpc shim write claims from it, so
-// a claim looks the same whoever decided it.
-func NewClaim(pool *v1alpha1.NodePool, shape scheduling.Shape, requests corev1.ResourceList, requirements []corev1.NodeSelectorRequirement) *v1alpha1.NodeClaim {
-	claimShape := v1alpha1.ClaimShape{Name: shape.Name, CPU: shape.CPU, Memory: shape.Memory}
-	if shape.Price > 0 && knownPrice(pool, shape) {
-		claimShape.Price = strconv.FormatFloat(shape.Price, 'f', -1, 64)
-	}
-	labels := map[string]string{}
-	for key, value := range pool.Spec.Template.Labels {
-		labels[key] = value
-	}
-	labels[v1alpha1.LabelNodePool] = pool.Name
-	labels[providers.LabelNodeProvider] = pool.Spec.ProviderRef.Name
-	return &v1alpha1.NodeClaim{
-		ObjectMeta: metav1.ObjectMeta{
-			GenerateName: pool.Name + "-",
-			Labels:       labels,
-			Annotations:  map[string]string{v1alpha1.AnnotationTemplateHash: pool.TemplateHash(claimShape)},
-		},
-		Spec: v1alpha1.NodeClaimSpec{
-			NodePoolRef:  v1alpha1.NodePoolReference{Name: pool.Name},
-			Shape:        claimShape,
-			Requirements: v1alpha1.NodeClaimRequirements{Resources: requests, NodeSelector: requirements},
-			// Copies: the create decodes the API server's answer into the
-			// claim, and the pool may be the cache's.
-			Taints:        slices.Clone(pool.Spec.Template.Taints),
-			StartupTaints: slices.Clone(pool.Spec.Template.StartupTaints),
-		},
-	}
 }
 
 // reportUnschedulable tells each real pod that nothing can hold it. Headroom
@@ -906,7 +847,7 @@ func withClaimLabels(node *corev1.Node, claim *v1alpha1.NodeClaim) *corev1.Node 
 		adopted.Labels = map[string]string{}
 	}
 	for key, value := range claim.Labels {
-		if key != providers.LabelNodeProvider {
+		if key != v1alpha1.LabelNodeProvider {
 			adopted.Labels[key] = value
 		}
 	}

@@ -15,6 +15,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/claimscale/claimscale/api/v1alpha1"
+	"github.com/claimscale/claimscale/internal/poolclaims"
 	"github.com/claimscale/claimscale/internal/scheduling"
 )
 
@@ -74,7 +75,7 @@ func (t *TemplateCheck) Check(ctx context.Context, pool *v1alpha1.NodePool, shap
 	}
 	t.mu.Unlock()
 
-	claim := NewClaim(pool, shape, nil, nil)
+	claim := poolclaims.New(pool, shape, nil, nil)
 	err := t.Kube.Create(ctx, claim, client.DryRunAll)
 	switch {
 	case err == nil:

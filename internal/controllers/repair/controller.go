@@ -35,8 +35,8 @@ import (
 
 	"github.com/claimscale/claimscale/api/v1alpha1"
 	"github.com/claimscale/claimscale/internal/controllers/disruption"
-	"github.com/claimscale/claimscale/internal/controllers/provisioning"
 	"github.com/claimscale/claimscale/internal/metrics"
+	"github.com/claimscale/claimscale/internal/poolclaims"
 	"github.com/claimscale/claimscale/internal/scheduling"
 )
 
@@ -49,9 +49,9 @@ const NodeLeaseNamespace = corev1.NamespaceNodeLease
 
 // Reasons of a pool's RepairAllowed condition.
 const (
-	ReasonWithinThreshold  = "WithinThreshold"
-	ReasonTooManyUnhealthy = "TooManyUnhealthy"
-	ReasonInvalidSettings  = "InvalidSettings"
+	ReasonWithinThreshold  = v1alpha1.ReasonWithinThreshold
+	ReasonTooManyUnhealthy = v1alpha1.ReasonTooManyUnhealthy
+	ReasonInvalidSettings  = v1alpha1.ReasonInvalidSettings
 )
 
 const (
@@ -344,7 +344,7 @@ func (c *Controller) repair(ctx context.Context, pool *v1alpha1.NodePool, claims
 // broken claim is gone.
 func (c *Controller) createReplacement(ctx context.Context, pool *v1alpha1.NodePool, claim *v1alpha1.NodeClaim) (*v1alpha1.NodeClaim, error) {
 	shape := scheduling.Shape{Name: claim.Spec.Shape.Name, CPU: claim.Spec.Shape.CPU, Memory: claim.Spec.Shape.Memory}
-	replacement := provisioning.NewClaim(pool, shape, claim.Spec.Requirements.Resources, claim.Spec.Requirements.NodeSelector)
+	replacement := poolclaims.New(pool, shape, claim.Spec.Requirements.Resources, claim.Spec.Requirements.NodeSelector)
 	replacement.Spec.Shape = claim.Spec.Shape
 	replacement.Annotations[v1alpha1.AnnotationTemplateHash] = pool.TemplateHash(replacement.Spec.Shape)
 	replacement.Annotations[disruption.AnnotationReplaces] = claim.Name

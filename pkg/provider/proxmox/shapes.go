@@ -9,6 +9,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 
+	"github.com/claimscale/claimscale/api/shapecatalog"
 	"github.com/claimscale/claimscale/api/v1alpha1"
 	"github.com/claimscale/claimscale/pkg/provider"
 )
@@ -17,13 +18,6 @@ import (
 // grid is thinned by coarsening its steps, keeping the smallest and the
 // largest size.
 const maxFlexibleShapes = 256
-
-// Default prices when a pool gives none: one unit per core and a quarter
-// unit per GiB, the same rule the NodePool API documents.
-const (
-	defaultPricePerCPU = 1.0
-	defaultPricePerGiB = 0.25
-)
 
 // Shapes returns the sizes a pool's VMs may have. Proxmox has no catalog:
 // fixed shapes must give cpu and memory; a flexible range is expanded into
@@ -51,7 +45,7 @@ func fixedShapes(pool *v1alpha1.NodePool) ([]provider.Shape, error) {
 		if cores < 1 || memMiB < 1 {
 			return nil, provider.NewTerminal(fmt.Errorf("shape %q of NodePool %s needs positive cpu and memory", s.Name, pool.Name))
 		}
-		price := float64(cores)*defaultPricePerCPU + float64(memMiB)/1024*defaultPricePerGiB
+		price := float64(cores)*shapecatalog.DefaultPricePerCPU + float64(memMiB)/1024*shapecatalog.DefaultPricePerGiB
 		if s.Price != "" {
 			var err error
 			if price, err = strconv.ParseFloat(s.Price, 64); err != nil {
@@ -72,11 +66,11 @@ func flexibleShapes(f *v1alpha1.FlexibleShape) ([]provider.Shape, error) {
 	if f.MemoryStep != nil {
 		memStep = *f.MemoryStep
 	}
-	perCPU, err := priceOr(f.PricePerCPU, defaultPricePerCPU)
+	perCPU, err := priceOr(f.PricePerCPU, shapecatalog.DefaultPricePerCPU)
 	if err != nil {
 		return nil, err
 	}
-	perGiB, err := priceOr(f.PricePerGiB, defaultPricePerGiB)
+	perGiB, err := priceOr(f.PricePerGiB, shapecatalog.DefaultPricePerGiB)
 	if err != nil {
 		return nil, err
 	}

@@ -10,6 +10,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 
+	"github.com/claimscale/claimscale/api/shapecatalog"
 	"github.com/claimscale/claimscale/api/v1alpha1"
 	"github.com/claimscale/claimscale/pkg/provider"
 )
@@ -18,13 +19,6 @@ import (
 // finer grid is thinned, keeping the smallest and the largest size on each
 // axis, so the scheduling search stays small and the biggest pod still fits.
 const MaxFlexibleShapes = 256
-
-// Prices where the pool sets none: one unit per core and a quarter unit
-// per GiB of memory per hour, the same defaults as the flexible range's.
-const (
-	defaultPricePerCPU = 1.0
-	defaultPricePerGiB = 0.25
-)
 
 // Shapes returns the pool's fixed shapes, which must state cpu and memory
 // (simulated machines have no catalog to look them up in), or its flexible
@@ -62,7 +56,7 @@ func fixedShapes(fixed []v1alpha1.Shape) ([]provider.Shape, error) {
 		if err := machineSize("memory", *s.Memory, maxMemory); err != nil {
 			return nil, fmt.Errorf("shape %s: %w", s.Name, err)
 		}
-		price := sizePrice(*s.CPU, *s.Memory, defaultPricePerCPU, defaultPricePerGiB)
+		price := shapecatalog.DefaultSizePrice(*s.CPU, *s.Memory)
 		if s.Price != "" {
 			var err error
 			if price, err = parsePrice(s.Price, 0); err != nil {
@@ -107,8 +101,8 @@ func machineSize(what string, q, limit resource.Quantity) error {
 }
 
 // flexibleShapes expands a flexible range on the grid the scheduling
-// package sizes claims on: each axis's minimum, then every multiple of the
-// step above it up to the maximum. Every size a claim can ask for is in
+// package sizes claims on, named as claims name them: each axis's minimum,
+// then every multiple of the step above it up to the maximum. Every size a claim can ask for is in
 // the list unless the grid is thinned to MaxFlexibleShapes.
 func flexibleShapes(f *v1alpha1.FlexibleShape) ([]provider.Shape, error) {
 	cpuStep := resource.MustParse("1")
@@ -119,11 +113,11 @@ func flexibleShapes(f *v1alpha1.FlexibleShape) ([]provider.Shape, error) {
 	if f.MemoryStep != nil {
 		memoryStep = *f.MemoryStep
 	}
-	perCPU, err := parsePrice(f.PricePerCPU, defaultPricePerCPU)
+	perCPU, err := parsePrice(f.PricePerCPU, shapecatalog.DefaultPricePerCPU)
 	if err != nil {
 		return nil, fmt.Errorf("pricePerCPU: %w", err)
 	}
-	perGiB, err := parsePrice(f.PricePerGiB, defaultPricePerGiB)
+	perGiB, err := parsePrice(f.PricePerGiB, shapecatalog.DefaultPricePerGiB)
 	if err != nil {
 		return nil, fmt.Errorf("pricePerGiB: %w", err)
 	}
@@ -166,12 +160,12 @@ func flexibleShapes(f *v1alpha1.FlexibleShape) ([]provider.Shape, error) {
 			cpu := *resource.NewMilliQuantity(milli, resource.DecimalSI)
 			memory := *resource.NewQuantity(bytes, resource.BinarySI)
 			shapes = append(shapes, provider.Shape{
-				Name: fmt.Sprintf("flex-%scpu-%s", cpu.String(), memory.String()),
+				Name: shapecatalog.FlexibleName(cpu, memory),
 				Capacity: corev1.ResourceList{
 					corev1.ResourceCPU:    cpu,
 					corev1.ResourceMemory: memory,
 				},
-				Price: sizePrice(cpu, memory, perCPU, perGiB),
+				Price: shapecatalog.SizePrice(cpu, memory, perCPU, perGiB),
 			})
 		}
 	}
@@ -258,9 +252,4 @@ func parsePrice(s string, fallback float64) (float64, error) {
 		return 0, fmt.Errorf("%q is not a price", s)
 	}
 	return price, nil
-}
-
-// sizePrice is the hourly price of a size at the given unit prices.
-func sizePrice(cpu, memory resource.Quantity, perCPU, perGiB float64) float64 {
-	return perCPU*float64(cpu.MilliValue())/1000 + perGiB*float64(memory.Value())/float64(1<<30)
 }

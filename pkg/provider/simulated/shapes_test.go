@@ -76,9 +76,9 @@ func TestShapes(t *testing.T) {
 				PricePerCPU: "2", PricePerGiB: "1",
 			}},
 			want: []shapeSummary{
-				{"flex-1cpu-2Gi", "1", "2Gi", 4}, {"flex-1cpu-4Gi", "1", "4Gi", 6},
-				{"flex-2cpu-2Gi", "2", "2Gi", 6}, {"flex-2cpu-4Gi", "2", "4Gi", 8},
-				{"flex-4cpu-2Gi", "4", "2Gi", 10}, {"flex-4cpu-4Gi", "4", "4Gi", 12},
+				{"flex-1-2Gi", "1", "2Gi", 4}, {"flex-1-4Gi", "1", "4Gi", 6},
+				{"flex-2-2Gi", "2", "2Gi", 6}, {"flex-2-4Gi", "2", "4Gi", 8},
+				{"flex-4-2Gi", "4", "2Gi", 10}, {"flex-4-4Gi", "4", "4Gi", 12},
 			},
 		},
 		{
@@ -87,7 +87,7 @@ func TestShapes(t *testing.T) {
 				MinCPU: resource.MustParse("500m"), MaxCPU: resource.MustParse("1"),
 				MinMemory: resource.MustParse("1Gi"), MaxMemory: resource.MustParse("1Gi"),
 			}},
-			want: []shapeSummary{{"flex-500mcpu-1Gi", "500m", "1Gi", 0.75}, {"flex-1cpu-1Gi", "1", "1Gi", 1.25}},
+			want: []shapeSummary{{"flex-500m-1Gi", "500m", "1Gi", 0.75}, {"flex-1-1Gi", "1", "1Gi", 1.25}},
 		},
 		{
 			name: "a flexible range narrower than its step offers its minimum, as scheduling sizes claims",
@@ -95,7 +95,7 @@ func TestShapes(t *testing.T) {
 				MinCPU: resource.MustParse("3"), MaxCPU: resource.MustParse("3"), CPUStep: q("2"),
 				MinMemory: resource.MustParse("1Gi"), MaxMemory: resource.MustParse("1Gi"),
 			}},
-			want: []shapeSummary{{"flex-3cpu-1Gi", "3", "1Gi", 3.25}},
+			want: []shapeSummary{{"flex-3-1Gi", "3", "1Gi", 3.25}},
 		},
 		{
 			name: "the flexible range that crashed the controller is refused, not expanded",
@@ -155,7 +155,7 @@ func TestFlexibleShapesAreCappedKeepingTheEnds(t *testing.T) {
 	for _, s := range shapes {
 		names[s.Name] = true
 	}
-	for _, want := range []string{"flex-1cpu-1Gi", "flex-64cpu-512Gi", "flex-1cpu-512Gi", "flex-64cpu-1Gi"} {
+	for _, want := range []string{"flex-1-1Gi", "flex-64-512Gi", "flex-1-512Gi", "flex-64-1Gi"} {
 		g.Expect(names).To(gomega.HaveKey(want))
 	}
 }

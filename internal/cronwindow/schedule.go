@@ -1,7 +1,7 @@
-// Package schedule reads the cron windows of disruption budgets and
+// Package cronwindow reads the cron windows of disruption budgets and
 // capacity schedules: a five-field cron expression or a descriptor, in
 // UTC, active for a duration after each time it fires.
-package schedule
+package cronwindow
 
 import (
 	"fmt"

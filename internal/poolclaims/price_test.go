@@ -1,4 +1,4 @@
-package provisioning
+package poolclaims
 
 import (
 	"testing"
@@ -36,7 +36,7 @@ func TestAClaimOfAnUnpricedShapeCarriesNoPrice(t *testing.T) {
 			if shapes.Fixed[0].Price <= 0 {
 				t.Fatalf("shape price for ranking = %v, want a positive rank", shapes.Fixed[0].Price)
 			}
-			claim := NewClaim(tc.pool, shapes.Fixed[0], nil, nil)
+			claim := New(tc.pool, shapes.Fixed[0], nil, nil)
 			if claim.Spec.Shape.Price != tc.wantPrice {
 				t.Fatalf("claim price = %q, want %q", claim.Spec.Shape.Price, tc.wantPrice)
 			}

@@ -1,8 +1,8 @@
-// Package providers turns NodeProviders into live provider.Provider values:
+// Package providerresolver turns NodeProviders into live provider.Provider values:
 // it reads each NodeProvider's credentials Secret, builds the implementation
 // from the registry, and keeps it until the NodeProvider or the Secret
 // changes, so controllers never rebuild a client per reconcile.
-package providers
+package providerresolver
 
 import (
 	"context"
@@ -21,11 +21,9 @@ import (
 	"github.com/claimscale/claimscale/pkg/provider"
 )
 
-// LabelNodeProvider on a NodeClaim and its Node names the NodeProvider of
-// its pool, for people and selectors. It is informational: the controller
-// finds a claim's machine through status.nodeProviderName, which only it
-// writes, so a label a user sets cannot point a claim at another provider.
-const LabelNodeProvider = "claimscale.io/nodeprovider"
+// LabelNodeProvider is v1alpha1.LabelNodeProvider, where every
+// user-visible name is listed.
+const LabelNodeProvider = v1alpha1.LabelNodeProvider
 
 // DefaultBuildTimeout bounds building one provider (some builders call the
 // provider's API to prove the endpoint and credentials).

@@ -1,8 +1,8 @@
-// Package capacity remembers which pool, shape and zone a provider had no
+// Package capacitybackoff remembers which pool, shape and zone a provider had no
 // capacity or quota for, so provisioning tries another zone, shape or pool
 // instead of asking again at once: 5 minutes after the first failure,
 // doubling with each further one up to 30 minutes.
-package capacity
+package capacitybackoff
 
 import (
 	"slices"
