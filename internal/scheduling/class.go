@@ -58,8 +58,8 @@ type podClass struct {
 	where   []string
 	whereOn map[string]bool
 
-	// Per-Solve caches.
-	static       []verdict
+	// Per-Solve caches; statics may be shared with static twins.
+	statics      *staticCache
 	staticByNode map[string]*fwk.Status
 	staticState  fwk.CycleState
 	staticPre    *fwk.PreFilterResult
@@ -267,6 +267,7 @@ func newPodClass(id int, p *corev1.Pod) (*podClass, error) {
 		scalar:       len(res.Resource.GetScalarResources()) > 0,
 		staticByNode: map[string]*fwk.Status{},
 		whereOn:      map[string]bool{},
+		statics:      &staticCache{},
 	}
 	for _, c := range p.Spec.TopologySpreadConstraints {
 		if c.WhenUnsatisfiable == corev1.DoNotSchedule {

@@ -146,7 +146,7 @@ func (s *Snapshot) mutable(name string) (*framework.NodeInfo, error) {
 	}
 	c := ni.SnapshotConcrete()
 	s.layers[top].nodes[name] = c
-	s.invalidate()
+	s.replaceListed(ni, c)
 	return c, nil
 }
 
@@ -187,11 +187,49 @@ func (s *Snapshot) addNodeInfo(ni *framework.NodeInfo) error {
 	top := s.layers[len(s.layers)-1]
 	if !top.removed[name] {
 		top.names = append(top.names, name)
+		// A new name comes last in the list as it would when rebuilt:
+		// no rebuild, which costs a pass over every node per class that
+		// tries a node out.
+		if s.listValid {
+			s.all = append(s.all, ni)
+			s.affinityValid = false
+		}
+	} else {
+		s.invalidate()
 	}
 	delete(top.removed, name)
 	top.nodes[name] = ni
-	s.invalidate()
 	return nil
+}
+
+// replaceListed puts a node's copy where the node was in the list.
+func (s *Snapshot) replaceListed(old, c *framework.NodeInfo) {
+	s.affinityValid = false
+	if !s.listValid {
+		return
+	}
+	for i := len(s.all) - 1; i >= 0; i-- {
+		if s.all[i] == old {
+			s.all[i] = c
+			return
+		}
+	}
+	s.listValid = false
+}
+
+// unlist takes a removed node out of the list, keeping the order.
+func (s *Snapshot) unlist(ni *framework.NodeInfo) {
+	s.affinityValid = false
+	if !s.listValid {
+		return
+	}
+	for i := len(s.all) - 1; i >= 0; i-- {
+		if s.all[i] == ni {
+			s.all = slices.Delete(s.all, i, i+1)
+			return
+		}
+	}
+	s.listValid = false
 }
 
 // freeze makes every layer so far one that is never written to again, nor
@@ -215,7 +253,7 @@ func (s *Snapshot) RemoveNode(name string) error {
 	if at < top || (top > 0 && s.hasBelow(top, name)) {
 		l.removed[name] = true
 	}
-	s.invalidate()
+	s.unlist(ni)
 	return nil
 }
 

@@ -154,6 +154,19 @@ func (s *Simulator) classify(pods []*corev1.Pod, unboundOnly bool) ([]item, erro
 			anti = append(anti, terms)
 		}
 	}
+	// Static twins share their static verdicts (and so their options).
+	twins := map[string]*staticCache{}
+	for _, c := range cl.classes {
+		if c.perNode {
+			continue
+		}
+		key := staticKey(c.rep)
+		if shared, ok := twins[key]; ok {
+			c.statics = shared
+		} else {
+			twins[key] = c.statics
+		}
+	}
 	for _, c := range cl.classes {
 		selected := false
 		for _, terms := range anti {
