@@ -36,6 +36,9 @@ type classRun struct {
 	// self is set when the class's pods count for its own terms, so the
 	// nodes they land on join the view.
 	self bool
+	// spread decides a class whose only pod-dependent constraint is hard
+	// spread, without the framework (see spread.go).
+	spread *spreadRun
 }
 
 // buildView picks the nodes a class's PreFilter must see.
@@ -122,7 +125,12 @@ func (r *round) addToView(run *classRun, name string) {
 // for the rest of the run.
 func (r *round) placeComplex(cls *podClass, pods []*corev1.Pod) error {
 	run := &classRun{cls: cls}
-	r.buildView(run)
+	if cls.countedSpread {
+		// No PreFilter state: no view to build.
+		run.spread, run.viewAll = r.newSpreadRun(cls), true
+	} else {
+		r.buildView(run)
+	}
 	defer r.dropSlots()
 	if len(cls.hardSpread) > 0 && r.allowOpen {
 		// Every pool and zone the class could open a node in is a domain
@@ -201,6 +209,9 @@ func (r *round) placeComplex(cls *podClass, pods []*corev1.Pod) error {
 		if run.self {
 			r.addToView(run, target.name)
 		}
+		if run.spread != nil {
+			r.spreadPlaced(cls, run.spread, target)
+		}
 		switch {
 		case len(cls.hardSpread) > 0:
 			// PodTopologySpread's AddPod tracks only the two smallest
@@ -235,7 +246,7 @@ func monotone(st *fwk.Status) bool {
 
 // ensureState runs PreFilter for the class if its state is missing.
 func (r *round) ensureState(run *classRun, pod *corev1.Pod) error {
-	if run.state != nil || run.failed != "" {
+	if run.state != nil || run.failed != "" || run.spread != nil {
 		return nil
 	}
 	state := framework.NewCycleState()
@@ -332,6 +343,12 @@ func (r *round) try(run *classRun, pod *corev1.Pod, n *simNode) (*fwk.Status, er
 	}
 	if r.room(run.cls, n) < 1 {
 		return fwk.NewStatus(fwk.Unschedulable, "node(s) had insufficient resources").WithPlugin(names.NodeResourcesFit), nil
+	}
+	if run.spread != nil {
+		// Resources and the static filters are decided above; the class
+		// has no ports, volumes or pod (anti-)affinity, and no pod's
+		// anti-affinity selects it.
+		return r.spreadFilter(run.cls, run.spread, n), nil
 	}
 	st := r.s.fw.full.RunFilterPlugins(r.ctx, run.state, pod, r.s.snap.lookup(n.name))
 	if !st.IsSuccess() && !st.IsRejected() {

@@ -37,6 +37,8 @@ type round struct {
 	optCache map[optionKey]cachedOptions
 	// member is scratch space for frontier, by shapeInfo.idx.
 	member []bool
+	// tallies count the pods each spread selector matches, per node.
+	tallies map[tallyKey]*spreadTally
 	// rooms memoises room on new nodes by the node's version.
 	rooms map[roomKey]roomEntry
 }

@@ -39,6 +39,10 @@ type Snapshot struct {
 	withAnti      []fwk.NodeInfo
 	withNonHost   []fwk.NodeInfo
 
+	// changes counts changes to nodes and pods, so a reader can tell
+	// whether what it derived is still current.
+	changes int
+
 	// view, when set, is what List and the affinity lists return: the
 	// packer narrows PreFilter to the nodes that can matter for a pod.
 	view []fwk.NodeInfo
@@ -109,6 +113,7 @@ func (s *Snapshot) Commit() {
 }
 
 func (s *Snapshot) invalidate() {
+	s.changes++
 	s.listValid = false
 	s.affinityValid = false
 }
@@ -141,6 +146,8 @@ func (s *Snapshot) mutable(name string) (*framework.NodeInfo, error) {
 	if ni == nil {
 		return nil, fmt.Errorf("node %s not in snapshot", name)
 	}
+	// Every caller changes the node.
+	s.changes++
 	if at == top {
 		return ni, nil
 	}
@@ -184,6 +191,7 @@ func (s *Snapshot) addNodeInfo(ni *framework.NodeInfo) error {
 	if s.lookup(name) != nil {
 		return fmt.Errorf("node %s already in snapshot", name)
 	}
+	s.changes++
 	top := s.layers[len(s.layers)-1]
 	if !top.removed[name] {
 		top.names = append(top.names, name)
@@ -253,6 +261,7 @@ func (s *Snapshot) RemoveNode(name string) error {
 	if at < top || (top > 0 && s.hasBelow(top, name)) {
 		l.removed[name] = true
 	}
+	s.changes++
 	s.unlist(ni)
 	return nil
 }
