@@ -140,6 +140,10 @@ func (r *round) placeComplex(cls *podClass, pods []*corev1.Pod) error {
 		if err != nil {
 			return err
 		}
+		if run.spread != nil {
+			// Counted, they need no node in the snapshot.
+			return r.placeCounted(run, pods, opts)
+		}
 		for _, o := range opts {
 			n, err := r.createNode(o)
 			if err != nil {
@@ -149,6 +153,31 @@ func (r *round) placeComplex(cls *podClass, pods []*corev1.Pod) error {
 			r.addToView(run, n.name)
 		}
 	}
+	return r.placeEach(run, pods)
+}
+
+// placeCounted places a counted-spread class with the pools and zones it
+// could open a node in as empty domains of its count.
+func (r *round) placeCounted(run *classRun, pods []*corev1.Pod, opts []option) error {
+	for _, o := range opts {
+		largest := o.cands[0]
+		for _, si := range o.cands {
+			if si.alloc.cpu > largest.alloc.cpu || si.alloc.cpu == largest.alloc.cpu && si.alloc.mem > largest.alloc.mem {
+				largest = si
+			}
+		}
+		t, err := r.s.template(r.ctx, o.pool, largest, o.zone)
+		if err != nil {
+			return err
+		}
+		run.spread.empty = append(run.spread.empty, t)
+	}
+	return r.placeEach(run, pods)
+}
+
+// placeEach places a run's pods one at a time.
+func (r *round) placeEach(run *classRun, pods []*corev1.Pod) error {
+	cls := run.cls
 	var dead []bool
 	cursor := 0
 	for i, pod := range pods {

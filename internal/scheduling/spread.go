@@ -1,11 +1,15 @@
 package scheduling
 
 import (
+	"fmt"
+
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/component-helpers/scheduling/corev1/nodeaffinity"
 	fwk "k8s.io/kube-scheduler/framework"
+	"k8s.io/kubernetes/pkg/scheduler/framework/plugins/interpodaffinity"
 	"k8s.io/kubernetes/pkg/scheduler/framework/plugins/names"
 	"k8s.io/kubernetes/pkg/scheduler/framework/plugins/podtopologyspread"
 )
@@ -23,8 +27,8 @@ import (
 
 // spreadTally counts, per node, the pods of a namespace a selector matches.
 type spreadTally struct {
-	ns  string
-	sel labels.Selector
+	// match says whether the tally counts a pod.
+	match func(*corev1.Pod) bool
 	// nodes holds each node's count with the NodeInfo generation it was
 	// taken at.
 	nodes map[string]talliedNode
@@ -37,8 +41,10 @@ type talliedNode struct {
 	count int
 }
 
+// tallyKey names what a tally counts: a spread selector in a namespace,
+// or a pod affinity term.
 type tallyKey struct {
-	ns, sel string
+	ns, sel, term string
 }
 
 func (t *spreadTally) count(ni fwk.NodeInfo) int {
@@ -57,20 +63,30 @@ func (t *spreadTally) count(ni fwk.NodeInfo) int {
 	return n
 }
 
+func (t *spreadTally) matchesPod(p *corev1.Pod) bool { return t.match(p) }
+
 func (t *spreadTally) matches(pi fwk.PodInfo) bool {
-	p := pi.GetPod()
-	if p.DeletionTimestamp != nil || p.Namespace != t.ns {
-		return false
-	}
 	if own, ok := pi.(*podInfo); ok {
 		m, known := t.byClass[own.cls]
 		if !known {
-			m = t.sel.Matches(labels.Set(p.Labels))
+			m = t.match(own.pod)
 			t.byClass[own.cls] = m
 		}
 		return m
 	}
-	return t.sel.Matches(labels.Set(p.Labels))
+	return t.match(pi.GetPod())
+}
+
+func (r *round) tally(key tallyKey, match func(*corev1.Pod) bool) *spreadTally {
+	if r.tallies == nil {
+		r.tallies = map[tallyKey]*spreadTally{}
+	}
+	t := r.tallies[key]
+	if t == nil {
+		t = &spreadTally{match: match, nodes: map[string]talliedNode{}, byClass: map[*podClass]bool{}}
+		r.tallies[key] = t
+	}
+	return t
 }
 
 // spreadRun is the spread state of one class run: per constraint, the
@@ -87,6 +103,28 @@ type spreadRun struct {
 	// domains (NodeAffinityPolicy Honor).
 	required    nodeaffinity.RequiredNodeAffinity
 	hasRequired bool
+	// empty are the templates of the nodes the class could open, each a
+	// domain with its DaemonSet pods only.
+	empty []*template
+	// affinity is the class's one required pod affinity term, if any:
+	// pods matching it per node, in the term's domains, and in all.
+	affinity     *fwk.AffinityTerm
+	affTally     *spreadTally
+	affDomains   map[string]int
+	affTotal     int
+	affSelfMatch bool
+}
+
+// emptyCount is what a node of template t would count for constraint i:
+// its DaemonSet pods the selector matches.
+func (sr *spreadRun) emptyCount(t *template, i int) int {
+	n := 0
+	for _, p := range t.ds {
+		if sr.tallies[i].matchesPod(p) {
+			n++
+		}
+	}
+	return n
 }
 
 // countsSpread reports whether a class can be decided by spreadRun: hard
@@ -94,11 +132,19 @@ type spreadRun struct {
 // constraint that looks at pods, and no other pod's anti-affinity that
 // selects it.
 func (c *podClass) countsSpread(selected bool) bool {
-	if len(c.hardSpread) == 0 || selected || c.perNode || c.scalar || len(c.rep.Spec.ResourceClaims) > 0 || hasHostPorts(c.rep) {
+	affinity := c.info.GetRequiredAffinityTerms()
+	if len(c.hardSpread) == 0 && len(affinity) == 0 || selected || c.perNode || c.scalar || len(c.rep.Spec.ResourceClaims) > 0 || hasHostPorts(c.rep) {
 		return false
 	}
-	if len(c.info.GetRequiredAffinityTerms()) > 0 || len(c.info.GetRequiredAntiAffinityTerms()) > 0 {
+	if len(affinity) > 1 || len(c.info.GetRequiredAntiAffinityTerms()) > 0 {
 		return false
+	}
+	if len(affinity) == 1 {
+		for _, t := range c.rep.Spec.Affinity.PodAffinity.RequiredDuringSchedulingIgnoredDuringExecution {
+			if t.NamespaceSelector != nil || len(t.MatchLabelKeys) > 0 || len(t.MismatchLabelKeys) > 0 {
+				return false
+			}
+		}
 	}
 	for _, v := range c.rep.Spec.Volumes {
 		if v.PersistentVolumeClaim != nil || v.Ephemeral != nil || v.CSI != nil {
@@ -119,22 +165,27 @@ func (c *podClass) countsSpread(selected bool) bool {
 }
 
 func (r *round) newSpreadRun(cls *podClass) *spreadRun {
-	if r.tallies == nil {
-		r.tallies = map[tallyKey]*spreadTally{}
-	}
 	sr := &spreadRun{required: nodeaffinity.GetRequiredNodeAffinity(cls.rep)}
 	a := cls.rep.Spec.Affinity
 	sr.hasRequired = len(cls.rep.Spec.NodeSelector) > 0 ||
 		a != nil && a.NodeAffinity != nil && a.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution != nil
 	for _, sel := range cls.spreadSel {
-		key := tallyKey{cls.rep.Namespace, sel.String()}
-		t := r.tallies[key]
-		if t == nil {
-			t = &spreadTally{ns: cls.rep.Namespace, sel: sel, nodes: map[string]talliedNode{}, byClass: map[*podClass]bool{}}
-			r.tallies[key] = t
-		}
-		sr.tallies = append(sr.tallies, t)
+		ns, sel := cls.rep.Namespace, sel
+		sr.tallies = append(sr.tallies, r.tally(tallyKey{ns: ns, sel: sel.String()}, func(p *corev1.Pod) bool {
+			return p.DeletionTimestamp == nil && p.Namespace == ns && sel.Matches(labels.Set(p.Labels))
+		}))
 		sr.self = append(sr.self, sel.Matches(labels.Set(cls.rep.Labels)))
+	}
+	if terms := cls.info.GetRequiredAffinityTerms(); len(terms) == 1 {
+		term := terms[0]
+		sr.affinity = &term
+		// The term's namespaces are a set (no namespace selector, see
+		// countsSpread): it matches without namespace labels, as the
+		// plugin matches the incoming pod's terms.
+		sr.affTally = r.tally(tallyKey{term: fmt.Sprintf("%v|%s|%s", sets.List(term.Namespaces), term.Selector, term.TopologyKey)}, func(p *corev1.Pod) bool {
+			return term.Matches(p, nil)
+		})
+		sr.affSelfMatch = term.Matches(cls.rep, nil)
 	}
 	return sr
 }
@@ -163,6 +214,9 @@ func (r *round) refreshSpread(cls *podClass, sr *spreadRun) {
 			clear(sr.domains[i])
 		}
 	}
+	if sr.affinity != nil {
+		sr.refreshAffinity(r.s.snap.list())
+	}
 	for _, ni := range r.s.snap.list() {
 		if !sr.eligible(cls, ni.Node()) {
 			continue
@@ -178,6 +232,21 @@ func (r *round) refreshSpread(cls *podClass, sr *spreadRun) {
 			sr.domains[i][ni.Node().Labels[c.TopologyKey]] += n
 		}
 	}
+	for _, t := range sr.empty {
+		if !sr.eligible(cls, t.node) {
+			continue
+		}
+		for i, c := range cls.hardSpread {
+			n := sr.emptyCount(t, i)
+			if c.TopologyKey == corev1.LabelHostname {
+				if sr.least[i] < 0 || n < sr.least[i] {
+					sr.least[i] = n
+				}
+				continue
+			}
+			sr.domains[i][t.node.Labels[c.TopologyKey]] += n
+		}
+	}
 	for i, c := range cls.hardSpread {
 		if c.TopologyKey != corev1.LabelHostname {
 			sr.least[i] = leastOf(sr.domains[i])
@@ -186,6 +255,50 @@ func (r *round) refreshSpread(cls *podClass, sr *spreadRun) {
 		// than minDomains, which defaults to one).
 		sr.least[i] = max(sr.least[i], 0)
 	}
+}
+
+// refreshAffinity counts the pods matching the affinity term per domain of
+// its key, over every node that has the key (the plugin counts over all
+// nodes, whatever the pod's node affinity).
+func (sr *spreadRun) refreshAffinity(nodes []fwk.NodeInfo) {
+	key := sr.affinity.TopologyKey
+	if sr.affDomains == nil {
+		sr.affDomains = map[string]int{}
+	} else {
+		clear(sr.affDomains)
+	}
+	sr.affTotal = 0
+	for _, ni := range nodes {
+		v, ok := ni.Node().Labels[key]
+		if !ok {
+			continue
+		}
+		n := sr.affTally.count(ni)
+		if key != corev1.LabelHostname {
+			sr.affDomains[v] += n
+		}
+		sr.affTotal += n
+	}
+}
+
+// affinityFilter is InterPodAffinity's Filter for one required affinity
+// term: the node's domain holds a matching pod, or no node does and the
+// pod matches its own term.
+func (sr *spreadRun) affinityFilter(ni fwk.NodeInfo) *fwk.Status {
+	key := sr.affinity.TopologyKey
+	v, ok := ni.Node().Labels[key]
+	if ok {
+		var n int
+		if key == corev1.LabelHostname {
+			n = sr.affTally.count(ni)
+		} else {
+			n = sr.affDomains[v]
+		}
+		if n > 0 || sr.affTotal == 0 && sr.affSelfMatch {
+			return nil
+		}
+	}
+	return fwk.NewStatus(fwk.UnschedulableAndUnresolvable, interpodaffinity.ErrReasonAffinityRulesNotMatch).WithPlugin(names.InterPodAffinity)
 }
 
 // eligible reports whether a node is a domain for the class: it passes
@@ -226,6 +339,19 @@ func (r *round) spreadPlaced(cls *podClass, sr *spreadRun, n *simNode) {
 	}
 	ni := r.s.snap.lookup(n.name)
 	node := ni.Node()
+	if sr.affinity != nil {
+		e, ok := sr.affTally.nodes[n.name]
+		v, has := node.Labels[sr.affinity.TopologyKey]
+		if !ok || !has {
+			sr.valid = false
+			return
+		}
+		now := sr.affTally.count(ni)
+		if sr.affinity.TopologyKey != corev1.LabelHostname {
+			sr.affDomains[v] += now - e.count
+		}
+		sr.affTotal += now - e.count
+	}
 	old := make([]int, len(cls.hardSpread))
 	for i := range cls.hardSpread {
 		e, ok := sr.tallies[i].nodes[n.name]
@@ -253,8 +379,19 @@ func (r *round) spreadPlaced(cls *podClass, sr *spreadRun, n *simNode) {
 // none of which is below floor: the scan ends at the first node at floor.
 // New and empty nodes come last in the list, so it starts there.
 func (r *round) leastNode(cls *podClass, sr *spreadRun, i, floor int) int {
-	all := r.s.snap.list()
 	least := -1
+	for _, t := range sr.empty {
+		if !sr.eligible(cls, t.node) {
+			continue
+		}
+		if n := sr.emptyCount(t, i); least < 0 || n < least {
+			least = n
+			if n <= floor {
+				return n
+			}
+		}
+	}
+	all := r.s.snap.list()
 	for j := len(all) - 1; j >= 0; j-- {
 		if !sr.eligible(cls, all[j].Node()) {
 			continue
@@ -274,6 +411,11 @@ func (r *round) leastNode(cls *podClass, sr *spreadRun, i, floor int) int {
 func (r *round) spreadFilter(cls *podClass, sr *spreadRun, n *simNode) *fwk.Status {
 	r.refreshSpread(cls, sr)
 	ni := r.s.snap.lookup(n.name)
+	if sr.affinity != nil {
+		if st := sr.affinityFilter(ni); st != nil {
+			return st
+		}
+	}
 	labels := ni.Node().Labels
 	for i, c := range cls.hardSpread {
 		v, ok := labels[c.TopologyKey]
