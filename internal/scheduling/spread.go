@@ -106,13 +106,82 @@ type spreadRun struct {
 	// empty are the templates of the nodes the class could open, each a
 	// domain with its DaemonSet pods only.
 	empty []*template
-	// affinity is the class's one required pod affinity term, if any:
-	// pods matching it per node, in the term's domains, and in all.
-	affinity     *fwk.AffinityTerm
-	affTally     *spreadTally
-	affDomains   map[string]int
-	affTotal     int
+	// affinity is the class's one required pod affinity term, if any,
+	// and affSelfMatch whether its pods match it; anti its required
+	// anti-affinity terms.
+	affinity     *termCount
 	affSelfMatch bool
+	anti         []*termCount
+}
+
+// termCount is the pods matching a pod affinity term per domain of its
+// key and in all, over every node that has the key (the plugin counts
+// over all nodes, whatever the pod's node affinity).
+type termCount struct {
+	term    fwk.AffinityTerm
+	tally   *spreadTally
+	domains map[string]int
+	total   int
+}
+
+func (r *round) termCount(term fwk.AffinityTerm) *termCount {
+	// The term's namespaces are a set (no namespace selector, see
+	// countsSpread): it matches without namespace labels, as the plugin
+	// matches the incoming pod's terms.
+	key := tallyKey{term: fmt.Sprintf("%v|%s", sets.List(term.Namespaces), term.Selector)}
+	return &termCount{term: term, tally: r.tally(key, func(p *corev1.Pod) bool { return term.Matches(p, nil) })}
+}
+
+func (tc *termCount) refresh(nodes []fwk.NodeInfo) {
+	key := tc.term.TopologyKey
+	if tc.domains == nil {
+		tc.domains = map[string]int{}
+	} else {
+		clear(tc.domains)
+	}
+	tc.total = 0
+	for _, ni := range nodes {
+		v, ok := ni.Node().Labels[key]
+		if !ok {
+			continue
+		}
+		n := tc.tally.count(ni)
+		if key != corev1.LabelHostname {
+			tc.domains[v] += n
+		}
+		tc.total += n
+	}
+}
+
+// in is the count in the node's domain, and whether the node has the key.
+func (tc *termCount) in(ni fwk.NodeInfo) (int, bool) {
+	v, ok := ni.Node().Labels[tc.term.TopologyKey]
+	if !ok {
+		return 0, false
+	}
+	if tc.term.TopologyKey == corev1.LabelHostname {
+		return tc.tally.count(ni), true
+	}
+	return tc.domains[v], true
+}
+
+// placed counts node ni again after pods were placed on it; false when it
+// cannot (the node was not counted).
+func (tc *termCount) placed(ni fwk.NodeInfo) bool {
+	v, has := ni.Node().Labels[tc.term.TopologyKey]
+	if !has {
+		return true
+	}
+	e, ok := tc.tally.nodes[ni.Node().Name]
+	if !ok {
+		return false
+	}
+	now := tc.tally.count(ni)
+	if tc.term.TopologyKey != corev1.LabelHostname {
+		tc.domains[v] += now - e.count
+	}
+	tc.total += now - e.count
+	return true
 }
 
 // emptyCount is what a node of template t would count for constraint i:
@@ -128,19 +197,29 @@ func (sr *spreadRun) emptyCount(t *template, i int) int {
 }
 
 // countsSpread reports whether a class can be decided by spreadRun: hard
-// spread constraints in the default inclusion policies, no other
-// constraint that looks at pods, and no other pod's anti-affinity that
-// selects it.
-func (c *podClass) countsSpread(selected bool) bool {
+// spread constraints in the default inclusion policies, at most one
+// required pod affinity term, required anti-affinity terms, all without
+// namespace selectors or label keys, no ports, volumes or extended
+// resources, and no anti-affinity of another class or of a bound pod
+// that selects it (its own selects only pods its own terms see).
+func (c *podClass) countsSpread(selectedByOthers bool) bool {
 	affinity := c.info.GetRequiredAffinityTerms()
-	if len(c.hardSpread) == 0 && len(affinity) == 0 || selected || c.perNode || c.scalar || len(c.rep.Spec.ResourceClaims) > 0 || hasHostPorts(c.rep) {
+	anti := c.info.GetRequiredAntiAffinityTerms()
+	if len(c.hardSpread) == 0 && len(affinity) == 0 && len(anti) == 0 || selectedByOthers || c.perNode || c.scalar || len(c.rep.Spec.ResourceClaims) > 0 || hasHostPorts(c.rep) {
 		return false
 	}
-	if len(affinity) > 1 || len(c.info.GetRequiredAntiAffinityTerms()) > 0 {
+	if len(affinity) > 1 {
 		return false
 	}
-	if len(affinity) == 1 {
-		for _, t := range c.rep.Spec.Affinity.PodAffinity.RequiredDuringSchedulingIgnoredDuringExecution {
+	if a := c.rep.Spec.Affinity; a != nil {
+		var terms []corev1.PodAffinityTerm
+		if a.PodAffinity != nil {
+			terms = append(terms, a.PodAffinity.RequiredDuringSchedulingIgnoredDuringExecution...)
+		}
+		if a.PodAntiAffinity != nil {
+			terms = append(terms, a.PodAntiAffinity.RequiredDuringSchedulingIgnoredDuringExecution...)
+		}
+		for _, t := range terms {
 			if t.NamespaceSelector != nil || len(t.MatchLabelKeys) > 0 || len(t.MismatchLabelKeys) > 0 {
 				return false
 			}
@@ -164,6 +243,33 @@ func (c *podClass) countsSpread(selected bool) bool {
 	return true
 }
 
+// keepsAwayFrom reports whether the class's own anti-affinity keeps it out
+// of every domain where other's terms (those that select the class) would
+// keep it out: then counting the class's own terms decides both ways.
+// other nil is a bound pod's class, which is never taken as covered.
+func (c *podClass) keepsAwayFrom(other *podClass, terms []fwk.AffinityTerm, nsLabels map[string]labels.Set) bool {
+	if other == nil {
+		return false
+	}
+	own := c.info.GetRequiredAntiAffinityTerms()
+	for i := range terms {
+		if !terms[i].Matches(c.rep, nsLabels[c.rep.Namespace]) {
+			continue
+		}
+		covered := false
+		for j := range own {
+			if own[j].TopologyKey == terms[i].TopologyKey && own[j].Matches(other.rep, nsLabels[other.rep.Namespace]) {
+				covered = true
+				break
+			}
+		}
+		if !covered {
+			return false
+		}
+	}
+	return true
+}
+
 func (r *round) newSpreadRun(cls *podClass) *spreadRun {
 	sr := &spreadRun{required: nodeaffinity.GetRequiredNodeAffinity(cls.rep)}
 	a := cls.rep.Spec.Affinity
@@ -177,15 +283,11 @@ func (r *round) newSpreadRun(cls *podClass) *spreadRun {
 		sr.self = append(sr.self, sel.Matches(labels.Set(cls.rep.Labels)))
 	}
 	if terms := cls.info.GetRequiredAffinityTerms(); len(terms) == 1 {
-		term := terms[0]
-		sr.affinity = &term
-		// The term's namespaces are a set (no namespace selector, see
-		// countsSpread): it matches without namespace labels, as the
-		// plugin matches the incoming pod's terms.
-		sr.affTally = r.tally(tallyKey{term: fmt.Sprintf("%v|%s|%s", sets.List(term.Namespaces), term.Selector, term.TopologyKey)}, func(p *corev1.Pod) bool {
-			return term.Matches(p, nil)
-		})
-		sr.affSelfMatch = term.Matches(cls.rep, nil)
+		sr.affinity = r.termCount(terms[0])
+		sr.affSelfMatch = terms[0].Matches(cls.rep, nil)
+	}
+	for _, term := range cls.info.GetRequiredAntiAffinityTerms() {
+		sr.anti = append(sr.anti, r.termCount(term))
 	}
 	return sr
 }
@@ -215,7 +317,10 @@ func (r *round) refreshSpread(cls *podClass, sr *spreadRun) {
 		}
 	}
 	if sr.affinity != nil {
-		sr.refreshAffinity(r.s.snap.list())
+		sr.affinity.refresh(r.s.snap.list())
+	}
+	for _, tc := range sr.anti {
+		tc.refresh(r.s.snap.list())
 	}
 	for _, ni := range r.s.snap.list() {
 		if !sr.eligible(cls, ni.Node()) {
@@ -257,48 +362,23 @@ func (r *round) refreshSpread(cls *podClass, sr *spreadRun) {
 	}
 }
 
-// refreshAffinity counts the pods matching the affinity term per domain of
-// its key, over every node that has the key (the plugin counts over all
-// nodes, whatever the pod's node affinity).
-func (sr *spreadRun) refreshAffinity(nodes []fwk.NodeInfo) {
-	key := sr.affinity.TopologyKey
-	if sr.affDomains == nil {
-		sr.affDomains = map[string]int{}
-	} else {
-		clear(sr.affDomains)
-	}
-	sr.affTotal = 0
-	for _, ni := range nodes {
-		v, ok := ni.Node().Labels[key]
-		if !ok {
-			continue
-		}
-		n := sr.affTally.count(ni)
-		if key != corev1.LabelHostname {
-			sr.affDomains[v] += n
-		}
-		sr.affTotal += n
-	}
-}
-
-// affinityFilter is InterPodAffinity's Filter for one required affinity
-// term: the node's domain holds a matching pod, or no node does and the
-// pod matches its own term.
-func (sr *spreadRun) affinityFilter(ni fwk.NodeInfo) *fwk.Status {
-	key := sr.affinity.TopologyKey
-	v, ok := ni.Node().Labels[key]
-	if ok {
-		var n int
-		if key == corev1.LabelHostname {
-			n = sr.affTally.count(ni)
-		} else {
-			n = sr.affDomains[v]
-		}
-		if n > 0 || sr.affTotal == 0 && sr.affSelfMatch {
-			return nil
+// termsFilter is InterPodAffinity's Filter for the class's terms: with an
+// affinity term, the node's domain holds a matching pod, or no node does
+// and the pod matches its own term; no anti-affinity term has a matching
+// pod in the node's domain.
+func (sr *spreadRun) termsFilter(ni fwk.NodeInfo) *fwk.Status {
+	if tc := sr.affinity; tc != nil {
+		n, has := tc.in(ni)
+		if !has || n == 0 && (tc.total > 0 || !sr.affSelfMatch) {
+			return fwk.NewStatus(fwk.UnschedulableAndUnresolvable, interpodaffinity.ErrReasonAffinityRulesNotMatch).WithPlugin(names.InterPodAffinity)
 		}
 	}
-	return fwk.NewStatus(fwk.UnschedulableAndUnresolvable, interpodaffinity.ErrReasonAffinityRulesNotMatch).WithPlugin(names.InterPodAffinity)
+	for _, tc := range sr.anti {
+		if n, _ := tc.in(ni); n > 0 {
+			return fwk.NewStatus(fwk.Unschedulable, interpodaffinity.ErrReasonAntiAffinityRulesNotMatch).WithPlugin(names.InterPodAffinity)
+		}
+	}
+	return nil
 }
 
 // eligible reports whether a node is a domain for the class: it passes
@@ -339,18 +419,11 @@ func (r *round) spreadPlaced(cls *podClass, sr *spreadRun, n *simNode) {
 	}
 	ni := r.s.snap.lookup(n.name)
 	node := ni.Node()
-	if sr.affinity != nil {
-		e, ok := sr.affTally.nodes[n.name]
-		v, has := node.Labels[sr.affinity.TopologyKey]
-		if !ok || !has {
+	for _, tc := range append([]*termCount{sr.affinity}, sr.anti...) {
+		if tc != nil && !tc.placed(ni) {
 			sr.valid = false
 			return
 		}
-		now := sr.affTally.count(ni)
-		if sr.affinity.TopologyKey != corev1.LabelHostname {
-			sr.affDomains[v] += now - e.count
-		}
-		sr.affTotal += now - e.count
 	}
 	old := make([]int, len(cls.hardSpread))
 	for i := range cls.hardSpread {
@@ -411,10 +484,8 @@ func (r *round) leastNode(cls *podClass, sr *spreadRun, i, floor int) int {
 func (r *round) spreadFilter(cls *podClass, sr *spreadRun, n *simNode) *fwk.Status {
 	r.refreshSpread(cls, sr)
 	ni := r.s.snap.lookup(n.name)
-	if sr.affinity != nil {
-		if st := sr.affinityFilter(ni); st != nil {
-			return st
-		}
+	if st := sr.termsFilter(ni); st != nil {
+		return st
 	}
 	labels := ni.Node().Labels
 	for i, c := range cls.hardSpread {
