@@ -42,6 +42,11 @@ type Snapshot struct {
 	// changes counts changes to nodes and pods, so a reader can tell
 	// whether what it derived is still current.
 	changes int
+	// changed logs the names of the nodes changed (or added, removed)
+	// since epoch began, for readers that keep sums over nodes; Revert
+	// and Commit start a new epoch.
+	changed []string
+	epoch   int
 
 	// view, when set, is what List and the affinity lists return: the
 	// packer narrows PreFilter to the nodes that can matter for a pod.
@@ -86,6 +91,12 @@ func (s *Snapshot) Revert() {
 	}
 	s.layers = s.layers[:len(s.layers)-1]
 	s.invalidate()
+	s.newEpoch()
+}
+
+func (s *Snapshot) newEpoch() {
+	s.epoch++
+	s.changed = s.changed[:0]
 }
 
 // Commit keeps the changes since the last Fork, folding them into the layer
@@ -110,6 +121,7 @@ func (s *Snapshot) Commit() {
 	}
 	below.names = append(below.names, top.names...)
 	s.invalidate()
+	s.newEpoch()
 }
 
 func (s *Snapshot) invalidate() {
@@ -148,6 +160,7 @@ func (s *Snapshot) mutable(name string) (*framework.NodeInfo, error) {
 	}
 	// Every caller changes the node.
 	s.changes++
+	s.changed = append(s.changed, name)
 	if at == top {
 		return ni, nil
 	}
@@ -192,6 +205,7 @@ func (s *Snapshot) addNodeInfo(ni *framework.NodeInfo) error {
 		return fmt.Errorf("node %s already in snapshot", name)
 	}
 	s.changes++
+	s.changed = append(s.changed, name)
 	top := s.layers[len(s.layers)-1]
 	if !top.removed[name] {
 		top.names = append(top.names, name)
@@ -262,6 +276,7 @@ func (s *Snapshot) RemoveNode(name string) error {
 		l.removed[name] = true
 	}
 	s.changes++
+	s.changed = append(s.changed, name)
 	s.unlist(ni)
 	return nil
 }

@@ -34,6 +34,140 @@ type spreadTally struct {
 	nodes map[string]talliedNode
 	// byClass memoises whether the selector matches a class's pods.
 	byClass map[*podClass]bool
+
+	// Sums per topology key over every node that has the key, kept
+	// current from the snapshot's log of changed nodes: a class reads
+	// them instead of passing over every node.
+	keys     []string
+	sums     []*keySums
+	summed   map[string]summedNode
+	cursor   int
+	epoch    int
+	inSync   bool
+	snapshot *Snapshot
+}
+
+// keySums is what a tally counts per domain of one key. Over hostnames
+// every node is a domain: only how many nodes have each count is kept.
+type keySums struct {
+	host    bool
+	domains map[string]int
+	nodes   map[string]int
+	perNode map[int]int
+	total   int
+}
+
+// summedNode is what a node added to the sums, to take it out again.
+type summedNode struct {
+	count int
+	vals  []string
+	has   []bool
+}
+
+// sumsOf returns the tally's sums over key, current as of now.
+func (t *spreadTally) sumsOf(snap *Snapshot, key string) *keySums {
+	idx := -1
+	for i, k := range t.keys {
+		if k == key {
+			idx = i
+		}
+	}
+	if idx < 0 {
+		t.keys = append(t.keys, key)
+		t.sums = append(t.sums, nil)
+		idx = len(t.keys) - 1
+		t.inSync = false
+	}
+	t.sync(snap)
+	return t.sums[idx]
+}
+
+func (t *spreadTally) sync(snap *Snapshot) {
+	if t.inSync && t.snapshot == snap && t.epoch == snap.epoch && t.cursor <= len(snap.changed) {
+		for _, name := range snap.changed[t.cursor:] {
+			t.unsum(name)
+			if ni := snap.lookup(name); ni != nil {
+				t.sum(ni)
+			}
+		}
+		t.cursor = len(snap.changed)
+		return
+	}
+	for i, k := range t.keys {
+		t.sums[i] = &keySums{host: k == corev1.LabelHostname, domains: map[string]int{}, nodes: map[string]int{}, perNode: map[int]int{}}
+	}
+	t.summed = map[string]summedNode{}
+	for _, ni := range snap.list() {
+		t.sum(ni)
+	}
+	t.inSync, t.snapshot, t.epoch, t.cursor = true, snap, snap.epoch, len(snap.changed)
+}
+
+func (t *spreadTally) sum(ni fwk.NodeInfo) {
+	node := ni.Node()
+	c := t.count(ni)
+	e := summedNode{count: c, vals: make([]string, len(t.keys)), has: make([]bool, len(t.keys))}
+	for i, k := range t.keys {
+		v, ok := node.Labels[k]
+		if !ok {
+			continue
+		}
+		e.vals[i], e.has[i] = v, true
+		s := t.sums[i]
+		if s.host {
+			s.perNode[c]++
+		} else {
+			s.domains[v] += c
+			s.nodes[v]++
+		}
+		s.total += c
+	}
+	t.summed[node.Name] = e
+}
+
+func (t *spreadTally) unsum(name string) {
+	e, ok := t.summed[name]
+	if !ok {
+		return
+	}
+	delete(t.summed, name)
+	for i := range t.keys {
+		if !e.has[i] {
+			continue
+		}
+		s := t.sums[i]
+		if s.host {
+			if s.perNode[e.count]--; s.perNode[e.count] == 0 {
+				delete(s.perNode, e.count)
+			}
+		} else {
+			s.domains[e.vals[i]] -= e.count
+			if s.nodes[e.vals[i]]--; s.nodes[e.vals[i]] == 0 {
+				delete(s.nodes, e.vals[i])
+				delete(s.domains, e.vals[i])
+			}
+		}
+		s.total -= e.count
+	}
+}
+
+// least is the smallest domain, -1 without any.
+func (s *keySums) least() int {
+	least := -1
+	if s.host {
+		for c := range s.perNode {
+			if least < 0 || c < least {
+				least = c
+			}
+		}
+		return least
+	}
+	for _, c := range s.domains {
+		if least < 0 || c < least {
+			least = c
+		}
+	}
+	return least
 }
 
 type talliedNode struct {
@@ -112,16 +246,20 @@ type spreadRun struct {
 	affinity     *termCount
 	affSelfMatch bool
 	anti         []*termCount
+	// summed is set for one spread constraint and no node affinity: the
+	// tally's sums over the key are the domains (sums), with what the
+	// empty domains add in domains[0].
+	summed bool
+	sums   *keySums
 }
 
 // termCount is the pods matching a pod affinity term per domain of its
 // key and in all, over every node that has the key (the plugin counts
 // over all nodes, whatever the pod's node affinity).
 type termCount struct {
-	term    fwk.AffinityTerm
-	tally   *spreadTally
-	domains map[string]int
-	total   int
+	term  fwk.AffinityTerm
+	tally *spreadTally
+	sums  *keySums
 }
 
 func (r *round) termCount(term fwk.AffinityTerm) *termCount {
@@ -130,27 +268,6 @@ func (r *round) termCount(term fwk.AffinityTerm) *termCount {
 	// matches the incoming pod's terms.
 	key := tallyKey{term: fmt.Sprintf("%v|%s", sets.List(term.Namespaces), term.Selector)}
 	return &termCount{term: term, tally: r.tally(key, func(p *corev1.Pod) bool { return term.Matches(p, nil) })}
-}
-
-func (tc *termCount) refresh(nodes []fwk.NodeInfo) {
-	key := tc.term.TopologyKey
-	if tc.domains == nil {
-		tc.domains = map[string]int{}
-	} else {
-		clear(tc.domains)
-	}
-	tc.total = 0
-	for _, ni := range nodes {
-		v, ok := ni.Node().Labels[key]
-		if !ok {
-			continue
-		}
-		n := tc.tally.count(ni)
-		if key != corev1.LabelHostname {
-			tc.domains[v] += n
-		}
-		tc.total += n
-	}
 }
 
 // in is the count in the node's domain, and whether the node has the key.
@@ -162,26 +279,7 @@ func (tc *termCount) in(ni fwk.NodeInfo) (int, bool) {
 	if tc.term.TopologyKey == corev1.LabelHostname {
 		return tc.tally.count(ni), true
 	}
-	return tc.domains[v], true
-}
-
-// placed counts node ni again after pods were placed on it; false when it
-// cannot (the node was not counted).
-func (tc *termCount) placed(ni fwk.NodeInfo) bool {
-	v, has := ni.Node().Labels[tc.term.TopologyKey]
-	if !has {
-		return true
-	}
-	e, ok := tc.tally.nodes[ni.Node().Name]
-	if !ok {
-		return false
-	}
-	now := tc.tally.count(ni)
-	if tc.term.TopologyKey != corev1.LabelHostname {
-		tc.domains[v] += now - e.count
-	}
-	tc.total += now - e.count
-	return true
+	return tc.sums.domains[v], true
 }
 
 // emptyCount is what a node of template t would count for constraint i:
@@ -282,6 +380,7 @@ func (r *round) newSpreadRun(cls *podClass) *spreadRun {
 		}))
 		sr.self = append(sr.self, sel.Matches(labels.Set(cls.rep.Labels)))
 	}
+	sr.summed = len(cls.hardSpread) == 1 && !sr.hasRequired
 	if terms := cls.info.GetRequiredAffinityTerms(); len(terms) == 1 {
 		sr.affinity = r.termCount(terms[0])
 		sr.affSelfMatch = terms[0].Matches(cls.rep, nil)
@@ -292,18 +391,73 @@ func (r *round) newSpreadRun(cls *podClass) *spreadRun {
 	return sr
 }
 
-// refreshSpread counts the domains again if the snapshot changed since
-// they were counted (spreadPlaced keeps them current as the class's own
-// pods are placed). Over hostnames every node is a domain of its own: its
-// count is the tally's, and only the smallest is kept.
+// refreshSpread brings the run's counts up to date if the snapshot
+// changed since. The terms, and a single spread constraint of a class
+// without node affinity, read the tallies' sums, which follow the
+// snapshot's log of changed nodes. Other spread classes count their
+// domains over the eligible nodes (spreadPlaced keeps them current as the
+// class's own pods are placed). Over hostnames every node is a domain of
+// its own: its count is the tally's, and only the smallest is kept.
 func (r *round) refreshSpread(cls *podClass, sr *spreadRun) {
 	if sr.valid && sr.at == r.s.snap.changes {
 		return
 	}
 	sr.valid, sr.at = true, r.s.snap.changes
+	snap := r.s.snap
+	if sr.affinity != nil {
+		sr.affinity.sums = sr.affinity.tally.sumsOf(snap, sr.affinity.term.TopologyKey)
+	}
+	for _, tc := range sr.anti {
+		tc.sums = tc.tally.sumsOf(snap, tc.term.TopologyKey)
+	}
+	if len(cls.hardSpread) == 0 {
+		return
+	}
 	if sr.domains == nil {
 		sr.domains = make([]map[string]int, len(cls.hardSpread))
 		sr.least = make([]int, len(cls.hardSpread))
+	}
+	if sr.summed {
+		c := cls.hardSpread[0]
+		sums := sr.tallies[0].sumsOf(snap, c.TopologyKey)
+		sr.sums = sums
+		least := sums.least()
+		if sr.domains[0] == nil {
+			sr.domains[0] = map[string]int{}
+		} else {
+			clear(sr.domains[0])
+		}
+		// The nodes the class could open are domains too, with what their
+		// DaemonSet pods add.
+		for _, t := range sr.empty {
+			v, ok := t.node.Labels[c.TopologyKey]
+			if !ok {
+				continue
+			}
+			n := sr.emptyCount(t, 0)
+			if sums.host {
+				if least < 0 || n < least {
+					least = n
+				}
+				continue
+			}
+			sr.domains[0][v] += n
+		}
+		if !sums.host {
+			least = -1
+			for v, n := range sums.domains {
+				if total := n + sr.domains[0][v]; least < 0 || total < least {
+					least = total
+				}
+			}
+			for v, n := range sr.domains[0] {
+				if _, ok := sums.domains[v]; !ok && (least < 0 || n < least) {
+					least = n
+				}
+			}
+		}
+		sr.least[0] = max(least, 0)
+		return
 	}
 	for i, c := range cls.hardSpread {
 		sr.least[i] = -1
@@ -316,13 +470,7 @@ func (r *round) refreshSpread(cls *podClass, sr *spreadRun) {
 			clear(sr.domains[i])
 		}
 	}
-	if sr.affinity != nil {
-		sr.affinity.refresh(r.s.snap.list())
-	}
-	for _, tc := range sr.anti {
-		tc.refresh(r.s.snap.list())
-	}
-	for _, ni := range r.s.snap.list() {
+	for _, ni := range snap.list() {
 		if !sr.eligible(cls, ni.Node()) {
 			continue
 		}
@@ -369,7 +517,7 @@ func (r *round) refreshSpread(cls *podClass, sr *spreadRun) {
 func (sr *spreadRun) termsFilter(ni fwk.NodeInfo) *fwk.Status {
 	if tc := sr.affinity; tc != nil {
 		n, has := tc.in(ni)
-		if !has || n == 0 && (tc.total > 0 || !sr.affSelfMatch) {
+		if !has || n == 0 && (tc.sums.total > 0 || !sr.affSelfMatch) {
 			return fwk.NewStatus(fwk.UnschedulableAndUnresolvable, interpodaffinity.ErrReasonAffinityRulesNotMatch).WithPlugin(names.InterPodAffinity)
 		}
 	}
@@ -414,17 +562,13 @@ func leastOf(domains map[string]int) int {
 // placed on node n: only n's counts changed, and only upwards (its
 // DaemonSet pods may have changed with its shape: n is counted again).
 func (r *round) spreadPlaced(cls *podClass, sr *spreadRun, n *simNode) {
-	if !sr.valid {
+	if !sr.valid || sr.summed || len(cls.hardSpread) == 0 {
+		// The sums follow the snapshot's log by themselves.
+		sr.valid = false
 		return
 	}
 	ni := r.s.snap.lookup(n.name)
 	node := ni.Node()
-	for _, tc := range append([]*termCount{sr.affinity}, sr.anti...) {
-		if tc != nil && !tc.placed(ni) {
-			sr.valid = false
-			return
-		}
-	}
 	old := make([]int, len(cls.hardSpread))
 	for i := range cls.hardSpread {
 		e, ok := sr.tallies[i].nodes[n.name]
@@ -444,6 +588,12 @@ func (r *round) spreadPlaced(cls *podClass, sr *spreadRun, n *simNode) {
 		}
 		sr.domains[i][node.Labels[c.TopologyKey]] += now - old[i]
 		sr.least[i] = max(leastOf(sr.domains[i]), 0)
+	}
+	// The terms' sums are read again from the log.
+	for _, tc := range append([]*termCount{sr.affinity}, sr.anti...) {
+		if tc != nil {
+			tc.sums = tc.tally.sumsOf(r.s.snap, tc.term.TopologyKey)
+		}
 	}
 	sr.at = r.s.snap.changes
 }
@@ -498,9 +648,12 @@ func (r *round) spreadFilter(cls *podClass, sr *spreadRun, n *simNode) *fwk.Stat
 			self = 1
 		}
 		var count int
-		if c.TopologyKey == corev1.LabelHostname {
+		switch {
+		case c.TopologyKey == corev1.LabelHostname:
 			count = sr.tallies[i].count(ni)
-		} else {
+		case sr.summed:
+			count = sr.sums.domains[v] + sr.domains[0][v]
+		default:
 			count = sr.domains[i][v]
 		}
 		if count+self-sr.least[i] > int(c.MaxSkew) {
