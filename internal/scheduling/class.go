@@ -49,9 +49,9 @@ type podClass struct {
 	// simple classes depend only on static filters and resources, so they
 	// skip the full framework and fill a node in one step.
 	simple bool
-	// countedSpread classes are decided by counts kept per spread
-	// selector and domain instead of the full framework (see spread.go).
-	countedSpread bool
+	// counted classes are decided by counts kept per spread
+	// selector and domain instead of the full framework (see counted.go).
+	counted bool
 	// exclusive classes have a required anti-affinity term over hostnames
 	// that selects their own pods: each pod needs a node of its own.
 	exclusive bool

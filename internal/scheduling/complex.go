@@ -37,8 +37,8 @@ type classRun struct {
 	// nodes they land on join the view.
 	self bool
 	// spread decides a class whose only pod-dependent constraint is hard
-	// spread, without the framework (see spread.go).
-	spread *spreadRun
+	// spread, without the framework (see counted.go).
+	counted *countedRun
 }
 
 // buildView picks the nodes a class's PreFilter must see.
@@ -125,9 +125,9 @@ func (r *round) addToView(run *classRun, name string) {
 // for the rest of the run.
 func (r *round) placeComplex(cls *podClass, pods []*corev1.Pod) error {
 	run := &classRun{cls: cls}
-	if cls.countedSpread {
+	if cls.counted {
 		// No PreFilter state: no view to build.
-		run.spread, run.viewAll = r.newSpreadRun(cls), true
+		run.counted, run.viewAll = r.newCountedRun(cls), true
 	} else {
 		r.buildView(run)
 	}
@@ -140,7 +140,7 @@ func (r *round) placeComplex(cls *podClass, pods []*corev1.Pod) error {
 		if err != nil {
 			return err
 		}
-		if run.spread != nil {
+		if run.counted != nil {
 			// Counted, they need no node in the snapshot.
 			return r.placeCounted(run, pods, opts)
 		}
@@ -170,7 +170,7 @@ func (r *round) placeCounted(run *classRun, pods []*corev1.Pod, opts []option) e
 		if err != nil {
 			return err
 		}
-		run.spread.empty = append(run.spread.empty, t)
+		run.counted.empty = append(run.counted.empty, t)
 	}
 	return r.placeEach(run, pods)
 }
@@ -238,8 +238,8 @@ func (r *round) placeEach(run *classRun, pods []*corev1.Pod) error {
 		if run.self {
 			r.addToView(run, target.name)
 		}
-		if run.spread != nil {
-			r.spreadPlaced(cls, run.spread, target)
+		if run.counted != nil {
+			r.countedPlaced(cls, run.counted, target)
 		}
 		switch {
 		case len(cls.hardSpread) > 0:
@@ -275,7 +275,7 @@ func monotone(st *fwk.Status) bool {
 
 // ensureState runs PreFilter for the class if its state is missing.
 func (r *round) ensureState(run *classRun, pod *corev1.Pod) error {
-	if run.state != nil || run.failed != "" || run.spread != nil {
+	if run.state != nil || run.failed != "" || run.counted != nil {
 		return nil
 	}
 	state := framework.NewCycleState()
@@ -373,11 +373,11 @@ func (r *round) try(run *classRun, pod *corev1.Pod, n *simNode) (*fwk.Status, er
 	if r.room(run.cls, n) < 1 {
 		return fwk.NewStatus(fwk.Unschedulable, "node(s) had insufficient resources").WithPlugin(names.NodeResourcesFit), nil
 	}
-	if run.spread != nil {
+	if run.counted != nil {
 		// Resources and the static filters are decided above; the class
 		// has no ports, volumes or pod (anti-)affinity, and no pod's
 		// anti-affinity selects it.
-		return r.spreadFilter(run.cls, run.spread, n), nil
+		return r.countedFilter(run.cls, run.counted, n), nil
 	}
 	st := r.s.fw.full.RunFilterPlugins(r.ctx, run.state, pod, r.s.snap.lookup(n.name))
 	if !st.IsSuccess() && !st.IsRejected() {

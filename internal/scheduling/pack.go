@@ -38,7 +38,7 @@ type round struct {
 	// member is scratch space for frontier, by shapeInfo.idx.
 	member []bool
 	// tallies count the pods each spread selector matches, per node.
-	tallies map[tallyKey]*spreadTally
+	tallies map[tallyKey]*tally
 	// rooms memoises room on new nodes by the node's version.
 	rooms map[roomKey]roomEntry
 }

@@ -14,19 +14,23 @@ import (
 	"k8s.io/kubernetes/pkg/scheduler/framework/plugins/podtopologyspread"
 )
 
-// Hard topology spread is the constraint bare pods most often carry, and
-// through the framework it costs a pass over every pod of the cluster per
-// pod placed: PodTopologySpread's PreFilter counts the matching pods of
-// every node, and its state cannot be kept current as pods are added (it
-// tracks only the two smallest domains). A class whose only constraint
-// beyond resources and static filters is hard spread (in the default
-// inclusion policies) is decided here instead, with the plugin's own
-// arithmetic (matching pods in the domain + 1 if the pod matches itself −
-// the smallest domain ≤ maxSkew) over counts kept per selector and node:
-// a node's count is taken again only when the node changed.
+// Hard topology spread and pod (anti-)affinity are the constraints bare
+// pods most often carry, and through the framework they cost a pass over
+// every pod of the cluster per pod placed: PodTopologySpread's and
+// InterPodAffinity's PreFilter count the matching pods of every node, and
+// the spread state cannot be kept current as pods are added (it tracks
+// only the two smallest domains). A class whose constraints beyond
+// resources and static filters are of the plain kinds (see countable) is
+// decided here instead, with the plugins' own arithmetic (spread: the
+// matching pods in the domain, + 1 if the pod matches itself, − the
+// smallest domain ≤ maxSkew; affinity: a matching pod in the domain, or
+// none anywhere and the pod matches its own term; anti-affinity: no
+// matching pod in the domain) over counts kept per selector or term and
+// node, summed per domain from the snapshot's log of changed nodes.
 
-// spreadTally counts, per node, the pods of a namespace a selector matches.
-type spreadTally struct {
+// tally counts, per node, the pods a spread selector (in a namespace) or
+// a pod affinity term matches.
+type tally struct {
 	// match says whether the tally counts a pod.
 	match func(*corev1.Pod) bool
 	// nodes holds each node's count with the NodeInfo generation it was
@@ -65,7 +69,7 @@ type summedNode struct {
 }
 
 // sumsOf returns the tally's sums over key, current as of now.
-func (t *spreadTally) sumsOf(snap *Snapshot, key string) *keySums {
+func (t *tally) sumsOf(snap *Snapshot, key string) *keySums {
 	idx := -1
 	for i, k := range t.keys {
 		if k == key {
@@ -82,7 +86,7 @@ func (t *spreadTally) sumsOf(snap *Snapshot, key string) *keySums {
 	return t.sums[idx]
 }
 
-func (t *spreadTally) sync(snap *Snapshot) {
+func (t *tally) sync(snap *Snapshot) {
 	if t.inSync && t.snapshot == snap && t.epoch == snap.epoch && t.cursor <= len(snap.changed) {
 		for _, name := range snap.changed[t.cursor:] {
 			t.unsum(name)
@@ -103,7 +107,7 @@ func (t *spreadTally) sync(snap *Snapshot) {
 	t.inSync, t.snapshot, t.epoch, t.cursor = true, snap, snap.epoch, len(snap.changed)
 }
 
-func (t *spreadTally) sum(ni fwk.NodeInfo) {
+func (t *tally) sum(ni fwk.NodeInfo) {
 	node := ni.Node()
 	c := t.count(ni)
 	e := summedNode{count: c, vals: make([]string, len(t.keys)), has: make([]bool, len(t.keys))}
@@ -125,7 +129,7 @@ func (t *spreadTally) sum(ni fwk.NodeInfo) {
 	t.summed[node.Name] = e
 }
 
-func (t *spreadTally) unsum(name string) {
+func (t *tally) unsum(name string) {
 	e, ok := t.summed[name]
 	if !ok {
 		return
@@ -181,7 +185,7 @@ type tallyKey struct {
 	ns, sel, term string
 }
 
-func (t *spreadTally) count(ni fwk.NodeInfo) int {
+func (t *tally) count(ni fwk.NodeInfo) int {
 	name := ni.Node().Name
 	gen := ni.GetGeneration()
 	if e, ok := t.nodes[name]; ok && e.gen == gen {
@@ -197,9 +201,9 @@ func (t *spreadTally) count(ni fwk.NodeInfo) int {
 	return n
 }
 
-func (t *spreadTally) matchesPod(p *corev1.Pod) bool { return t.match(p) }
+func (t *tally) matchesPod(p *corev1.Pod) bool { return t.match(p) }
 
-func (t *spreadTally) matches(pi fwk.PodInfo) bool {
+func (t *tally) matches(pi fwk.PodInfo) bool {
 	if own, ok := pi.(*podInfo); ok {
 		m, known := t.byClass[own.cls]
 		if !known {
@@ -211,23 +215,23 @@ func (t *spreadTally) matches(pi fwk.PodInfo) bool {
 	return t.match(pi.GetPod())
 }
 
-func (r *round) tally(key tallyKey, match func(*corev1.Pod) bool) *spreadTally {
+func (r *round) tally(key tallyKey, match func(*corev1.Pod) bool) *tally {
 	if r.tallies == nil {
-		r.tallies = map[tallyKey]*spreadTally{}
+		r.tallies = map[tallyKey]*tally{}
 	}
 	t := r.tallies[key]
 	if t == nil {
-		t = &spreadTally{match: match, nodes: map[string]talliedNode{}, byClass: map[*podClass]bool{}}
+		t = &tally{match: match, nodes: map[string]talliedNode{}, byClass: map[*podClass]bool{}}
 		r.tallies[key] = t
 	}
 	return t
 }
 
-// spreadRun is the spread state of one class run: per constraint, the
+// countedRun is the spread state of one class run: per constraint, the
 // matching pods per domain and the smallest domain, as of a snapshot
 // change count.
-type spreadRun struct {
-	tallies []*spreadTally
+type countedRun struct {
+	tallies []*tally
 	self    []bool
 	at      int
 	valid   bool
@@ -258,13 +262,13 @@ type spreadRun struct {
 // over all nodes, whatever the pod's node affinity).
 type termCount struct {
 	term  fwk.AffinityTerm
-	tally *spreadTally
+	tally *tally
 	sums  *keySums
 }
 
 func (r *round) termCount(term fwk.AffinityTerm) *termCount {
 	// The term's namespaces are a set (no namespace selector, see
-	// countsSpread): it matches without namespace labels, as the plugin
+	// countable): it matches without namespace labels, as the plugin
 	// matches the incoming pod's terms.
 	key := tallyKey{term: fmt.Sprintf("%v|%s", sets.List(term.Namespaces), term.Selector)}
 	return &termCount{term: term, tally: r.tally(key, func(p *corev1.Pod) bool { return term.Matches(p, nil) })}
@@ -284,7 +288,7 @@ func (tc *termCount) in(ni fwk.NodeInfo) (int, bool) {
 
 // emptyCount is what a node of template t would count for constraint i:
 // its DaemonSet pods the selector matches.
-func (sr *spreadRun) emptyCount(t *template, i int) int {
+func (sr *countedRun) emptyCount(t *template, i int) int {
 	n := 0
 	for _, p := range t.ds {
 		if sr.tallies[i].matchesPod(p) {
@@ -294,13 +298,13 @@ func (sr *spreadRun) emptyCount(t *template, i int) int {
 	return n
 }
 
-// countsSpread reports whether a class can be decided by spreadRun: hard
+// countable reports whether a class can be decided by countedRun: hard
 // spread constraints in the default inclusion policies, at most one
 // required pod affinity term, required anti-affinity terms, all without
 // namespace selectors or label keys, no ports, volumes or extended
 // resources, and no anti-affinity of another class or of a bound pod
 // that selects it (its own selects only pods its own terms see).
-func (c *podClass) countsSpread(selectedByOthers bool) bool {
+func (c *podClass) countable(selectedByOthers bool) bool {
 	affinity := c.info.GetRequiredAffinityTerms()
 	anti := c.info.GetRequiredAntiAffinityTerms()
 	if len(c.hardSpread) == 0 && len(affinity) == 0 && len(anti) == 0 || selectedByOthers || c.perNode || c.scalar || len(c.rep.Spec.ResourceClaims) > 0 || hasHostPorts(c.rep) {
@@ -368,8 +372,8 @@ func (c *podClass) keepsAwayFrom(other *podClass, terms []fwk.AffinityTerm, nsLa
 	return true
 }
 
-func (r *round) newSpreadRun(cls *podClass) *spreadRun {
-	sr := &spreadRun{required: nodeaffinity.GetRequiredNodeAffinity(cls.rep)}
+func (r *round) newCountedRun(cls *podClass) *countedRun {
+	sr := &countedRun{required: nodeaffinity.GetRequiredNodeAffinity(cls.rep)}
 	a := cls.rep.Spec.Affinity
 	sr.hasRequired = len(cls.rep.Spec.NodeSelector) > 0 ||
 		a != nil && a.NodeAffinity != nil && a.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution != nil
@@ -391,14 +395,14 @@ func (r *round) newSpreadRun(cls *podClass) *spreadRun {
 	return sr
 }
 
-// refreshSpread brings the run's counts up to date if the snapshot
+// refreshCounts brings the run's counts up to date if the snapshot
 // changed since. The terms, and a single spread constraint of a class
 // without node affinity, read the tallies' sums, which follow the
 // snapshot's log of changed nodes. Other spread classes count their
-// domains over the eligible nodes (spreadPlaced keeps them current as the
+// domains over the eligible nodes (countedPlaced keeps them current as the
 // class's own pods are placed). Over hostnames every node is a domain of
 // its own: its count is the tally's, and only the smallest is kept.
-func (r *round) refreshSpread(cls *podClass, sr *spreadRun) {
+func (r *round) refreshCounts(cls *podClass, sr *countedRun) {
 	if sr.valid && sr.at == r.s.snap.changes {
 		return
 	}
@@ -514,7 +518,7 @@ func (r *round) refreshSpread(cls *podClass, sr *spreadRun) {
 // affinity term, the node's domain holds a matching pod, or no node does
 // and the pod matches its own term; no anti-affinity term has a matching
 // pod in the node's domain.
-func (sr *spreadRun) termsFilter(ni fwk.NodeInfo) *fwk.Status {
+func (sr *countedRun) termsFilter(ni fwk.NodeInfo) *fwk.Status {
 	if tc := sr.affinity; tc != nil {
 		n, has := tc.in(ni)
 		if !has || n == 0 && (tc.sums.total > 0 || !sr.affSelfMatch) {
@@ -531,7 +535,7 @@ func (sr *spreadRun) termsFilter(ni fwk.NodeInfo) *fwk.Status {
 
 // eligible reports whether a node is a domain for the class: it passes
 // the class's node affinity and has every key of its constraints.
-func (sr *spreadRun) eligible(cls *podClass, node *corev1.Node) bool {
+func (sr *countedRun) eligible(cls *podClass, node *corev1.Node) bool {
 	if sr.hasRequired {
 		if ok, _ := sr.required.Match(node); !ok {
 			return false
@@ -558,10 +562,10 @@ func leastOf(domains map[string]int) int {
 	return least
 }
 
-// spreadPlaced brings the counts up to date after pods of the class were
+// countedPlaced brings the counts up to date after pods of the class were
 // placed on node n: only n's counts changed, and only upwards (its
 // DaemonSet pods may have changed with its shape: n is counted again).
-func (r *round) spreadPlaced(cls *podClass, sr *spreadRun, n *simNode) {
+func (r *round) countedPlaced(cls *podClass, sr *countedRun, n *simNode) {
 	if !sr.valid || sr.summed || len(cls.hardSpread) == 0 {
 		// The sums follow the snapshot's log by themselves.
 		sr.valid = false
@@ -601,7 +605,7 @@ func (r *round) spreadPlaced(cls *podClass, sr *spreadRun, n *simNode) {
 // leastNode is the smallest count of constraint i over the eligible nodes,
 // none of which is below floor: the scan ends at the first node at floor.
 // New and empty nodes come last in the list, so it starts there.
-func (r *round) leastNode(cls *podClass, sr *spreadRun, i, floor int) int {
+func (r *round) leastNode(cls *podClass, sr *countedRun, i, floor int) int {
 	least := -1
 	for _, t := range sr.empty {
 		if !sr.eligible(cls, t.node) {
@@ -630,9 +634,9 @@ func (r *round) leastNode(cls *podClass, sr *spreadRun, i, floor int) int {
 	return max(least, 0)
 }
 
-// spreadFilter is PodTopologySpread's Filter over the run's counts.
-func (r *round) spreadFilter(cls *podClass, sr *spreadRun, n *simNode) *fwk.Status {
-	r.refreshSpread(cls, sr)
+// countedFilter is PodTopologySpread's Filter over the run's counts.
+func (r *round) countedFilter(cls *podClass, sr *countedRun, n *simNode) *fwk.Status {
+	r.refreshCounts(cls, sr)
 	ni := r.s.snap.lookup(n.name)
 	if st := sr.termsFilter(ni); st != nil {
 		return st
