@@ -180,7 +180,7 @@ func (s *Simulator) classify(pods []*corev1.Pod, unboundOnly bool) ([]item, erro
 			}
 		}
 		c.simple = !selected && !c.needsFullFramework()
-		c.counted = c.countable(byOthers)
+		c.counted = !s.pluginsOnly && c.countable(byOthers)
 		c.dominant = max(float64(c.req.cpu)/float64(s.ref.cpu), float64(c.req.mem)/float64(s.ref.mem))
 		c.exclusive = c.excludesItself(s.nsLabels[c.rep.Namespace])
 	}
