@@ -84,3 +84,4 @@ func withoutNodeNames(r Result) string {
 	}
 	return b.String()
 }
+

@@ -169,6 +169,15 @@ func (s *Simulator) classify(pods []*corev1.Pod, unboundOnly bool) ([]item, erro
 			twins[key] = c.statics
 		}
 	}
+	// A DaemonSet pod's anti-affinity may keep a class off nodes: the
+	// counts do not look at it, the plugins do.
+	dsAnti := false
+	for _, ds := range s.daemonSets {
+		if a := ds.Spec.Template.Spec.Affinity; a != nil && a.PodAntiAffinity != nil &&
+			len(a.PodAntiAffinity.RequiredDuringSchedulingIgnoredDuringExecution) > 0 {
+			dsAnti = true
+		}
+	}
 	for _, c := range cl.classes {
 		selected, byOthers := false, false
 		for i, terms := range anti {
@@ -180,7 +189,7 @@ func (s *Simulator) classify(pods []*corev1.Pod, unboundOnly bool) ([]item, erro
 			}
 		}
 		c.simple = !selected && !c.needsFullFramework()
-		c.counted = !s.pluginsOnly && c.countable(byOthers)
+		c.counted = !s.pluginsOnly && !dsAnti && c.countable(byOthers)
 		c.dominant = max(float64(c.req.cpu)/float64(s.ref.cpu), float64(c.req.mem)/float64(s.ref.mem))
 		c.exclusive = c.excludesItself(s.nsLabels[c.rep.Namespace])
 	}
