@@ -84,4 +84,3 @@ func withoutNodeNames(r Result) string {
 	}
 	return b.String()
 }
-
