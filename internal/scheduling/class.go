@@ -49,6 +49,9 @@ type podClass struct {
 	// simple classes depend only on static filters and resources, so they
 	// skip the full framework and fill a node in one step.
 	simple bool
+	// counted classes are decided by counts kept per spread
+	// selector and domain instead of the full framework (see counted.go).
+	counted bool
 	// exclusive classes have a required anti-affinity term over hostnames
 	// that selects their own pods: each pod needs a node of its own.
 	exclusive bool
@@ -58,8 +61,8 @@ type podClass struct {
 	where   []string
 	whereOn map[string]bool
 
-	// Per-Solve caches.
-	static       []verdict
+	// Per-Solve caches; statics may be shared with static twins.
+	statics      *staticCache
 	staticByNode map[string]*fwk.Status
 	staticState  fwk.CycleState
 	staticPre    *fwk.PreFilterResult
@@ -267,6 +270,7 @@ func newPodClass(id int, p *corev1.Pod) (*podClass, error) {
 		scalar:       len(res.Resource.GetScalarResources()) > 0,
 		staticByNode: map[string]*fwk.Status{},
 		whereOn:      map[string]bool{},
+		statics:      &staticCache{},
 	}
 	for _, c := range p.Spec.TopologySpreadConstraints {
 		if c.WhenUnsatisfiable == corev1.DoNotSchedule {

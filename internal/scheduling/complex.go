@@ -36,6 +36,9 @@ type classRun struct {
 	// self is set when the class's pods count for its own terms, so the
 	// nodes they land on join the view.
 	self bool
+	// spread decides a class whose only pod-dependent constraint is hard
+	// spread, without the framework (see counted.go).
+	counted *countedRun
 }
 
 // buildView picks the nodes a class's PreFilter must see.
@@ -122,7 +125,12 @@ func (r *round) addToView(run *classRun, name string) {
 // for the rest of the run.
 func (r *round) placeComplex(cls *podClass, pods []*corev1.Pod) error {
 	run := &classRun{cls: cls}
-	r.buildView(run)
+	if cls.counted {
+		// No PreFilter state: no view to build.
+		run.counted, run.viewAll = r.newCountedRun(cls), true
+	} else {
+		r.buildView(run)
+	}
 	defer r.dropSlots()
 	if len(cls.hardSpread) > 0 && r.allowOpen {
 		// Every pool and zone the class could open a node in is a domain
@@ -131,6 +139,10 @@ func (r *round) placeComplex(cls *podClass, pods []*corev1.Pod) error {
 		opts, _, err := r.options(cls)
 		if err != nil {
 			return err
+		}
+		if run.counted != nil {
+			// Counted, they need no node in the snapshot.
+			return r.placeCounted(run, pods, opts)
 		}
 		for _, o := range opts {
 			n, err := r.createNode(o)
@@ -141,6 +153,31 @@ func (r *round) placeComplex(cls *podClass, pods []*corev1.Pod) error {
 			r.addToView(run, n.name)
 		}
 	}
+	return r.placeEach(run, pods)
+}
+
+// placeCounted places a counted-spread class with the pools and zones it
+// could open a node in as empty domains of its count.
+func (r *round) placeCounted(run *classRun, pods []*corev1.Pod, opts []option) error {
+	for _, o := range opts {
+		largest := o.cands[0]
+		for _, si := range o.cands {
+			if si.alloc.cpu > largest.alloc.cpu || si.alloc.cpu == largest.alloc.cpu && si.alloc.mem > largest.alloc.mem {
+				largest = si
+			}
+		}
+		t, err := r.s.template(r.ctx, o.pool, largest, o.zone)
+		if err != nil {
+			return err
+		}
+		run.counted.empty = append(run.counted.empty, t)
+	}
+	return r.placeEach(run, pods)
+}
+
+// placeEach places a run's pods one at a time.
+func (r *round) placeEach(run *classRun, pods []*corev1.Pod) error {
+	cls := run.cls
 	var dead []bool
 	cursor := 0
 	for i, pod := range pods {
@@ -201,6 +238,9 @@ func (r *round) placeComplex(cls *podClass, pods []*corev1.Pod) error {
 		if run.self {
 			r.addToView(run, target.name)
 		}
+		if run.counted != nil {
+			r.countedPlaced(cls, run.counted, target)
+		}
 		switch {
 		case len(cls.hardSpread) > 0:
 			// PodTopologySpread's AddPod tracks only the two smallest
@@ -235,7 +275,7 @@ func monotone(st *fwk.Status) bool {
 
 // ensureState runs PreFilter for the class if its state is missing.
 func (r *round) ensureState(run *classRun, pod *corev1.Pod) error {
-	if run.state != nil || run.failed != "" {
+	if run.state != nil || run.failed != "" || run.counted != nil {
 		return nil
 	}
 	state := framework.NewCycleState()
@@ -332,6 +372,12 @@ func (r *round) try(run *classRun, pod *corev1.Pod, n *simNode) (*fwk.Status, er
 	}
 	if r.room(run.cls, n) < 1 {
 		return fwk.NewStatus(fwk.Unschedulable, "node(s) had insufficient resources").WithPlugin(names.NodeResourcesFit), nil
+	}
+	if run.counted != nil {
+		// Resources and the static filters are decided above; the class
+		// has no ports, volumes or pod (anti-)affinity, and no pod's
+		// anti-affinity selects it.
+		return r.countedFilter(run.cls, run.counted, n), nil
 	}
 	st := r.s.fw.full.RunFilterPlugins(r.ctx, run.state, pod, r.s.snap.lookup(n.name))
 	if !st.IsSuccess() && !st.IsRejected() {

@@ -31,7 +31,11 @@ func (r *round) options(cls *podClass) ([]option, map[*poolState]PoolRefusal, er
 	for _, p := range r.s.pools {
 		cacheable = cacheable && p.limNodes < 0 && p.limCPU < 0 && p.limMem < 0
 	}
-	if c, ok := r.optCache[cls]; ok && cacheable {
+	key := optionKey{statics: cls.statics, req: cls.req}
+	if cls.scalar {
+		key.cls = cls
+	}
+	if c, ok := r.optCache[key]; ok && cacheable {
 		return r.sortOptions(append([]option(nil), c.opts...)), maps.Clone(c.reasons), nil
 	}
 	reasons := map[*poolState]PoolRefusal{}
@@ -70,9 +74,18 @@ func (r *round) options(cls *podClass) ([]option, map[*poolState]PoolRefusal, er
 		}
 	}
 	if cacheable {
-		r.optCache[cls] = cachedOptions{append([]option(nil), opts...), maps.Clone(reasons)}
+		r.optCache[key] = cachedOptions{append([]option(nil), opts...), maps.Clone(reasons)}
 	}
 	return r.sortOptions(opts), reasons, nil
+}
+
+// optionKey names the classes with equal options: static twins of one
+// request (a class asking for extended resources stands alone, for the
+// refusal names them).
+type optionKey struct {
+	statics *staticCache
+	req     vec
+	cls     *podClass
 }
 
 type cachedOptions struct {

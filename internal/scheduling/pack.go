@@ -34,9 +34,11 @@ type round struct {
 	// openedIn counts the nodes opened per pool and zone.
 	openedIn map[zoneKey]int
 	// optCache holds each class's options while no pool has limits.
-	optCache map[*podClass]cachedOptions
+	optCache map[optionKey]cachedOptions
 	// member is scratch space for frontier, by shapeInfo.idx.
 	member []bool
+	// tallies count the pods each spread selector matches, per node.
+	tallies map[tallyKey]*tally
 	// rooms memoises room on new nodes by the node's version.
 	rooms map[roomKey]roomEntry
 }
@@ -50,7 +52,7 @@ func (s *Simulator) newRound(ctx context.Context, nodes []*simNode, allowOpen bo
 	for _, p := range s.pools {
 		p.used = p.inUse
 	}
-	return &round{s: s, ctx: ctx, nodes: append([]*simNode(nil), nodes...), allowOpen: allowOpen, openedIn: map[zoneKey]int{}, rooms: map[roomKey]roomEntry{}, optCache: map[*podClass]cachedOptions{}}
+	return &round{s: s, ctx: ctx, nodes: append([]*simNode(nil), nodes...), allowOpen: allowOpen, openedIn: map[zoneKey]int{}, rooms: map[roomKey]roomEntry{}, optCache: map[optionKey]cachedOptions{}}
 }
 
 func (r *round) pack(items []item) error {

@@ -43,6 +43,9 @@ type Simulator struct {
 	boundOn       map[*podClass][]string
 	// staticIDs number distinct node signatures for the static cache.
 	staticIDs map[string]int
+	// pluginsOnly sends every class with constraints through the
+	// framework, none through the counts (for tests that compare them).
+	pluginsOnly bool
 }
 
 type nodeKind int

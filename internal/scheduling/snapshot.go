@@ -39,6 +39,15 @@ type Snapshot struct {
 	withAnti      []fwk.NodeInfo
 	withNonHost   []fwk.NodeInfo
 
+	// changes counts changes to nodes and pods, so a reader can tell
+	// whether what it derived is still current.
+	changes int
+	// changed logs the names of the nodes changed (or added, removed)
+	// since epoch began, for readers that keep sums over nodes; Revert
+	// and Commit start a new epoch.
+	changed []string
+	epoch   int
+
 	// view, when set, is what List and the affinity lists return: the
 	// packer narrows PreFilter to the nodes that can matter for a pod.
 	view []fwk.NodeInfo
@@ -82,6 +91,12 @@ func (s *Snapshot) Revert() {
 	}
 	s.layers = s.layers[:len(s.layers)-1]
 	s.invalidate()
+	s.newEpoch()
+}
+
+func (s *Snapshot) newEpoch() {
+	s.epoch++
+	s.changed = s.changed[:0]
 }
 
 // Commit keeps the changes since the last Fork, folding them into the layer
@@ -106,9 +121,11 @@ func (s *Snapshot) Commit() {
 	}
 	below.names = append(below.names, top.names...)
 	s.invalidate()
+	s.newEpoch()
 }
 
 func (s *Snapshot) invalidate() {
+	s.changes++
 	s.listValid = false
 	s.affinityValid = false
 }
@@ -141,12 +158,15 @@ func (s *Snapshot) mutable(name string) (*framework.NodeInfo, error) {
 	if ni == nil {
 		return nil, fmt.Errorf("node %s not in snapshot", name)
 	}
+	// Every caller changes the node.
+	s.changes++
+	s.changed = append(s.changed, name)
 	if at == top {
 		return ni, nil
 	}
 	c := ni.SnapshotConcrete()
 	s.layers[top].nodes[name] = c
-	s.invalidate()
+	s.replaceListed(ni, c)
 	return c, nil
 }
 
@@ -184,14 +204,54 @@ func (s *Snapshot) addNodeInfo(ni *framework.NodeInfo) error {
 	if s.lookup(name) != nil {
 		return fmt.Errorf("node %s already in snapshot", name)
 	}
+	s.changes++
+	s.changed = append(s.changed, name)
 	top := s.layers[len(s.layers)-1]
 	if !top.removed[name] {
 		top.names = append(top.names, name)
+		// A new name comes last in the list as it would when rebuilt:
+		// no rebuild, which costs a pass over every node per class that
+		// tries a node out.
+		if s.listValid {
+			s.all = append(s.all, ni)
+			s.affinityValid = false
+		}
+	} else {
+		s.invalidate()
 	}
 	delete(top.removed, name)
 	top.nodes[name] = ni
-	s.invalidate()
 	return nil
+}
+
+// replaceListed puts a node's copy where the node was in the list.
+func (s *Snapshot) replaceListed(old, c *framework.NodeInfo) {
+	s.affinityValid = false
+	if !s.listValid {
+		return
+	}
+	for i := len(s.all) - 1; i >= 0; i-- {
+		if s.all[i] == old {
+			s.all[i] = c
+			return
+		}
+	}
+	s.listValid = false
+}
+
+// unlist takes a removed node out of the list, keeping the order.
+func (s *Snapshot) unlist(ni *framework.NodeInfo) {
+	s.affinityValid = false
+	if !s.listValid {
+		return
+	}
+	for i := len(s.all) - 1; i >= 0; i-- {
+		if s.all[i] == ni {
+			s.all = slices.Delete(s.all, i, i+1)
+			return
+		}
+	}
+	s.listValid = false
 }
 
 // freeze makes every layer so far one that is never written to again, nor
@@ -215,7 +275,9 @@ func (s *Snapshot) RemoveNode(name string) error {
 	if at < top || (top > 0 && s.hasBelow(top, name)) {
 		l.removed[name] = true
 	}
-	s.invalidate()
+	s.changes++
+	s.changed = append(s.changed, name)
+	s.unlist(ni)
 	return nil
 }
 

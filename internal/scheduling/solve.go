@@ -149,20 +149,47 @@ func (s *Simulator) classify(pods []*corev1.Pod, unboundOnly bool) ([]item, erro
 	// A pod selected by someone's required anti-affinity depends on where
 	// that someone is, so it cannot skip the full framework.
 	anti := append([][]fwk.AffinityTerm(nil), s.existingAnti...)
+	holder := make([]*podClass, len(anti))
 	for _, c := range cl.classes {
 		if terms := c.info.GetRequiredAntiAffinityTerms(); len(terms) > 0 {
 			anti = append(anti, terms)
+			holder = append(holder, c)
+		}
+	}
+	// Static twins share their static verdicts (and so their options).
+	twins := map[string]*staticCache{}
+	for _, c := range cl.classes {
+		if c.perNode {
+			continue
+		}
+		key := staticKey(c.rep)
+		if shared, ok := twins[key]; ok {
+			c.statics = shared
+		} else {
+			twins[key] = c.statics
+		}
+	}
+	// A DaemonSet pod's anti-affinity may keep a class off nodes: the
+	// counts do not look at it, the plugins do.
+	dsAnti := false
+	for _, ds := range s.daemonSets {
+		if a := ds.Spec.Template.Spec.Affinity; a != nil && a.PodAntiAffinity != nil &&
+			len(a.PodAntiAffinity.RequiredDuringSchedulingIgnoredDuringExecution) > 0 {
+			dsAnti = true
 		}
 	}
 	for _, c := range cl.classes {
-		selected := false
-		for _, terms := range anti {
+		selected, byOthers := false, false
+		for i, terms := range anti {
 			if matchesAny(terms, c.rep, s.nsLabels[c.rep.Namespace]) {
 				selected = true
-				break
+				if byOthers = holder[i] != c && !c.keepsAwayFrom(holder[i], terms, s.nsLabels); byOthers {
+					break
+				}
 			}
 		}
 		c.simple = !selected && !c.needsFullFramework()
+		c.counted = !s.pluginsOnly && !dsAnti && c.countable(byOthers)
 		c.dominant = max(float64(c.req.cpu)/float64(s.ref.cpu), float64(c.req.mem)/float64(s.ref.mem))
 		c.exclusive = c.excludesItself(s.nsLabels[c.rep.Namespace])
 	}

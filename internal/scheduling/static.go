@@ -148,15 +148,48 @@ type verdict struct {
 // cachedVerdict looks a verdict up by the node signature's dense id: a
 // slice, since packing asks for it on every try.
 func (c *podClass) cachedVerdict(id int) (*fwk.Status, bool) {
-	if id < len(c.static) && c.static[id].known {
-		return c.static[id].st, true
+	v := c.statics.v
+	if id < len(v) && v[id].known {
+		return v[id].st, true
 	}
 	return nil, false
 }
 
 func (c *podClass) cacheVerdict(id int, st *fwk.Status) {
-	for len(c.static) <= id {
-		c.static = append(c.static, verdict{})
+	for len(c.statics.v) <= id {
+		c.statics.v = append(c.statics.v, verdict{})
 	}
-	c.static[id] = verdict{st: st, known: true}
+	c.statics.v[id] = verdict{st: st, known: true}
+}
+
+// staticCache holds the static verdicts of the classes that read the same
+// of a pod's spec (static twins): bare pods of random labels and sizes are
+// each a class of their own, and would each run the static plugins over
+// every template of every pool.
+type staticCache struct {
+	v []verdict
+}
+
+// staticKey is what the static plugins read of a pod: its node selector,
+// node affinity and tolerations.
+func staticKey(p *corev1.Pod) string {
+	var b strings.Builder
+	keys := make([]string, 0, len(p.Spec.NodeSelector))
+	for k := range p.Spec.NodeSelector {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		fmt.Fprintf(&b, "%s=%s\x00", k, p.Spec.NodeSelector[k])
+	}
+	b.WriteByte(1)
+	if a := p.Spec.Affinity; a != nil && a.NodeAffinity != nil {
+		b.WriteString(a.NodeAffinity.String())
+	}
+	b.WriteByte(1)
+	for _, t := range p.Spec.Tolerations {
+		b.WriteString(t.String())
+		b.WriteByte(0)
+	}
+	return b.String()
 }
