@@ -213,7 +213,7 @@ func (s *state) consolidation(ctx context.Context, candidates []*candidate) (*co
 		case len(result.Unschedulable) > 0:
 			return nil, verdict{decisions.NodeReasonWouldNotFit, "its pods would not fit elsewhere: " + describeUnschedulable(result.Unschedulable)}, nil
 		case len(result.NewNodes) > 1:
-			return nil, verdict{decisions.NodeReasonWouldNotFit, fmt.Sprintf("its pods would need %d new nodes", len(result.NewNodes))}, nil
+			return nil, verdict{decisions.NodeReasonWouldNotFit, fmt.Sprintf("its pods would need %d new nodes: %s", len(result.NewNodes), scheduling.DescribeNewNodes(result.NewNodes))}, nil
 		case len(result.NewNodes) == 1:
 			replacement := result.NewNodes[0]
 			if price, total := replacement.Shape.Price, totalPrice(candidates); price >= total {
