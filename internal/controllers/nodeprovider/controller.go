@@ -78,9 +78,12 @@ func (c *Controller) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	wasDegraded := meta.FindStatusCondition(stored.Status.Conditions, v1alpha1.ConditionDegraded)
 	meta.SetStatusCondition(&nodeProvider.Status.Conditions, degraded)
 	if !equality.Semantic.DeepEqual(stored.Status, nodeProvider.Status) {
-		// Server-side apply of the one condition this controller owns,
+		// Server-side apply of the two conditions this controller owns,
 		// under its own field manager, as every status writer does.
-		owned := v1alpha1.NodeProviderStatus{Conditions: []metav1.Condition{*meta.FindStatusCondition(nodeProvider.Status.Conditions, v1alpha1.ConditionReady)}}
+		owned := v1alpha1.NodeProviderStatus{Conditions: []metav1.Condition{
+			*meta.FindStatusCondition(nodeProvider.Status.Conditions, v1alpha1.ConditionReady),
+			*meta.FindStatusCondition(nodeProvider.Status.Conditions, v1alpha1.ConditionDegraded),
+		}}
 		if _, err := statusapply.Apply(ctx, c.Kube, "NodeProvider", nodeProvider.Name, &owned, Name); err != nil {
 			return reconcile.Result{}, client.IgnoreNotFound(err)
 		}
