@@ -67,12 +67,15 @@ func (s *state) booting() map[string]bool {
 // in-flight claims and without nodes not initialized yet: where displaced
 // pods may go.
 func (s *state) settledCluster(without map[string]bool) scheduling.Cluster {
-	booting := s.booting()
-	skip := make(map[string]bool, len(without)+len(booting))
+	booting, awaiting := s.booting(), s.awaitingReplacement()
+	skip := make(map[string]bool, len(without)+len(booting)+len(awaiting))
 	for name := range without {
 		skip[name] = true
 	}
 	for name := range booting {
+		skip[name] = true
+	}
+	for name := range awaiting {
 		skip[name] = true
 	}
 	cluster := s.simCluster(skip)
@@ -97,12 +100,62 @@ func (s *state) settledSimulator(ctx context.Context) (*scheduling.Simulator, er
 	return sim, nil
 }
 
+// awaitingReplacement names the nodes already going whose replacements
+// are all still booting. Their pods have their room on those replacements,
+// which the settled cluster leaves out, as a booting claim keeps the room
+// of the pending pods it was bought for: such a node is no room, and its
+// pods are not displaced a second time (else a later decision would buy
+// them another node, as a second replacement of the same claim).
+func (s *state) awaitingReplacement() map[string]bool {
+	if s.awaitingNodes != nil {
+		return s.awaitingNodes
+	}
+	s.awaitingNodes = map[string]bool{}
+	for _, group := range s.groups {
+		if len(group.replacements) == 0 {
+			continue
+		}
+		booting := true
+		for _, replacement := range group.replacements {
+			if meta.IsStatusConditionTrue(replacement.Status.Conditions, v1alpha1.ConditionInitialized) {
+				booting = false
+				break
+			}
+		}
+		if !booting {
+			continue
+		}
+		for _, old := range group.olds {
+			if claim, ok := s.claims[old]; ok && claim.Status.NodeName != "" {
+				s.awaitingNodes[claim.Status.NodeName] = true
+			}
+		}
+	}
+	return s.awaitingNodes
+}
+
+// displacedSettled is displaced for the settled cluster: the pods of nodes
+// awaiting their booting replacements stay where their room is.
+func (s *state) displacedSettled(candidates []*candidate) (without map[string]bool, pods []*corev1.Pod) {
+	awaiting := s.awaitingReplacement()
+	without = map[string]bool{}
+	for _, name := range s.removed(candidates) {
+		without[name] = true
+	}
+	for _, pod := range s.input.Pods {
+		if without[pod.Spec.NodeName] && !awaiting[pod.Spec.NodeName] && isWorkload(pod) {
+			pods = append(pods, unbound(pod))
+		}
+	}
+	return without, pods
+}
+
 // settledRemoved is what removed names that the settled cluster has.
 func (s *state) settledRemoved(candidates []*candidate) []string {
-	booting := s.booting()
+	booting, awaiting := s.booting(), s.awaitingReplacement()
 	var nodes []string
 	for _, name := range s.removed(candidates) {
-		if !booting[name] {
+		if !booting[name] && !awaiting[name] {
 			nodes = append(nodes, name)
 		}
 	}

@@ -145,7 +145,7 @@ func unbound(pod *corev1.Pod) *corev1.Pod {
 // them, so the replacement leaves them the room they have now.
 func (s *state) solveWithout(ctx context.Context, candidates []*candidate, pending ...*corev1.Pod) (scheduling.Result, error) {
 	s.simulations++
-	without, displaced := s.displaced(candidates)
+	without, displaced := s.displacedSettled(candidates)
 	sim, err := scheduling.New(ctx, s.settledCluster(without))
 	if err != nil {
 		return scheduling.Result{}, fmt.Errorf("building the snapshot without %s: %w", strings.Join(nodeNames(candidates), ", "), err)

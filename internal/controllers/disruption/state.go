@@ -92,6 +92,9 @@ type state struct {
 	// bootingNodes names the others (both nil until first needed).
 	settledSim   *scheduling.Simulator
 	bootingNodes map[string]bool
+	// awaitingNodes are the nodes going whose replacements all boot
+	// (settled.go; nil until first needed).
+	awaitingNodes map[string]bool
 	// pendingBooting are the pending pods whose room is on a booting
 	// node (see pendingWithRoom).
 	pendingBooting map[*corev1.Pod]bool
