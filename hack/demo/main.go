@@ -3,7 +3,8 @@
 // the claimscale controller with the simulated provider, and a Deployment
 // that needs more than the cluster has. It shows pods pending, nodes
 // appearing, pods Running, and the nodes going again after the Deployment
-// is scaled to zero. Run it with `make demo`.
+// is scaled to zero. Run it with `make demo`; `make up` and `make down`
+// keep the same cluster running for trying things by hand (updown.go).
 package main
 
 import (
