@@ -134,22 +134,6 @@ func (s *state) awaitingReplacement() map[string]bool {
 	return s.awaitingNodes
 }
 
-// displacedSettled is displaced for the settled cluster: the pods of nodes
-// awaiting their booting replacements stay where their room is.
-func (s *state) displacedSettled(candidates []*candidate) (without map[string]bool, pods []*corev1.Pod) {
-	awaiting := s.awaitingReplacement()
-	without = map[string]bool{}
-	for _, name := range s.removed(candidates) {
-		without[name] = true
-	}
-	for _, pod := range s.input.Pods {
-		if without[pod.Spec.NodeName] && !awaiting[pod.Spec.NodeName] && isWorkload(pod) {
-			pods = append(pods, unbound(pod))
-		}
-	}
-	return without, pods
-}
-
 // settledRemoved is what removed names that the settled cluster has.
 func (s *state) settledRemoved(candidates []*candidate) []string {
 	booting, awaiting := s.booting(), s.awaitingReplacement()

@@ -115,13 +115,16 @@ const pendingPodsNote = "removing it would leave pending pods without the room t
 
 // displaced names the nodes the candidates (and the nodes already going)
 // take away, and returns their workload pods unbound, pending again.
-func (s *state) displaced(candidates []*candidate) (without map[string]bool, pods []*corev1.Pod) {
+//
+// The pods of the nodes in staying keep their place: they are not displaced
+// though their nodes are left out.
+func (s *state) displaced(candidates []*candidate, staying map[string]bool) (without map[string]bool, pods []*corev1.Pod) {
 	without = map[string]bool{}
 	for _, name := range s.removed(candidates) {
 		without[name] = true
 	}
 	for _, pod := range s.input.Pods {
-		if without[pod.Spec.NodeName] && isWorkload(pod) {
+		if without[pod.Spec.NodeName] && !staying[pod.Spec.NodeName] && isWorkload(pod) {
 			pods = append(pods, unbound(pod))
 		}
 	}
@@ -145,7 +148,9 @@ func unbound(pod *corev1.Pod) *corev1.Pod {
 // them, so the replacement leaves them the room they have now.
 func (s *state) solveWithout(ctx context.Context, candidates []*candidate, pending ...*corev1.Pod) (scheduling.Result, error) {
 	s.simulations++
-	without, displaced := s.displacedSettled(candidates)
+	// The pods of nodes awaiting their booting replacements have their
+	// room there (settled.go).
+	without, displaced := s.displaced(candidates, s.awaitingReplacement())
 	sim, err := scheduling.New(ctx, s.settledCluster(without))
 	if err != nil {
 		return scheduling.Result{}, fmt.Errorf("building the snapshot without %s: %w", strings.Join(nodeNames(candidates), ", "), err)
@@ -525,7 +530,7 @@ func (s *state) buildHeadroom(ctx context.Context) error {
 // remaining node with the candidates (and the nodes already going) gone
 // and their pods placed first.
 func (s *state) missingHeadroom(ctx context.Context, candidates []*candidate) (map[string]int, error) {
-	without, pods := s.displaced(candidates)
+	without, pods := s.displaced(candidates, nil)
 	pods = append(pods, s.headroom...)
 	sim, err := scheduling.New(ctx, s.simCluster(without))
 	if err != nil {
