@@ -223,14 +223,8 @@ func childProcesses(pid int) []upProcess {
 		if err != nil {
 			continue
 		}
-		stat, err := os.ReadFile(filepath.Join("/proc", entry.Name(), "stat"))
-		if err != nil {
-			continue
-		}
-		// The command name in parentheses may hold spaces; the parent id
-		// is the second field after it.
-		fields := strings.Fields(string(stat[strings.LastIndexByte(string(stat), ')')+1:]))
-		if len(fields) > 1 && fields[1] == strconv.Itoa(pid) {
+		// The parent id is the second field after the command name.
+		if fields := procStat(child); len(fields) > 1 && fields[1] == strconv.Itoa(pid) {
 			children = append(children, upProcess{PID: child, Binary: binaryOf(child)})
 		}
 	}
@@ -247,12 +241,19 @@ func alive(pid int) bool {
 	if pid <= 0 || syscall.Kill(pid, 0) != nil {
 		return false
 	}
+	// The state is the first field after the command name.
+	fields := procStat(pid)
+	return len(fields) > 0 && fields[0] != "Z"
+}
+
+// procStat is the fields of /proc/PID/stat after the command name, which
+// is in parentheses and may hold spaces; nil when the process is gone.
+func procStat(pid int) []string {
 	stat, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "stat"))
 	if err != nil {
-		return false
+		return nil
 	}
-	fields := strings.Fields(string(stat[strings.LastIndexByte(string(stat), ')')+1:]))
-	return len(fields) > 0 && fields[0] != "Z"
+	return strings.Fields(string(stat[strings.LastIndexByte(string(stat), ')')+1:]))
 }
 
 func tail(path string, lines int) string {
