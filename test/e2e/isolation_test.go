@@ -61,6 +61,31 @@ func silentListener(t *testing.T) string {
 	return listener.Addr().String()
 }
 
+// stuckCloudscalePool makes and returns a scenario with a cloudscale NodeProvider whose
+// API is at apiURL, a pool of it and two pending pods of 1 cpu; the
+// provider and pool go when the test ends.
+func stuckCloudscalePool(t *testing.T, name, apiURL string) *scenario {
+	s := newScenario(t, name)
+	s.createSecret(name+"-credentials", map[string][]byte{
+		"token": []byte("cloudscale-api-token"), "apiURL": []byte(apiURL),
+	})
+	s.g.Expect(env.Client.Create(s.ctx, &v1alpha1.NodeProvider{
+		ObjectMeta: metav1.ObjectMeta{Name: s.name},
+		Spec: v1alpha1.NodeProviderSpec{
+			Type:                 v1alpha1.ProviderTypeCloudscale,
+			CredentialsSecretRef: &v1alpha1.SecretReference{Name: name + "-credentials", Namespace: controllerNamespace},
+			Cloudscale:           &v1alpha1.CloudscaleSettings{Zone: "lpg1", Image: "debian-12"},
+		},
+	})).To(Succeed())
+	t.Cleanup(func() {
+		_ = env.Client.Delete(context.Background(), &v1alpha1.NodePool{ObjectMeta: metav1.ObjectMeta{Name: s.name}})
+		_ = env.Client.Delete(context.Background(), &v1alpha1.NodeProvider{ObjectMeta: metav1.ObjectMeta{Name: s.name}})
+	})
+	s.createPool(func(pool *v1alpha1.NodePool) { pool.Spec.Shapes.Fixed = []v1alpha1.Shape{{Name: "flex-4-2"}} })
+	s.createDeployment("stuck", 2, "1", nil)
+	return s
+}
+
 // NodeProviders whose API accepts connections and never answers, or
 // refuses them, each with a pool and pending pods of its own, are reported
 // Unreachable and hold up nobody: a healthy pool's pending pods get their
@@ -95,49 +120,15 @@ func TestHangingProviderDoesNotDelayOtherPools(t *testing.T) {
 
 	// A cloudscale NodeProvider builds without calling its API; its calls
 	// hang instead.
-	stuckCalls := newScenario(t, "hanging-calls")
-	stuckCalls.createSecret("hanging-calls-credentials", map[string][]byte{
-		"token": []byte("cloudscale-api-token"), "apiURL": []byte("http://" + address),
-	})
-	stuckCalls.g.Expect(env.Client.Create(stuckCalls.ctx, &v1alpha1.NodeProvider{
-		ObjectMeta: metav1.ObjectMeta{Name: stuckCalls.name},
-		Spec: v1alpha1.NodeProviderSpec{
-			Type:                 v1alpha1.ProviderTypeCloudscale,
-			CredentialsSecretRef: &v1alpha1.SecretReference{Name: "hanging-calls-credentials", Namespace: controllerNamespace},
-			Cloudscale:           &v1alpha1.CloudscaleSettings{Zone: "lpg1", Image: "debian-12"},
-		},
-	})).To(Succeed())
-	t.Cleanup(func() {
-		_ = env.Client.Delete(context.Background(), &v1alpha1.NodePool{ObjectMeta: metav1.ObjectMeta{Name: stuckCalls.name}})
-		_ = env.Client.Delete(context.Background(), &v1alpha1.NodeProvider{ObjectMeta: metav1.ObjectMeta{Name: stuckCalls.name}})
-	})
-	stuckCalls.createPool(func(pool *v1alpha1.NodePool) { pool.Spec.Shapes.Fixed = []v1alpha1.Shape{{Name: "flex-4-2"}} })
-	stuckCalls.createDeployment("stuck", 2, "1", nil)
+	stuckCalls := stuckCloudscalePool(t, "hanging-calls", "http://"+address)
 
 	// A cloudscale NodeProvider whose endpoint refuses connections: its
 	// SDK retries with backoff, for longer than the call timeout.
-	refusing := newScenario(t, "refusing")
 	closed, err := net.Listen("tcp", "127.0.0.1:0")
-	refusing.g.Expect(err).NotTo(HaveOccurred())
+	stuck.g.Expect(err).NotTo(HaveOccurred())
 	refusedAddress := closed.Addr().String()
-	refusing.g.Expect(closed.Close()).To(Succeed())
-	refusing.createSecret("refusing-credentials", map[string][]byte{
-		"token": []byte("cloudscale-api-token"), "apiURL": []byte("http://" + refusedAddress),
-	})
-	refusing.g.Expect(env.Client.Create(refusing.ctx, &v1alpha1.NodeProvider{
-		ObjectMeta: metav1.ObjectMeta{Name: refusing.name},
-		Spec: v1alpha1.NodeProviderSpec{
-			Type:                 v1alpha1.ProviderTypeCloudscale,
-			CredentialsSecretRef: &v1alpha1.SecretReference{Name: "refusing-credentials", Namespace: controllerNamespace},
-			Cloudscale:           &v1alpha1.CloudscaleSettings{Zone: "lpg1", Image: "debian-12"},
-		},
-	})).To(Succeed())
-	t.Cleanup(func() {
-		_ = env.Client.Delete(context.Background(), &v1alpha1.NodePool{ObjectMeta: metav1.ObjectMeta{Name: refusing.name}})
-		_ = env.Client.Delete(context.Background(), &v1alpha1.NodeProvider{ObjectMeta: metav1.ObjectMeta{Name: refusing.name}})
-	})
-	refusing.createPool(func(pool *v1alpha1.NodePool) { pool.Spec.Shapes.Fixed = []v1alpha1.Shape{{Name: "flex-4-2"}} })
-	refusing.createDeployment("stuck", 2, "1", nil)
+	stuck.g.Expect(closed.Close()).To(Succeed())
+	refusing := stuckCloudscalePool(t, "refusing", "http://"+refusedAddress)
 
 	// The healthy pool's claims come within 2 s from the start, before the
 	// others are known to be unreachable: no round waits on them.
