@@ -128,10 +128,25 @@ func TestConformanceOverTheProtocol(t *testing.T) {
 		failingSettings.CreateFailurePercent = 100
 		failing := newClient(t, startPlugin(t, p, "conformance", ns, failingSettings), "conformance", p.credentials())
 		zero := claim("conformance-zero", "0")
+		created := env.RecordCreations(t, corev1.SchemeGroupVersion.WithKind("ConfigMap"), ns)
 		return conformance.Harness{
 			Provider: ours, ClusterName: "conformance", Foreign: theirs,
 			Pool:              pool(),
 			UnknownProviderID: simulated.ProviderID("no-such-machine"),
+			// The plugin keeps its machines as the simulated provider
+			// does, tagged by annotations of a ConfigMap.
+			TagsAtCreate: func(ctx context.Context, providerID string) (map[string]string, error) {
+				machine, err := created.Created(ctx, strings.TrimPrefix(providerID, simulated.ProviderIDPrefix))
+				if err != nil {
+					return nil, err
+				}
+				annotations := machine.GetAnnotations()
+				return map[string]string{
+					v1alpha1.TagCluster:   annotations[v1alpha1.TagCluster],
+					v1alpha1.TagNodePool:  annotations[v1alpha1.TagNodePool],
+					v1alpha1.TagNodeClaim: annotations[v1alpha1.TagNodeClaim],
+				}, nil
+			},
 			ErrorCases: []conformance.ErrorCase{
 				{Name: "Create of a claim with zero cpu", Want: conformance.Terminal, Call: func(ctx context.Context) error {
 					_, err := ours.Create(ctx, zero, provider.CreateOptions{})

@@ -2,8 +2,10 @@ package clusterapi_test
 
 import (
 	"context"
+	"strings"
 	"testing"
 
+	"github.com/claimscale/claimscale/api/v1alpha1"
 	"github.com/claimscale/claimscale/pkg/provider"
 	"github.com/claimscale/claimscale/pkg/provider/clusterapi"
 	"github.com/claimscale/claimscale/pkg/provider/conformance"
@@ -16,11 +18,27 @@ func TestConformance(t *testing.T) {
 	conformance.Run(t, func(t *testing.T) conformance.Harness {
 		f := newFixture(t)
 		ours, theirs := f.provider(t, "conformance"), f.provider(t, "another-cluster")
+		created := env.RecordCreations(t, clusterapi.ClusterKind.GroupVersion().WithKind("Machine"), f.namespace)
 		return conformance.Harness{
 			Provider: ours, ClusterName: "conformance", Foreign: theirs,
 			Pool:              pool(),
 			UnknownProviderID: "clusterapi-test://" + f.namespace + "/no-such-machine",
 			ErrorCases:        errorCases(t, f, ours),
+			TagsAtCreate: func(ctx context.Context, providerID string) (map[string]string, error) {
+				// Right after Create a Machine has no providerID of its
+				// own yet: the provider names it by namespace and name.
+				name := providerID[strings.LastIndex(providerID, "/")+1:]
+				machine, err := created.Created(ctx, name)
+				if err != nil {
+					return nil, err
+				}
+				labels := machine.GetLabels()
+				return map[string]string{
+					v1alpha1.TagCluster:   labels[v1alpha1.TagCluster],
+					v1alpha1.TagNodePool:  labels[v1alpha1.TagNodePool],
+					v1alpha1.TagNodeClaim: labels[v1alpha1.TagNodeClaim],
+				}, nil
+			},
 		}
 	})
 }

@@ -2,12 +2,18 @@ package simulated
 
 import (
 	"context"
+	"fmt"
+	"strings"
 	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/claimscale/claimscale/api/v1alpha1"
+	"github.com/claimscale/claimscale/internal/testenv"
 	"github.com/claimscale/claimscale/pkg/provider"
 	"github.com/claimscale/claimscale/pkg/provider/conformance"
 )
@@ -20,13 +26,35 @@ func TestConformance(t *testing.T) {
 		ours := newTestProvider(t, ns, "conformance", nil, Config{})
 		theirs := newTestProvider(t, ns, "another-cluster", nil, Config{})
 		failing := newTestProvider(t, ns, "conformance", &v1alpha1.SimulatedSettings{CreateFailurePercent: 100}, Config{})
+		created := env.RecordCreations(t, corev1.SchemeGroupVersion.WithKind("ConfigMap"), ns)
 		return conformance.Harness{
 			Provider: ours, ClusterName: "conformance", Foreign: theirs,
 			Pool:              ConformancePool(),
 			UnknownProviderID: ProviderID("no-such-machine"),
 			ErrorCases:        ConformanceErrorCases(ours, failing),
+			TagsAtCreate:      tagsAtCreate(created),
 		}
 	})
+}
+
+// tagsAtCreate reads a machine's tags from its ConfigMap as the API server
+// stored it on create, the way the provider reads them.
+func tagsAtCreate(created *testenv.Creations) func(context.Context, string) (map[string]string, error) {
+	return func(ctx context.Context, providerID string) (map[string]string, error) {
+		object, err := created.Created(ctx, strings.TrimPrefix(providerID, ProviderIDPrefix))
+		if err != nil {
+			return nil, err
+		}
+		var cm corev1.ConfigMap
+		if err := runtime.DefaultUnstructuredConverter.FromUnstructured(object.Object, &cm); err != nil {
+			return nil, fmt.Errorf("reading ConfigMap %s: %w", object.GetName(), err)
+		}
+		m, err := machineFromConfigMap(&cm)
+		if err != nil {
+			return nil, err
+		}
+		return m.tags, nil
+	}
 }
 
 // ConformancePool is a pool of two fixed shapes.
