@@ -30,8 +30,10 @@ tools: ## Build every tool the tests use into bin/ (once per machine).
 
 # Each target builds only the tools it uses: the demo and `make up` need the
 # control plane and kwok, not the generators, helm, Prometheus or Cluster API.
+# The demo compiles kubectl while its first pods start; `make up` leaves a
+# cluster for kubectl, so it builds it first.
 .PHONY: tools-demo
-tools-demo: ## Build the local control plane's binaries (kube-*, etcd, kubectl, kwok) into bin/.
+tools-demo: ## Build the local control plane's binaries (kube-*, etcd, kwok) into bin/.
 	hack/tools.sh demo
 
 bin/controller-gen:
@@ -109,6 +111,7 @@ UP_DIR := $(CURDIR)/.up
 
 .PHONY: up
 up: tools-demo build ## Start a local control plane with claimscale (simulated provider) and leave it running.
+	hack/tools.sh kubectl
 	go run ./hack/demo -up $(UP_DIR)
 
 .PHONY: down

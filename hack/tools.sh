@@ -14,7 +14,10 @@ bin="$root/bin"
 mkdir -p "$bin"
 
 KUBE_VERSION=v1.37.0
-ETCD_VERSION=v3.7.3
+# etcd and kwok are built from hack/tools/go.mod beside Kubernetes (see
+# shared_commands): keep these equal to their versions there, etcd at the
+# release of the client kube-apiserver uses.
+ETCD_VERSION=v3.7.0
 KWOK_VERSION=v0.8.0
 CONTROLLER_TOOLS_VERSION=v0.21.0
 PROTOC_GEN_GO_VERSION=v1.36.10
@@ -56,52 +59,79 @@ provide() {
   ln -sf "$dir/$name" "$bin/$name"
 }
 
-# The Kubernetes commands share most of their packages: one `go build` for
-# all that are missing compiles each shared package once. They are built
-# with the go command's defaults (no -trimpath, cgo as the machine has it),
-# the same as `go build` and `go test` of claimscale itself, whose module
-# pins the same Kubernetes: then the Kubernetes packages compiled here are
-# the ones claimscale's build and tests find in the build cache, and a cold
-# machine compiles them once, not twice.
-kube_commands() {
+# The Kubernetes commands, etcd and kwok share most of their packages:
+# one `go build` in hack/tools for all that are missing compiles each shared
+# package once. They are built with the go command's defaults (no
+# -trimpath, cgo as the machine has it), the same as `go build` and `go
+# test` of claimscale itself, whose module pins the same Kubernetes: then
+# the Kubernetes packages compiled here are the ones claimscale's build and
+# tests find in the build cache, and a cold machine compiles them once, not
+# twice.
+shared_tools=(kube-apiserver kube-scheduler kube-controller-manager kubectl kubemark etcd kwok)
+shared_package() {
+  case "$1" in
+    etcd) echo go.etcd.io/etcd/server/v3 ;;
+    kwok) echo sigs.k8s.io/kwok/cmd/kwok ;;
+    *) echo "k8s.io/kubernetes/cmd/$1" ;;
+  esac
+}
+# kwok's cache key names the Kubernetes it is built against: a kwok built
+# alone, against its own go.mod, is another binary.
+shared_version() {
+  case "$1" in
+    etcd) echo "$ETCD_VERSION" ;;
+    kwok) echo "$KWOK_VERSION-kube$KUBE_VERSION" ;;
+    *) echo "$KUBE_VERSION" ;;
+  esac
+}
+shared_commands() {
   local missing=() cmd
   for cmd in "$@"; do
-    [ -e "$(cached "$cmd" "$KUBE_VERSION")" ] || missing+=("$cmd")
+    [ -e "$(cached "$cmd" "$(shared_version "$cmd")")" ] || missing+=("$cmd")
   done
   if [ ${#missing[@]} -gt 1 ]; then
-    local lock="$cache/.locks/kubernetes-$KUBE_VERSION"
     mkdir -p "$cache/.locks"
     (
-      exec 9>"$lock"
+      exec 9>"$cache/.locks/shared-build"
       flock 9
-      local out="$cache/kubernetes-$KUBE_VERSION.tmp" pkgs=() todo=()
+      local out="$cache/shared-build.tmp" pkgs=() todo=() pkg built
       for cmd in "${missing[@]}"; do
-        [ -e "$(cached "$cmd" "$KUBE_VERSION")" ] || { todo+=("$cmd"); pkgs+=("k8s.io/kubernetes/cmd/$cmd"); }
+        [ -e "$(cached "$cmd" "$(shared_version "$cmd")")" ] || { todo+=("$cmd"); pkgs+=("$(shared_package "$cmd")"); }
       done
       [ ${#todo[@]} -gt 0 ] || exit 0
-      echo "building ${todo[*]} $KUBE_VERSION from module k8s.io/kubernetes (first time on this machine; cached afterwards)" >&2
+      echo "building ${todo[*]} from hack/tools/go.mod (Kubernetes $KUBE_VERSION, etcd $ETCD_VERSION, kwok $KWOK_VERSION; first time on this machine; cached afterwards)" >&2
       rm -rf "$out" && mkdir -p "$out"
       if ! (cd "$root/hack/tools" && go build -ldflags "$ldflags_kube" -o "$out/" "${pkgs[@]}"); then
-        echo "hack/tools.sh: building ${todo[*]} from module k8s.io/kubernetes@$KUBE_VERSION failed" >&2
+        echo "hack/tools.sh: building ${todo[*]} from hack/tools/go.mod failed" >&2
         exit 1
       fi
       for cmd in "${todo[@]}"; do
-        mkdir -p "$cache/$cmd/$KUBE_VERSION"
-        mv "$out/$cmd" "$cache/$cmd/$KUBE_VERSION/$cmd"
+        built=$(binary_of "$(shared_package "$cmd")")
+        mkdir -p "$cache/$cmd/$(shared_version "$cmd")"
+        mv "$out/$built" "$(cached "$cmd" "$(shared_version "$cmd")")"
       done
       rm -rf "$out"
     )
   fi
   for cmd in "$@"; do
-    provide "$cmd" "$KUBE_VERSION" "k8s.io/kubernetes@$KUBE_VERSION" build_kube "$cmd"
+    provide "$cmd" "$(shared_version "$cmd")" "$(shared_package "$cmd") (hack/tools/go.mod)" build_shared "$cmd"
   done
 }
 
-build_kube() { # $1: command name under k8s.io/kubernetes/cmd
-  (cd "$root/hack/tools" && go build -ldflags "$ldflags_kube" -o "$OUT/$1" "k8s.io/kubernetes/cmd/$1")
+# binary_of PACKAGE: the file `go build -o DIR/` writes for a main package,
+# named by its last path element, or the one before a major version
+# (go.etcd.io/etcd/server/v3 is "server").
+binary_of() {
+  local name=${1##*/}
+  if [[ "$name" =~ ^v[0-9]+$ ]]; then
+    name=${1%/*}
+    name=${name##*/}
+  fi
+  echo "$name"
 }
-build_etcd() {
-  (cd "$root/hack/etcd" && CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o "$OUT/etcd" go.etcd.io/etcd/server/v3)
+
+build_shared() { # $1: one of shared_tools
+  (cd "$root/hack/tools" && go build -ldflags "$ldflags_kube" -o "$OUT/$1" "$(shared_package "$1")")
 }
 # prometheus and promtool for the alert rule tests and the monitoring e2e
 # test. Built without the web UI's assets: the HTTP API is all they need.
@@ -133,9 +163,7 @@ install_module() { # $1: package@version
 
 one() {
   case "$1" in
-    kube-apiserver|kube-scheduler|kube-controller-manager|kubectl|kubemark) kube_commands "$1" ;;
-    etcd) provide etcd "$ETCD_VERSION" "go.etcd.io/etcd/server/v3@$ETCD_VERSION" build_etcd ;;
-    kwok) provide kwok "$KWOK_VERSION" "sigs.k8s.io/kwok@$KWOK_VERSION" install_module "sigs.k8s.io/kwok/cmd/kwok@$KWOK_VERSION" ;;
+    kube-apiserver|kube-scheduler|kube-controller-manager|kubectl|kubemark|etcd|kwok) shared_commands "$1" ;;
     kwok-stages.yaml) provide kwok-stages.yaml "$KWOK_VERSION" "sigs.k8s.io/kwok@$KWOK_VERSION" build_kwok_stages ;;
     controller-gen) provide controller-gen "$CONTROLLER_TOOLS_VERSION" "sigs.k8s.io/controller-tools@$CONTROLLER_TOOLS_VERSION" install_module "sigs.k8s.io/controller-tools/cmd/controller-gen@$CONTROLLER_TOOLS_VERSION" ;;
     protoc-gen-go) provide protoc-gen-go "$PROTOC_GEN_GO_VERSION" "google.golang.org/protobuf@$PROTOC_GEN_GO_VERSION" install_module "google.golang.org/protobuf/cmd/protoc-gen-go@$PROTOC_GEN_GO_VERSION" ;;
@@ -149,7 +177,9 @@ one() {
   esac
 }
 
-demo_tools=(kube-apiserver etcd kubectl kube-scheduler kube-controller-manager kwok kwok-stages.yaml)
+# The demo compiles kubectl beside its first pods (hack/demo), so it is not
+# among the tools the demo waits for; `make up` and the tests add it.
+demo_tools=(kube-apiserver etcd kube-scheduler kube-controller-manager kwok kwok-stages.yaml)
 generate_tools=(controller-gen buf protoc-gen-go protoc-gen-go-grpc)
 want=()
 for arg in "${@:-test}"; do
@@ -159,24 +189,21 @@ for arg in "${@:-test}"; do
     chart) want+=(helm) ;;
     # kubemark: the real kubelet with a fake container runtime, for the
     # e2e tests that join a node with the flags claimscale renders.
-    test) want+=("${demo_tools[@]}" "${generate_tools[@]}" helm cluster-api-manager promtool prometheus kubemark) ;;
+    test) want+=("${demo_tools[@]}" kubectl "${generate_tools[@]}" helm cluster-api-manager promtool prometheus kubemark) ;;
     *) want+=("$arg") ;;
   esac
 done
 
-# The Kubernetes commands asked for are built together first in the
+# The shared commands asked for are built together first in the
 # background; the other tools are independent modules and build beside it,
 # two at a time (the go command already runs a build's packages in parallel).
-kube=() others=()
+shared=() others=()
 for tool in "${want[@]}"; do
-  case "$tool" in
-    kube-apiserver|kube-scheduler|kube-controller-manager|kubectl|kubemark) kube+=("$tool") ;;
-    *) others+=("$tool") ;;
-  esac
+  if [[ " ${shared_tools[*]} " == *" $tool "* ]]; then shared+=("$tool"); else others+=("$tool"); fi
 done
 pids=()
-if [ ${#kube[@]} -gt 0 ]; then
-  kube_commands "${kube[@]}" & pids+=($!)
+if [ ${#shared[@]} -gt 0 ]; then
+  shared_commands "${shared[@]}" & pids+=($!)
 fi
 failed=0
 running=()
