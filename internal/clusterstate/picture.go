@@ -75,7 +75,7 @@ type Picture struct {
 // (they hold nothing new), every other node is matched to its claim by
 // providerID (else by name) and simulated as that claim makes it, claims
 // not yet registered are in flight, and pods are bound or pending. pools
-// says which pools can provision.
+// says which pools can provision; nil: none can.
 func (c *Cluster) Picture(ctx context.Context, pools PoolUsability) (*Picture, error) {
 	picture := &Picture{}
 	pods, nodes, err := PodsAndNodes(ctx, c.Objects, c.Kube)
@@ -140,7 +140,10 @@ func (c *Cluster) Picture(ctx context.Context, pools PoolUsability) (*Picture, e
 		claim := &claims[i]
 		claimsByPool[claim.Spec.NodePoolRef.Name] = append(claimsByPool[claim.Spec.NodePoolRef.Name], claim)
 	}
-	open, closed := pools.UsablePools(ctx, poolList.Items, claimsByPool)
+	var open, closed map[string]scheduling.Pool
+	if pools != nil {
+		open, closed = pools.UsablePools(ctx, poolList.Items, claimsByPool)
+	}
 	simulated := map[string]bool{}
 	for i := range poolList.Items {
 		name := poolList.Items[i].Name

@@ -214,7 +214,7 @@ func Setup(ctx context.Context, mgr manager.Manager, opts Options) (*Operator, e
 				Batcher: batcher,
 			},
 			&disruption.Controller{
-				Kube: mgr.GetClient(), Providers: resolver, Capacity: capacityBackoff,
+				Kube: mgr.GetClient(), Providers: resolver, Pools: provisioning.Resolve(mgr.GetClient(), resolver, capacityBackoff),
 				Recorder: recorder(disruption.Name), Clock: opts.Clock,
 				WarmCapacity: warm, Decisions: op.Decisions, DryRun: opts.DryRun,
 				Changes: changes, Objects: objects, Departures: departures, Writes: writes,

@@ -33,7 +33,6 @@ import (
 
 	"github.com/claimscale/claimscale/api/v1alpha1"
 	"github.com/claimscale/claimscale/internal/clusterstate"
-	"github.com/claimscale/claimscale/internal/controllers/provisioning"
 	"github.com/claimscale/claimscale/internal/decisions"
 	"github.com/claimscale/claimscale/internal/index"
 	"github.com/claimscale/claimscale/internal/warmcapacity"
@@ -68,11 +67,15 @@ const (
 // consolidation in that order. One decision at a time keeps every
 // simulation true to the cluster the next one sees.
 type Controller struct {
-	Kube      client.Client
-	Providers provisioning.ProviderResolver
-	Capacity  provisioning.CapacityChecker
-	Recorder  events.EventRecorder
-	Clock     clock.WithTicker
+	Kube client.Client
+	// Providers are asked whether a claim's machine drifted, by the
+	// providers that tell drift of their own.
+	Providers ProviderResolver
+	// Pools says which pools can provision now, as provisioning resolves
+	// them; nil: none can, so no replacement is simulated.
+	Pools    clusterstate.PoolUsability
+	Recorder events.EventRecorder
+	Clock    clock.WithTicker
 	// Interval is the pause between rounds (default 1s).
 	Interval time.Duration
 	// WarmCapacity says each pool's minNodes and headroom now, as
@@ -281,7 +284,7 @@ func (c *Controller) gather(ctx context.Context) (*state, error) {
 	// A pool that cannot provision is provisioning's to report; here it
 	// would be said every second.
 	quiet := log.IntoContext(ctx, log.FromContext(ctx).V(1))
-	picture, err := (&clusterstate.Cluster{Kube: c.Kube, Objects: c.Objects, Writes: c.Writes}).Picture(quiet, provisioning.Resolve(c.Kube, c.Providers, c.Capacity))
+	picture, err := (&clusterstate.Cluster{Kube: c.Kube, Objects: c.Objects, Writes: c.Writes}).Picture(quiet, c.Pools)
 	if err != nil {
 		return nil, err
 	}
