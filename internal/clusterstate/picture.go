@@ -183,6 +183,19 @@ func (c *Cluster) Picture(ctx context.Context, pools PoolUsability) (*Picture, e
 	return picture, nil
 }
 
+// Claims lists every claim, copies the caller may write to, with the
+// controller's own writes the cache does not show yet, as Picture counts
+// them: a controller that reads claims without the rest of the picture
+// (repair) sees its replacement before the cache does, and does not make
+// a second one.
+func (c *Cluster) Claims(ctx context.Context) ([]v1alpha1.NodeClaim, error) {
+	var list v1alpha1.NodeClaimList
+	if err := c.Kube.List(ctx, &list); err != nil {
+		return nil, fmt.Errorf("listing claims: %w", err)
+	}
+	return c.Writes.overlay(list.Items), nil
+}
+
 // PodsAndNodes reads every pod and node from objects when set, else
 // through reader without deep copies (the kubectl plugin's read-only
 // client, tests). What it returns is read only either way.

@@ -224,6 +224,14 @@ func TestOwnWritesCountBeforeTheCacheShowsThem(t *testing.T) {
 	if slices.Contains(inFlightNames(s.picture(nil)), created.Name) {
 		t.Fatal("without the record, the claim is in flight anyway: the test proves nothing")
 	}
+	// Read without the rest of the picture, as repair does, the same.
+	claims, err := (&Cluster{Kube: env.Client, Writes: writes}).Claims(s.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.ContainsFunc(claims, func(c v1alpha1.NodeClaim) bool { return c.Name == created.Name }) {
+		t.Error("the claims read for repair lack a claim the controller created")
+	}
 
 	claim, node := s.registered("own-deleted")
 	writes.Deleted(claim)

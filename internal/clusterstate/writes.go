@@ -185,7 +185,8 @@ func (w *Writes) overlay(cached []v1alpha1.NodeClaim) []v1alpha1.NodeClaim {
 	copy(claims, cached)
 	for name, write := range w.created {
 		if _, ok := index[name]; !ok {
-			claims = append(claims, *write.claim)
+			// A copy of its own: a caller of Claims may write to it.
+			claims = append(claims, *write.claim.DeepCopy())
 			index[name] = len(claims) - 1
 		}
 	}

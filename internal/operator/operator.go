@@ -219,7 +219,7 @@ func Setup(ctx context.Context, mgr manager.Manager, opts Options) (*Operator, e
 				WarmCapacity: warm, Decisions: op.Decisions, DryRun: opts.DryRun,
 				Changes: changes, Objects: objects, Departures: departures, Writes: writes,
 			},
-			&repair.Controller{Kube: mgr.GetClient(), Recorder: recorder(repair.Name), Clock: opts.Clock},
+			&repair.Controller{Kube: mgr.GetClient(), Recorder: recorder(repair.Name), Clock: opts.Clock, Writes: writes},
 		)
 	}
 	if opts.DryRun {
