@@ -1,6 +1,7 @@
 // Package provisioning turns pending pods into NodeClaims. A batcher decides
-// when, the provisioner gathers the cluster as it is (nodes, their pods,
-// claims still booting, pools and their shapes), the scheduling package
+// when, the provisioner reads the cluster as it is from clusterstate's
+// picture (nodes, their pods, claims still booting) with the pools it can
+// provision from and their shapes, the scheduling package
 // decides in memory which new nodes would hold the pods, and the provisioner
 // writes one claim per new node and tells each pod where it is going, or
 // why it can go nowhere.
@@ -315,27 +316,10 @@ func solve(ctx context.Context, input scheduling.Input) (scheduling.Result, erro
 	return simulator.Solve(ctx, input.Pending)
 }
 
-// ClusterFromCache reads the cluster picture (clusterstate.Cluster) from
-// the informer caches with the pools that can provision now as a round
-// would resolve them afresh (no backoff, no last good shapes), and
-// returns its scheduling input and the open pools by name.
-func ClusterFromCache(ctx context.Context, kube client.Client, resolver ProviderResolver, capacity CapacityChecker) (scheduling.Input, map[string]*v1alpha1.NodePool, error) {
-	return ClusterFromObjects(ctx, kube, nil, resolver, capacity)
-}
-
-// ClusterFromObjects is ClusterFromCache with the pods and nodes read from
-// objects (nil lists them).
-func ClusterFromObjects(ctx context.Context, kube client.Client, objects ObjectSource, resolver ProviderResolver, capacity CapacityChecker) (scheduling.Input, map[string]*v1alpha1.NodePool, error) {
-	picture, err := (&clusterstate.Cluster{Kube: kube, Objects: objects}).Picture(ctx, Resolve(kube, resolver, capacity))
-	if err != nil {
-		return scheduling.Input{}, nil, err
-	}
-	return picture.Input, picture.Open, nil
-}
-
 // Resolve returns a pool usability that resolves every pool afresh on each
 // call, with no memory of earlier ones: no backoff, no last good shapes.
-// Disruption and the kubectl plugin read the cluster picture with it.
+// Disruption reads the cluster picture with it (the operator passes it),
+// as it did through a throw-away Provisioner before.
 func Resolve(kube client.Client, resolver ProviderResolver, capacity CapacityChecker) clusterstate.PoolUsability {
 	return freshPools{kube: kube, resolver: resolver, capacity: capacity}
 }
