@@ -10,7 +10,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
-	"k8s.io/apimachinery/pkg/util/wait"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
@@ -23,6 +22,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/claimscale/claimscale/api/v1alpha1"
+	"github.com/claimscale/claimscale/internal/clusterstate"
 	"github.com/claimscale/claimscale/internal/externalgrpc/protos"
 	"github.com/claimscale/claimscale/internal/metrics"
 	"github.com/claimscale/claimscale/internal/poolclaims"
@@ -44,6 +44,8 @@ type cloudProvider struct {
 	kube     client.Client
 	shapes   *shapeCache
 	gpuLabel string
+	// writes waits for the cache to show the calls' writes.
+	writes *clusterstate.Writes
 
 	locks sync.Map // pool name → *sync.Mutex
 }
@@ -327,7 +329,7 @@ func (c *cloudProvider) deleteClaims(ctx context.Context, id string, claims []*v
 // cache satisfy done. Timing out is no error: the write happened, the
 // cache is only late.
 func (c *cloudProvider) awaitCache(ctx context.Context, pool string, done func([]v1alpha1.NodeClaim) bool) {
-	err := wait.PollUntilContextTimeout(ctx, 5*time.Millisecond, cacheWaitLimit, true, func(ctx context.Context) (bool, error) {
+	err := c.writes.Await(ctx, cacheWaitLimit, func(ctx context.Context) (bool, error) {
 		claims, err := c.claimsOf(ctx, pool)
 		if err != nil {
 			return false, nil //nolint:nilerr // keep waiting; the write happened

@@ -19,6 +19,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/certwatcher"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/claimscale/claimscale/internal/clusterstate"
 	"github.com/claimscale/claimscale/internal/externalgrpc/protos"
 	"github.com/claimscale/claimscale/internal/metrics"
 )
@@ -71,6 +72,9 @@ type Dependencies struct {
 	Logger    logr.Logger
 	// Clock for cache lifetimes; nil is the real clock.
 	Clock clock.PassiveClock
+	// Writes waits for the cache to show the server's own writes; nil
+	// looks at the cache again until it does.
+	Writes *clusterstate.Writes
 }
 
 // Server serves the CloudProvider service and gRPC health checks. It is a
@@ -121,6 +125,7 @@ func New(opts Options, deps Dependencies) (*Server, error) {
 		kube:     deps.Kube,
 		shapes:   shapes,
 		gpuLabel: opts.GPULabel,
+		writes:   deps.Writes,
 	})
 	healthpb.RegisterHealthServer(s.grpc, s.health)
 	metrics.GRPCServer.InitializeMetrics(s.grpc)

@@ -20,10 +20,12 @@ import (
 	resourcehelper "k8s.io/component-helpers/resource"
 	"k8s.io/utils/clock"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/claimscale/claimscale/api/v1alpha1"
-	"github.com/claimscale/claimscale/internal/controllers/provisioning"
+	"github.com/claimscale/claimscale/internal/clusterstate"
 	"github.com/claimscale/claimscale/internal/decisions"
+	"github.com/claimscale/claimscale/internal/poolclaims"
 	"github.com/claimscale/claimscale/internal/scheduling"
 	"github.com/claimscale/claimscale/internal/scheme"
 	"github.com/claimscale/claimscale/pkg/provider"
@@ -189,10 +191,11 @@ func simulate(ctx context.Context, kube client.Reader, offers []decisions.PoolOf
 	for _, offer := range offers {
 		byPool[offer.Pool] = offer
 	}
-	input, pools, err := provisioning.ClusterFromCache(ctx, readOnly{Reader: kube}, offerResolver(byPool), offerCapacity(byPool))
+	picture, err := (&clusterstate.Cluster{Kube: kube}).Picture(ctx, offerPools{offers: byPool, kube: kube})
 	if err != nil {
 		return nil, fmt.Errorf("reading the cluster: %w", err)
 	}
+	input, pools := picture.Input, picture.Open
 	report := &SimulationReport{Skipped: w.skipped}
 	// Pools the controller could not resolve are left out by gathering,
 	// as the controller leaves them out of its rounds; say which.
@@ -499,11 +502,59 @@ func (offerProvider) Get(context.Context, string) (*provider.Instance, error) {
 }
 func (offerProvider) List(context.Context) ([]*provider.Instance, error) { return nil, errReadOnly }
 
-// offerCapacity answers each pool's zones and backed-off shapes from the
-// controller's record.
-type offerCapacity map[string]decisions.PoolOffer
+// offerPools says which pools can provision from the controller's record
+// of what it resolved for each (its shapes, zones and backed-off shapes),
+// checked as a provisioning round checks a pool it resolves afresh: a pool
+// the controller has no offer of, whose shapes or template can make no
+// node, or whose NodeProvider is gone, is left out.
+type offerPools struct {
+	offers map[string]decisions.PoolOffer
+	kube   client.Reader
+}
 
-func (c offerCapacity) Narrow(pool string, _, _ []string) (available, unavailable []string, unavailableIn map[string][]string) {
-	offer := c[pool]
-	return offer.Zones, offer.Unavailable, offer.UnavailableIn
+func (o offerPools) UsablePools(ctx context.Context, pools []v1alpha1.NodePool, claimsByPool map[string][]*v1alpha1.NodeClaim) (open, closed map[string]scheduling.Pool) {
+	open = map[string]scheduling.Pool{}
+	for i := range pools {
+		pool := &pools[i]
+		if !pool.DeletionTimestamp.IsZero() {
+			continue
+		}
+		schedulingPool, err := o.resolve(ctx, pool, claimsByPool[pool.Name])
+		if err != nil {
+			log.FromContext(ctx).V(1).Info("pool left out", "nodePool", pool.Name, "reason", err.Error())
+			continue
+		}
+		open[pool.Name] = schedulingPool
+	}
+	return open, nil
+}
+
+func (o offerPools) resolve(ctx context.Context, pool *v1alpha1.NodePool, claims []*v1alpha1.NodeClaim) (scheduling.Pool, error) {
+	offered, err := offerProvider(o.offers).Shapes(ctx, pool)
+	if err != nil {
+		return scheduling.Pool{}, err
+	}
+	shapes, err := scheduling.PoolShapes(pool, offered)
+	if err != nil {
+		return scheduling.Pool{}, fmt.Errorf("template invalid: %w", err)
+	}
+	var nodeProvider v1alpha1.NodeProvider
+	if err := o.kube.Get(ctx, client.ObjectKey{Name: pool.Spec.ProviderRef.Name}, &nodeProvider); err != nil {
+		return scheduling.Pool{}, fmt.Errorf("reading NodeProvider %s: %w", pool.Spec.ProviderRef.Name, err)
+	}
+	if err := poolclaims.TemplateProblem(pool, shapes); err != nil {
+		return scheduling.Pool{}, fmt.Errorf("template invalid: %w", err)
+	}
+	offer := o.offers[pool.Name]
+	nodes, resources := poolclaims.InUseOf(claims)
+	return scheduling.Pool{
+		NodePool: pool,
+		Shapes:   shapes,
+		Zones:    offer.Zones,
+		InUse: scheduling.Usage{
+			Nodes: int64(nodes), CPU: resources[corev1.ResourceCPU], Memory: resources[corev1.ResourceMemory],
+		},
+		Unavailable:   offer.Unavailable,
+		UnavailableIn: offer.UnavailableIn,
+	}, nil
 }

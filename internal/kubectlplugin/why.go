@@ -17,7 +17,7 @@ import (
 	"k8s.io/utils/clock"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/claimscale/claimscale/internal/controllers/provisioning"
+	"github.com/claimscale/claimscale/internal/clusterstate"
 	"github.com/claimscale/claimscale/internal/decisions"
 	"github.com/claimscale/claimscale/internal/scheduling"
 )
@@ -305,7 +305,7 @@ func pendingWithoutRecord(pod *corev1.Pod) string {
 		return "a DaemonSet's or static pod: it follows its node, no node is bought for it"
 	case pod.Status.NominatedNodeName != "":
 		return "nominated for node " + pod.Status.NominatedNodeName + " (preemption)"
-	case provisioning.Provisionable(pod):
+	case clusterstate.Provisionable(pod):
 		return "unschedulable, not decided on yet (the controller batches pending pods for a second or more)"
 	}
 	return "not marked unschedulable by the scheduler yet"

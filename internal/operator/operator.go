@@ -172,10 +172,15 @@ func Setup(ctx context.Context, mgr manager.Manager, opts Options) (*Operator, e
 	if err != nil {
 		return nil, err
 	}
+	// The controller's own writes to claims, until the cache shows them.
+	writes := clusterstate.NewWrites(opts.Clock)
+	if err := writes.Watch(ctx, mgr.GetCache()); err != nil {
+		return nil, err
+	}
 	setups := []interface{ SetupWithManager(ctrl.Manager) error }{
 		&nodeclaim.Controller{
 			Kube: mgr.GetClient(), Providers: resolver, Capacity: capacityBackoff,
-			Recorder: recorder(nodeclaim.Name), Clock: opts.Clock,
+			Recorder: recorder(nodeclaim.Name), Clock: opts.Clock, Writes: writes,
 			KeepFailedClaims: opts.Mode == ModeExternalGRPC,
 			Bootstrap:        bootstrapper,
 		},
@@ -204,17 +209,17 @@ func Setup(ctx context.Context, mgr manager.Manager, opts Options) (*Operator, e
 					Kube: mgr.GetClient(), Objects: objects, Providers: resolver, Capacity: capacityBackoff,
 					Recorder: recorder(provisioning.Name), Clock: opts.Clock, Templates: templates,
 					WarmCapacity: warm, Decisions: op.Decisions, DryRun: opts.DryRun,
-					PodLatency: podLatency,
+					PodLatency: podLatency, Writes: writes,
 				},
 				Batcher: batcher,
 			},
 			&disruption.Controller{
-				Kube: mgr.GetClient(), Providers: resolver, Capacity: capacityBackoff,
+				Kube: mgr.GetClient(), Providers: resolver, Pools: provisioning.Resolve(mgr.GetClient(), resolver, capacityBackoff),
 				Recorder: recorder(disruption.Name), Clock: opts.Clock,
 				WarmCapacity: warm, Decisions: op.Decisions, DryRun: opts.DryRun,
-				Changes: changes, Objects: objects, Departures: departures,
+				Changes: changes, Objects: objects, Departures: departures, Writes: writes,
 			},
-			&repair.Controller{Kube: mgr.GetClient(), Recorder: recorder(repair.Name), Clock: opts.Clock},
+			&repair.Controller{Kube: mgr.GetClient(), Recorder: recorder(repair.Name), Clock: opts.Clock, Writes: writes},
 		)
 	}
 	if opts.DryRun {
@@ -262,7 +267,7 @@ func Setup(ctx context.Context, mgr manager.Manager, opts Options) (*Operator, e
 	if opts.Mode == ModeExternalGRPC {
 		server, err := externalgrpc.New(opts.ExternalGRPC, externalgrpc.Dependencies{
 			Kube: mgr.GetClient(), Providers: resolver,
-			Logger: mgr.GetLogger(), Clock: opts.Clock,
+			Logger: mgr.GetLogger(), Clock: opts.Clock, Writes: writes,
 		})
 		if err != nil {
 			return nil, err

@@ -25,7 +25,6 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -34,7 +33,6 @@ import (
 
 	"github.com/claimscale/claimscale/api/v1alpha1"
 	"github.com/claimscale/claimscale/internal/clusterstate"
-	"github.com/claimscale/claimscale/internal/controllers/provisioning"
 	"github.com/claimscale/claimscale/internal/decisions"
 	"github.com/claimscale/claimscale/internal/index"
 	"github.com/claimscale/claimscale/internal/warmcapacity"
@@ -69,11 +67,15 @@ const (
 // consolidation in that order. One decision at a time keeps every
 // simulation true to the cluster the next one sees.
 type Controller struct {
-	Kube      client.Client
-	Providers provisioning.ProviderResolver
-	Capacity  provisioning.CapacityChecker
-	Recorder  events.EventRecorder
-	Clock     clock.WithTicker
+	Kube client.Client
+	// Providers are asked whether a claim's machine drifted, by the
+	// providers that tell drift of their own.
+	Providers ProviderResolver
+	// Pools says which pools can provision now, as provisioning resolves
+	// them; nil: none can, so no replacement is simulated.
+	Pools    clusterstate.PoolUsability
+	Recorder events.EventRecorder
+	Clock    clock.WithTicker
 	// Interval is the pause between rounds (default 1s).
 	Interval time.Duration
 	// WarmCapacity says each pool's minNodes and headroom now, as
@@ -91,7 +93,10 @@ type Controller struct {
 	Changes *clusterstate.Changes
 	// Objects, when set, gives the pods and nodes without listing them;
 	// nil lists them through Kube.
-	Objects provisioning.ObjectSource
+	Objects clusterstate.ObjectSource
+	// Writes records the claims the controller creates and deletes until
+	// the cache shows them, and waits for the cache; nil records none.
+	Writes *clusterstate.Writes
 	// Departures, when set, tells when a pod last left a node, so an
 	// emptied node's consolidateAfter clock starts then and not when a
 	// round first sees it empty (clusterstate.Departures).
@@ -279,25 +284,21 @@ func (c *Controller) gather(ctx context.Context) (*state, error) {
 	// A pool that cannot provision is provisioning's to report; here it
 	// would be said every second.
 	quiet := log.IntoContext(ctx, log.FromContext(ctx).V(1))
-	input, _, err := provisioning.ClusterFromObjects(quiet, c.Kube, c.Objects, c.Providers, c.Capacity)
+	picture, err := (&clusterstate.Cluster{Kube: c.Kube, Objects: c.Objects, Writes: c.Writes}).Picture(quiet, c.Pools)
 	if err != nil {
 		return nil, err
 	}
 	var (
-		pools     v1alpha1.NodePoolList
-		claims    v1alpha1.NodeClaimList
 		budgets   policyv1.PodDisruptionBudgetList
 		providers v1alpha1.NodeProviderList
 	)
-	// Nodes and pods are only read: no copies of the cache's objects.
+	// Pools, claims, nodes and pods are the picture's: the cache's own,
+	// only read; a write to a claim copies first (state.own).
 	for _, list := range []struct {
 		what string
 		list client.ObjectList
 		opts []client.ListOption
 	}{
-		{"pools", &pools, nil},
-		// Claims are the cache's own too; a write copies first (state.own).
-		{"claims", &claims, []client.ListOption{client.UnsafeDisableDeepCopy}},
 		{"PodDisruptionBudgets", &budgets, []client.ListOption{client.UnsafeDisableDeepCopy}},
 		{"providers", &providers, nil},
 	} {
@@ -310,25 +311,15 @@ func (c *Controller) gather(ctx context.Context) (*state, error) {
 		warm = &warmcapacity.Source{Clock: c.Clock}
 	}
 	targets := map[string]warmcapacity.Target{}
-	for i := range pools.Items {
+	for i := range picture.Pools {
 		// A schedule that cannot be read leaves the pool's own values;
 		// provisioning says so.
-		targets[pools.Items[i].Name], _ = warm.Target(&pools.Items[i])
-	}
-	// Pods and nodes are only read: the cache's own objects, not copies.
-	pods, nodes, err := c.podsAndNodes(ctx)
-	if err != nil {
-		return nil, err
+		targets[picture.Pools[i].Name], _ = warm.Target(&picture.Pools[i])
 	}
 	return newState(c.Clock.Now(), objects{
-		input: input, pools: pools.Items, claims: claims.Items, nodes: nodes,
-		pods: pods, budgets: budgets.Items, providers: providers.Items, targets: targets,
+		input: picture.Input, pools: picture.Pools, claims: picture.Claims, nodes: picture.AllNodes,
+		pods: picture.AllPods, budgets: budgets.Items, providers: providers.Items, targets: targets,
 	}), nil
-}
-
-// podsAndNodes reads every pod and node, from Objects when set.
-func (c *Controller) podsAndNodes(ctx context.Context) ([]*corev1.Pod, []*corev1.Node, error) {
-	return provisioning.PodsAndNodes(ctx, c.Objects, c.Kube)
 }
 
 // updateClaims keeps the claims' Empty and Drifted conditions true to the
@@ -795,10 +786,14 @@ func (c *Controller) deleteClaim(ctx context.Context, claim *v1alpha1.NodeClaim)
 	return nil
 }
 
-// waitForDeletions waits until the cache has seen every claim deleted (or
-// gone), for at most cacheWait.
+// waitForDeletions records the claims as deleted, so the next round's
+// picture counts them leaving however late the cache is, and waits until
+// the cache has seen every one deleted (or gone), for at most cacheWait.
 func (c *Controller) waitForDeletions(ctx context.Context, claims []*v1alpha1.NodeClaim) error {
-	return wait.PollUntilContextTimeout(ctx, 20*time.Millisecond, cacheWait, true, func(ctx context.Context) (bool, error) {
+	for _, claim := range claims {
+		c.Writes.Deleted(claim)
+	}
+	return c.Writes.Await(ctx, cacheWait, func(ctx context.Context) (bool, error) {
 		for len(claims) > 0 {
 			var cached v1alpha1.NodeClaim
 			err := c.Kube.Get(ctx, client.ObjectKeyFromObject(claims[0]), &cached)

@@ -12,7 +12,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/claimscale/claimscale/api/v1alpha1"
-	"github.com/claimscale/claimscale/internal/controllers/provisioning"
+	"github.com/claimscale/claimscale/internal/clusterstate"
 	"github.com/claimscale/claimscale/internal/decisions"
 )
 
@@ -74,14 +74,15 @@ const (
 
 // PlanScaleDown gathers the cluster through kube as a round does and
 // decides as a round does, with clk's time, but writes nothing and acts on
-// nothing: kube is only read, and providers are only asked for shapes.
+// nothing: kube is only read, usable says which pools can provision, and
+// providers are only asked whether machines drifted.
 //
 // What lives in the controller's memory is read from the objects instead:
 // since when a node is empty comes from its claim's Empty condition, since
 // when its pods are unchanged from their binding times, and the memory of
 // decisions that found nothing is empty, so every candidate is simulated.
-func PlanScaleDown(ctx context.Context, kube client.Client, providers provisioning.ProviderResolver, capacity provisioning.CapacityChecker, clk clock.WithTicker) (*Plan, error) {
-	c := &Controller{Kube: kube, Providers: providers, Capacity: capacity, Clock: clk,
+func PlanScaleDown(ctx context.Context, kube client.Client, providers ProviderResolver, usable clusterstate.PoolUsability, clk clock.WithTicker) (*Plan, error) {
+	c := &Controller{Kube: kube, Providers: providers, Pools: usable, Clock: clk,
 		stability: newStability(), memory: newMemory(memoryBackoff)}
 	s, err := c.gather(ctx)
 	if err != nil {

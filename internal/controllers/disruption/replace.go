@@ -3,10 +3,8 @@ package disruption
 import (
 	"context"
 	"fmt"
-	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"k8s.io/apimachinery/pkg/util/wait"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/claimscale/claimscale/api/v1alpha1"
@@ -31,7 +29,8 @@ func (c *Controller) createReplacement(ctx context.Context, pool *v1alpha1.NodeP
 		return nil, fmt.Errorf("creating a replacement for %s in pool %s (shape %s): %w", olds, pool.Name, node.Shape.Name, err)
 	}
 	metrics.NodeClaimsCreated.WithLabelValues(pool.Name, metrics.ReasonReplacement).Inc()
-	err := wait.PollUntilContextTimeout(ctx, 20*time.Millisecond, cacheWait, true, func(ctx context.Context) (bool, error) {
+	c.Writes.Created(claim)
+	err := c.Writes.Await(ctx, cacheWait, func(ctx context.Context) (bool, error) {
 		var cached v1alpha1.NodeClaim
 		err := c.Kube.Get(ctx, client.ObjectKeyFromObject(claim), &cached)
 		return err == nil, client.IgnoreNotFound(err)

@@ -19,6 +19,7 @@ import (
 	"github.com/claimscale/claimscale/api/v1alpha1"
 	"github.com/claimscale/claimscale/internal/scheduling"
 	"github.com/claimscale/claimscale/internal/warmcapacity"
+	"github.com/claimscale/claimscale/pkg/provider"
 )
 
 const (
@@ -30,6 +31,11 @@ const (
 	// claims it replaces go: Underutilized, Drifted or Expired.
 	AnnotationDisruptionReason = v1alpha1.AnnotationDisruptionReason
 )
+
+// ProviderResolver finds a NodeProvider's provider.
+type ProviderResolver interface {
+	ForProviderName(ctx context.Context, name string) (provider.Provider, error)
+}
 
 // reasonExpired is expiration's reason. It is not a budget reason:
 // expiration ignores budgets.

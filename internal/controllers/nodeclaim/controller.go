@@ -20,7 +20,6 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -66,6 +65,9 @@ type Controller struct {
 	Clock     clock.Clock
 	// Bootstrap renders user data and join tokens; nil renders none.
 	Bootstrap Bootstrapper
+	// Writes waits for the cache to show the controller's status writes;
+	// nil looks at the cache again until it does.
+	Writes *clusterstate.Writes
 
 	// DefaultRegistrationTimeout applies when the pool is gone or says
 	// nothing.
@@ -225,7 +227,7 @@ func (c *Controller) writeStatus(ctx context.Context, stored, claim *v1alpha1.No
 		return client.IgnoreNotFound(err)
 	}
 	claim.ResourceVersion = written
-	_ = wait.PollUntilContextTimeout(ctx, 5*time.Millisecond, statusWriteSettle, true, func(ctx context.Context) (bool, error) {
+	_ = c.Writes.Await(ctx, statusWriteSettle, func(ctx context.Context) (bool, error) {
 		cached := &v1alpha1.NodeClaim{}
 		if err := c.Kube.Get(ctx, client.ObjectKeyFromObject(claim), cached); err != nil {
 			return apierrors.IsNotFound(err), nil

@@ -1,6 +1,7 @@
 // Package provisioning turns pending pods into NodeClaims. A batcher decides
-// when, the provisioner gathers the cluster as it is (nodes, their pods,
-// claims still booting, pools and their shapes), the scheduling package
+// when, the provisioner reads the cluster as it is from clusterstate's
+// picture (nodes, their pods, claims still booting) with the pools it can
+// provision from and their shapes, the scheduling package
 // decides in memory which new nodes would hold the pods, and the provisioner
 // writes one claim per new node and tells each pod where it is going, or
 // why it can go nowhere.
@@ -10,14 +11,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 	"sync"
 	"time"
 
-	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/utils/clock"
@@ -25,6 +23,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/claimscale/claimscale/api/v1alpha1"
+	"github.com/claimscale/claimscale/internal/clusterstate"
 	"github.com/claimscale/claimscale/internal/decisions"
 	"github.com/claimscale/claimscale/internal/metrics"
 	"github.com/claimscale/claimscale/internal/poolclaims"
@@ -46,14 +45,9 @@ type ProviderResolver interface {
 	ForProviderName(ctx context.Context, name string) (provider.Provider, error)
 }
 
-// ObjectSource gives every pod and node of the cluster, read only, and
-// the nodes with their pods as the scheduling simulation starts from them
-// (nil: built from the pods each time).
-type ObjectSource interface {
-	Pods() []*corev1.Pod
-	Nodes() []*corev1.Node
-	Existing() *scheduling.Existing
-}
+// ObjectSource gives every pod and node of the cluster, read only
+// (clusterstate.ObjectSource).
+type ObjectSource = clusterstate.ObjectSource
 
 // CapacityChecker says where a pool may open nodes after capacity errors:
 // which of its zones and shapes are backed off (see capacitybackoff.Backoff.Narrow).
@@ -105,6 +99,9 @@ type Provisioner struct {
 	// PodLatency is told which pods got a claim, to time their binding;
 	// nil times none.
 	PodLatency *metrics.PodLatency
+	// Writes records the claims the round creates, so the next round
+	// counts them in flight before the cache shows them; nil records none.
+	Writes *clusterstate.Writes
 
 	failures retry.Backoff
 
@@ -319,167 +316,44 @@ func solve(ctx context.Context, input scheduling.Input) (scheduling.Result, erro
 	return simulator.Solve(ctx, input.Pending)
 }
 
-// ClusterFromCache builds the scheduling input from the informer caches the
-// way a provisioning round sees the cluster (nodes leaving are left out,
-// claims still booting are in flight, pods waiting for a node are
-// Pending), with the pools that can provision by name. Disruption decides
-// on the same picture, so scale-down never disagrees with scale-up.
-func ClusterFromCache(ctx context.Context, kube client.Client, resolver ProviderResolver, capacity CapacityChecker) (scheduling.Input, map[string]*v1alpha1.NodePool, error) {
-	return ClusterFromObjects(ctx, kube, nil, resolver, capacity)
+// Resolve returns a pool usability that resolves every pool afresh on each
+// call, with no memory of earlier ones: no backoff, no last good shapes.
+// Disruption reads the cluster picture with it (the operator passes it),
+// as it did through a throw-away Provisioner before.
+func Resolve(kube client.Client, resolver ProviderResolver, capacity CapacityChecker) clusterstate.PoolUsability {
+	return freshPools{kube: kube, resolver: resolver, capacity: capacity}
 }
 
-// ClusterFromObjects is ClusterFromCache with the pods and nodes read from
-// objects (nil lists them).
-func ClusterFromObjects(ctx context.Context, kube client.Client, objects ObjectSource, resolver ProviderResolver, capacity CapacityChecker) (scheduling.Input, map[string]*v1alpha1.NodePool, error) {
-	p := &Provisioner{Kube: kube, Objects: objects, Providers: resolver, Capacity: capacity}
-	return p.gather(ctx)
+type freshPools struct {
+	kube     client.Client
+	resolver ProviderResolver
+	capacity CapacityChecker
 }
 
-// gather builds the scheduling input from the informer caches.
+func (f freshPools) UsablePools(ctx context.Context, pools []v1alpha1.NodePool, claimsByPool map[string][]*v1alpha1.NodeClaim) (open, closed map[string]scheduling.Pool) {
+	p := &Provisioner{Kube: f.kube, Providers: f.resolver, Capacity: f.capacity}
+	return p.UsablePools(ctx, pools, claimsByPool)
+}
+
+// gather reads the round's cluster picture (clusterstate.Cluster) with
+// this provisioner's pool usability, and returns its scheduling input and
+// the open pools by name.
 func (p *Provisioner) gather(ctx context.Context) (scheduling.Input, map[string]*v1alpha1.NodePool, error) {
-	var input scheduling.Input
-	// Pods, nodes, claims, pools and DaemonSets are the cache's own
-	// objects, not copies: at ten thousand pods the copies were most of a
-	// round's cost, and nothing here or in scheduling writes to them (a
-	// node that must look different is copied first, see withClaimLabels;
-	// a new claim takes nothing of its pool's by reference, see NewClaim).
-	pods, nodes, err := p.podsAndNodes(ctx)
+	picture, err := (&clusterstate.Cluster{Kube: p.Kube, Objects: p.Objects, Writes: p.Writes}).Picture(ctx, p)
 	if err != nil {
-		return input, nil, err
+		return scheduling.Input{}, nil, err
 	}
-	if p.Objects != nil {
-		input.Existing = p.Objects.Existing()
-	}
-	var claimList v1alpha1.NodeClaimList
-	if err := p.Kube.List(ctx, &claimList, client.UnsafeDisableDeepCopy); err != nil {
-		return input, nil, fmt.Errorf("listing claims: %w", err)
-	}
-	var poolList v1alpha1.NodePoolList
-	if err := p.Kube.List(ctx, &poolList, client.UnsafeDisableDeepCopy); err != nil {
-		return input, nil, fmt.Errorf("listing pools: %w", err)
-	}
-	var daemonSets appsv1.DaemonSetList
-	if err := p.Kube.List(ctx, &daemonSets, client.UnsafeDisableDeepCopy); err != nil {
-		return input, nil, fmt.Errorf("listing DaemonSets: %w", err)
-	}
-
-	// Nodes whose claim is going away, and nodes being drained, hold
-	// nothing new.
-	leaving := map[string]bool{}
-	claimOfNode := newClaimIndex(claimList.Items)
-	for i := range claimList.Items {
-		claim := &claimList.Items[i]
-		if claim.Status.NodeName != "" && !claim.DeletionTimestamp.IsZero() {
-			leaving[claim.Status.NodeName] = true
-		}
-	}
-	for _, node := range nodes {
-		if leaving[node.Name] || !node.DeletionTimestamp.IsZero() || hasDisruptedTaint(node) {
-			continue
-		}
-		if claim := claimOfNode.find(node); claim != nil {
-			node = withoutStartupTaints(withClaimLabels(node, claim), claim)
-		}
-		input.Nodes = append(input.Nodes, node)
-	}
-	input.Pods = make([]*corev1.Pod, 0, len(pods))
-	for _, pod := range pods {
-		switch {
-		case pod.Spec.NodeName != "":
-			input.Pods = append(input.Pods, pod)
-		case Provisionable(pod):
-			input.Pending = append(input.Pending, pod)
-		}
-	}
-	for i := range daemonSets.Items {
-		input.DaemonSets = append(input.DaemonSets, &daemonSets.Items[i])
-	}
-
-	// By pointer: a claim is a kilobyte, and a round reads every one.
-	claimsByPool := map[string][]*v1alpha1.NodeClaim{}
-	for i := range claimList.Items {
-		claim := &claimList.Items[i]
-		claimsByPool[claim.Spec.NodePoolRef.Name] = append(claimsByPool[claim.Spec.NodePoolRef.Name], claim)
-	}
-	open, closed := p.usablePools(ctx, poolList.Items, claimsByPool)
-	simulated := map[string]bool{}
-	for i := range poolList.Items {
-		name := poolList.Items[i].Name
-		if schedulingPool, ok := open[name]; ok {
-			input.Pools = append(input.Pools, schedulingPool)
-			simulated[name] = true
-		} else if schedulingPool, ok := closed[name]; ok {
-			input.Pools = append(input.Pools, schedulingPool)
-			simulated[name] = true
-		}
-	}
-	for i := range claimList.Items {
-		claim := &claimList.Items[i]
-		if !claim.DeletionTimestamp.IsZero() || meta.IsStatusConditionTrue(claim.Status.Conditions, v1alpha1.ConditionRegistered) {
-			continue
-		}
-		if !simulated[claim.Spec.NodePoolRef.Name] {
-			// Its pool is gone or skipped this round: the claim cannot be
-			// simulated as a node of it, and must not stop the others.
-			log.FromContext(ctx).V(1).Info("in-flight claim left out: its pool is not provisioning", "nodeClaim", claim.Name, "nodePool", claim.Spec.NodePoolRef.Name)
-			continue
-		}
-		input.InFlight = append(input.InFlight, scheduling.InFlight{
-			Name: claim.Name,
-			Pool: claim.Spec.NodePoolRef.Name,
-			Shape: scheduling.Shape{
-				Name: claim.Spec.Shape.Name, CPU: claim.Spec.Shape.CPU, Memory: claim.Spec.Shape.Memory,
-			},
-			Zone: zoneOf(claim.Spec.Requirements.NodeSelector),
-		})
-	}
-	// Only open pools get claims.
-	byName := map[string]*v1alpha1.NodePool{}
-	for name, schedulingPool := range open {
-		byName[name] = schedulingPool.NodePool
-	}
-	return input, byName, nil
+	return picture.Input, picture.Open, nil
 }
 
-// podsAndNodes reads every pod and node, from Objects when set.
-func (p *Provisioner) podsAndNodes(ctx context.Context) ([]*corev1.Pod, []*corev1.Node, error) {
-	return PodsAndNodes(ctx, p.Objects, p.Kube)
-}
-
-// PodsAndNodes reads every pod and node from objects when set, else
-// through reader without deep copies (the kubectl plugin's read-only
-// client, tests). What it returns is read only either way.
-func PodsAndNodes(ctx context.Context, objects ObjectSource, reader client.Reader) ([]*corev1.Pod, []*corev1.Node, error) {
-	if objects != nil {
-		return objects.Pods(), objects.Nodes(), nil
-	}
-	var podList corev1.PodList
-	if err := reader.List(ctx, &podList, client.UnsafeDisableDeepCopy); err != nil {
-		return nil, nil, fmt.Errorf("listing pods: %w", err)
-	}
-	var nodeList corev1.NodeList
-	if err := reader.List(ctx, &nodeList, client.UnsafeDisableDeepCopy); err != nil {
-		return nil, nil, fmt.Errorf("listing nodes: %w", err)
-	}
-	pods := make([]*corev1.Pod, len(podList.Items))
-	for i := range podList.Items {
-		pods[i] = &podList.Items[i]
-	}
-	nodes := make([]*corev1.Node, len(nodeList.Items))
-	for i := range nodeList.Items {
-		nodes[i] = &nodeList.Items[i]
-	}
-	return pods, nodes, nil
-}
-
-// usablePools works out, concurrently and under the provider call timeout,
+// UsablePools works out, concurrently and under the provider call timeout,
 // the scheduling pool of every pool that can provision now (open). A pool
 // that cannot is backed off and left out; one still backed off is left out
 // without asking its provider again. A pool left out only because its
 // provider failed is still simulated from its last good picture with every
 // shape closed (closed), so the machines it is booting count and are not
 // bought twice elsewhere; it gets no new claims.
-func (p *Provisioner) usablePools(ctx context.Context, pools []v1alpha1.NodePool, claimsByPool map[string][]*v1alpha1.NodeClaim) (open, closed map[string]scheduling.Pool) {
+func (p *Provisioner) UsablePools(ctx context.Context, pools []v1alpha1.NodePool, claimsByPool map[string][]*v1alpha1.NodeClaim) (open, closed map[string]scheduling.Pool) {
 	var (
 		mu sync.Mutex
 		wg sync.WaitGroup
@@ -706,6 +580,7 @@ func (p *Provisioner) createClaim(ctx context.Context, pool *v1alpha1.NodePool, 
 		}
 		return nil, err
 	}
+	p.Writes.Created(claim)
 	metrics.NodeClaimsCreated.WithLabelValues(pool.Name, reason).Inc()
 	return claim, nil
 }
@@ -783,132 +658,8 @@ func cheapest(pool scheduling.Pool) (scheduling.Shape, bool) {
 }
 
 // Provisionable says whether a pod is one provisioning should find room
-// for: the scheduler found no node for it, it is not a DaemonSet's (those
-// follow nodes), and nothing is already arranged for it.
-func Provisionable(pod *corev1.Pod) bool {
-	if pod.Spec.NodeName != "" || pod.Status.NominatedNodeName != "" || !pod.DeletionTimestamp.IsZero() {
-		return false
-	}
-	if scheduling.Terminated(pod) || scheduling.BelongsToNode(pod) {
-		return false
-	}
-	for _, condition := range pod.Status.Conditions {
-		if condition.Type == corev1.PodScheduled {
-			return condition.Status == corev1.ConditionFalse && condition.Reason == corev1.PodReasonUnschedulable
-		}
-	}
-	return false
-}
-
-// claimIndex finds the live claim a node belongs to, the way registration
-// will match them: by providerID, else by name.
-type claimIndex struct {
-	byProviderID map[string]*v1alpha1.NodeClaim
-	byName       map[string]*v1alpha1.NodeClaim
-}
-
-func newClaimIndex(claims []v1alpha1.NodeClaim) claimIndex {
-	index := claimIndex{byProviderID: make(map[string]*v1alpha1.NodeClaim, len(claims)), byName: make(map[string]*v1alpha1.NodeClaim, 2*len(claims))}
-	for i := range claims {
-		claim := &claims[i]
-		if !claim.DeletionTimestamp.IsZero() {
-			continue
-		}
-		if claim.Status.ProviderID != "" {
-			index.byProviderID[claim.Status.ProviderID] = claim
-		}
-		index.byName[claim.Name] = claim
-		if claim.Status.NodeName != "" {
-			index.byName[claim.Status.NodeName] = claim
-		}
-	}
-	return index
-}
-
-func (c claimIndex) find(node *corev1.Node) *v1alpha1.NodeClaim {
-	if claim, ok := c.byProviderID[node.Spec.ProviderID]; ok && node.Spec.ProviderID != "" {
-		return claim
-	}
-	return c.byName[node.Name]
-}
-
-// withClaimLabels returns the node as it is once its claim has adopted it.
-// A node that just registered may not carry the pool's labels yet (its
-// kubelet does not set them; the lifecycle controller adds them), while its
-// claim already counts as registered: simulated without them, the node
-// would look unfit for the pods it was made for, and a second node would be
-// bought.
-func withClaimLabels(node *corev1.Node, claim *v1alpha1.NodeClaim) *corev1.Node {
-	if node.Labels[v1alpha1.LabelNodeClaim] == claim.Name {
-		return node
-	}
-	adopted := node.DeepCopy()
-	if adopted.Labels == nil {
-		adopted.Labels = map[string]string{}
-	}
-	for key, value := range claim.Labels {
-		if key != v1alpha1.LabelNodeProvider {
-			adopted.Labels[key] = value
-		}
-	}
-	adopted.Labels[v1alpha1.LabelNodePool] = claim.Spec.NodePoolRef.Name
-	adopted.Labels[v1alpha1.LabelNodeClaim] = claim.Name
-	return adopted
-}
-
-// ephemeralTaints are put on every node while it starts and taken off
-// once it is ready; pods do not tolerate them, and need not.
-var ephemeralTaints = []corev1.Taint{
-	{Key: corev1.TaintNodeNotReady, Effect: corev1.TaintEffectNoSchedule},
-	{Key: corev1.TaintNodeUnreachable, Effect: corev1.TaintEffectNoSchedule},
-	// k8s.io/cloud-provider's TaintExternalCloudProvider.
-	{Key: "node.cloudprovider.kubernetes.io/uninitialized", Value: "true", Effect: corev1.TaintEffectNoSchedule},
-}
-
-// withoutStartupTaints returns a node whose claim is not Initialized yet
-// as it will be once it is: without its startup taints and the taints every
-// starting node carries, as Karpenter simulates it. Simulated with them, a
-// node still starting looks unfit for the pods it was made for, and every
-// batch while it starts buys nodes again, which in a large scale-up is
-// several per cent of nodes too many.
-func withoutStartupTaints(node *corev1.Node, claim *v1alpha1.NodeClaim) *corev1.Node {
-	if meta.IsStatusConditionTrue(claim.Status.Conditions, v1alpha1.ConditionInitialized) || len(node.Spec.Taints) == 0 {
-		return node
-	}
-	starting := func(taint corev1.Taint) bool {
-		for _, startup := range append(claim.Spec.StartupTaints, ephemeralTaints...) {
-			if startup.MatchTaint(&taint) {
-				return true
-			}
-		}
-		return false
-	}
-	if !slices.ContainsFunc(node.Spec.Taints, starting) {
-		return node
-	}
-	// A shallow copy with taints of its own: the node may be the cache's.
-	started := *node
-	started.Spec.Taints = slices.DeleteFunc(slices.Clone(node.Spec.Taints), starting)
-	return &started
-}
-
-func hasDisruptedTaint(node *corev1.Node) bool {
-	for _, taint := range node.Spec.Taints {
-		if taint.Key == v1alpha1.TaintDisrupted {
-			return true
-		}
-	}
-	return false
-}
-
-func zoneOf(requirements []corev1.NodeSelectorRequirement) string {
-	for _, requirement := range requirements {
-		if requirement.Key == corev1.LabelTopologyZone && requirement.Operator == corev1.NodeSelectorOpIn && len(requirement.Values) == 1 {
-			return requirement.Values[0]
-		}
-	}
-	return ""
-}
+// for (clusterstate.Provisionable).
+func Provisionable(pod *corev1.Pod) bool { return clusterstate.Provisionable(pod) }
 
 // zonesOf lists the zones a NodeProvider can put machines in, for template
 // nodes' zone labels.

@@ -4,13 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 	"sync"
 
-	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/apimachinery/pkg/util/validation"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
@@ -55,14 +52,11 @@ type checkedTemplate struct {
 // make a node of shapes, nil when it can, and another error when it could
 // not tell (the dry run failed for another reason).
 func (t *TemplateCheck) Check(ctx context.Context, pool *v1alpha1.NodePool, shapes scheduling.Shapes) error {
-	shape, ok := anyShape(shapes)
+	shape, ok := poolclaims.AnyShape(shapes)
 	if !ok {
 		return nil
 	}
-	if _, err := scheduling.TemplateNode(pool, shape, "", "template"); err != nil {
-		return &TemplateInvalidError{Err: err}
-	}
-	if err := validateTaints(pool); err != nil {
+	if err := poolclaims.TemplateProblem(pool, shapes); err != nil {
 		return &TemplateInvalidError{Err: err}
 	}
 	if t == nil || t.Kube == nil {
@@ -100,50 +94,4 @@ func messageOf(err error) string {
 		return status.Status().Message
 	}
 	return err.Error()
-}
-
-// anyShape is one shape the pool can make: the template's validity does
-// not depend on which.
-func anyShape(shapes scheduling.Shapes) (scheduling.Shape, bool) {
-	if len(shapes.Fixed) > 0 {
-		return shapes.Fixed[0], true
-	}
-	if f := shapes.Flexible; f != nil {
-		return scheduling.Shape{Name: "flexible", CPU: f.MinCPU, Memory: f.MinMemory}, true
-	}
-	return scheduling.Shape{}, false
-}
-
-// validateTaints applies the API server's rules for Node taints, which a
-// NodeClaim's schema does not: a taint it refuses would fail only when the
-// node registers, after a machine was paid for.
-func validateTaints(pool *v1alpha1.NodePool) error {
-	var problems []string
-	for _, list := range []struct {
-		field  string
-		taints []corev1.Taint
-	}{
-		{"spec.template.taints", pool.Spec.Template.Taints}, {"spec.template.startupTaints", pool.Spec.Template.StartupTaints},
-	} {
-		for i, taint := range list.taints {
-			path := fmt.Sprintf("%s[%d]", list.field, i)
-			for _, msg := range validation.IsQualifiedName(taint.Key) {
-				problems = append(problems, fmt.Sprintf("%s.key %q: %s", path, taint.Key, msg))
-			}
-			if taint.Value != "" {
-				for _, msg := range validation.IsValidLabelValue(taint.Value) {
-					problems = append(problems, fmt.Sprintf("%s.value %q: %s", path, taint.Value, msg))
-				}
-			}
-			switch taint.Effect {
-			case corev1.TaintEffectNoSchedule, corev1.TaintEffectPreferNoSchedule, corev1.TaintEffectNoExecute:
-			default:
-				problems = append(problems, fmt.Sprintf("%s.effect %q: must be NoSchedule, PreferNoSchedule or NoExecute", path, taint.Effect))
-			}
-		}
-	}
-	if len(problems) == 0 {
-		return nil
-	}
-	return errors.New(strings.Join(problems, "; "))
 }

@@ -34,6 +34,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/claimscale/claimscale/api/v1alpha1"
+	"github.com/claimscale/claimscale/internal/clusterstate"
 	"github.com/claimscale/claimscale/internal/controllers/disruption"
 	"github.com/claimscale/claimscale/internal/metrics"
 	"github.com/claimscale/claimscale/internal/poolclaims"
@@ -70,6 +71,10 @@ type Controller struct {
 	Kube     client.Client
 	Recorder events.EventRecorder
 	Clock    clock.Clock
+	// Writes records the claims repair creates and deletes until the
+	// cache shows them, and its claims are read with them; nil records
+	// none.
+	Writes *clusterstate.Writes
 }
 
 // SetupWithManager registers the controller. Claims and Ready changes of
@@ -140,13 +145,13 @@ func (c *Controller) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	}
 	now := c.Clock.Now()
 
-	var claims v1alpha1.NodeClaimList
-	if err := c.Kube.List(ctx, &claims); err != nil {
-		return reconcile.Result{}, fmt.Errorf("listing claims of pool %s: %w", pool.Name, err)
+	claims, err := (&clusterstate.Cluster{Kube: c.Kube, Writes: c.Writes}).Claims(ctx)
+	if err != nil {
+		return reconcile.Result{}, fmt.Errorf("reading the claims of pool %s: %w", pool.Name, err)
 	}
 	var live, inRepair []*v1alpha1.NodeClaim
-	for i := range claims.Items {
-		claim := &claims.Items[i]
+	for i := range claims {
+		claim := &claims[i]
 		if claim.Spec.NodePoolRef.Name != pool.Name {
 			continue
 		}
@@ -215,7 +220,7 @@ func (c *Controller) Reconcile(ctx context.Context, req reconcile.Request) (reco
 			next = sooner(next, recheck)
 			continue
 		}
-		if err := c.repair(ctx, pool, claims.Items, node, settings.after); err != nil {
+		if err := c.repair(ctx, pool, claims, node, settings.after); err != nil {
 			return reconcile.Result{}, err
 		}
 		if !resuming {
@@ -334,6 +339,7 @@ func (c *Controller) repair(ctx context.Context, pool *v1alpha1.NodePool, claims
 	if err := c.Kube.Delete(ctx, claim); client.IgnoreNotFound(err) != nil {
 		return fmt.Errorf("deleting unhealthy claim %s: %w", claim.Name, err)
 	}
+	c.Writes.Deleted(claim)
 	metrics.NodesRepaired.WithLabelValues(pool.Name).Inc()
 	return nil
 }
@@ -352,6 +358,7 @@ func (c *Controller) createReplacement(ctx context.Context, pool *v1alpha1.NodeP
 	if err := c.Kube.Create(ctx, replacement); err != nil {
 		return nil, fmt.Errorf("creating a replacement for unhealthy claim %s in pool %s: %w", claim.Name, pool.Name, err)
 	}
+	c.Writes.Created(replacement)
 	metrics.NodeClaimsCreated.WithLabelValues(pool.Name, metrics.ReasonRepair).Inc()
 	return replacement, nil
 }
