@@ -52,9 +52,9 @@ type Pools struct {
 	failures retry.Backoff
 
 	mu sync.Mutex
-	// calls are the provider calls running, by pool; last, each pool's
-	// last answer.
-	calls map[string]*call
+	// calls are the provider calls running, by pool generation; last,
+	// each pool's last answer.
+	calls map[generationKey]*call
 	last  map[string]answer
 }
 
@@ -144,6 +144,19 @@ type call struct {
 	abandoned bool
 }
 
+// generationKey is one generation of a pool: the provider's shapes depend
+// on the pool's spec, so a reader of a newer one does not join the call of
+// an older one.
+type generationKey struct {
+	name       string
+	uid        types.UID
+	generation int64
+}
+
+func keyOf(pool *v1alpha1.NodePool) generationKey {
+	return generationKey{pool.Name, pool.UID, pool.Generation}
+}
+
 // answer is a call's outcome for one generation of a pool and one state of
 // its provider.
 type answer struct {
@@ -184,16 +197,16 @@ func (p *Pools) Offer(ctx context.Context, pool *v1alpha1.NodePool, read Read) (
 	state := p.providerState(ctx, pool)
 	p.mu.Lock()
 	if p.calls == nil {
-		p.calls, p.last = map[string]*call{}, map[string]answer{}
+		p.calls, p.last = map[generationKey]*call{}, map[string]answer{}
 	}
 	if last, ok := p.last[pool.Name]; ok && read.MaxAge > 0 && last.of(pool, state) && p.now().Sub(last.at) < read.MaxAge {
 		p.mu.Unlock()
 		return last.offer, last.err
 	}
-	c, running := p.calls[pool.Name]
+	c, running := p.calls[keyOf(pool)]
 	if !running {
 		c = &call{done: make(chan struct{})}
-		p.calls[pool.Name] = c
+		p.calls[keyOf(pool)] = c
 		go p.call(ctx, pool.DeepCopy(), state, p.timeout(ctx, read), c)
 	}
 	p.mu.Unlock()
@@ -265,8 +278,11 @@ func (p *Pools) call(ctx context.Context, pool *v1alpha1.NodePool, state string,
 	}
 	p.mu.Lock()
 	c.offer, c.err = offer, err
-	delete(p.calls, pool.Name)
-	if offer.Offered != nil || err == nil {
+	delete(p.calls, keyOf(pool))
+	// An older generation's call that ends late leaves a newer answer be.
+	last, ok := p.last[pool.Name]
+	newer := ok && last.uid == pool.UID && last.generation > pool.Generation
+	if (offer.Offered != nil || err == nil) && !newer {
 		p.last[pool.Name] = answer{uid: pool.UID, generation: pool.Generation, provider: state, at: p.now(), offer: offer, err: err}
 	}
 	abandoned := c.abandoned

@@ -57,12 +57,14 @@ func poolOf(generation int64) *v1alpha1.NodePool {
 func shapeCalls(infra *fake.Infrastructure) int { return len(infra.Calls(fake.Shapes)) }
 
 // done is closed when the pool's running call ends (at once when none
-// runs).
+// runs); the tests run one call of a pool at a time.
 func (p *Pools) done(pool string) <-chan struct{} {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if c, ok := p.calls[pool]; ok {
-		return c.done
+	for key, c := range p.calls {
+		if key.name == pool {
+			return c.done
+		}
 	}
 	ended := make(chan struct{})
 	close(ended)
@@ -90,6 +92,31 @@ func TestReadersShareOneCallPerPool(t *testing.T) {
 	offer, err := pools.Offer(t.Context(), poolOf(1), read)
 	if err != nil || len(offer.Shapes.Fixed) != 1 || offer.Shapes.Fixed[0].Name != "c2" {
 		t.Fatalf("offer %+v, error %v; want c2 resolved", offer, err)
+	}
+}
+
+// The provider's shapes depend on the pool's spec: a reader of a newer
+// generation makes its own call instead of joining an older one's, and the
+// older call, ending last, does not replace the newer answer.
+func TestANewGenerationOfThePoolIsAskedAfresh(t *testing.T) {
+	infra := fake.NewInfrastructure(c2)
+	slow := held{Provider: infra.Provider("test"), release: make(chan struct{})}
+	pools := &Pools{Providers: resolver{slow}}
+	read := Read{Wait: time.Millisecond, CallTimeout: time.Minute}
+	var tooSlow *SlowProviderError
+	for _, generation := range []int64{1, 2} {
+		if _, err := pools.Offer(t.Context(), poolOf(generation), read); !errors.As(err, &tooSlow) {
+			t.Fatalf("generation %d: err = %v while the provider is held, want a SlowProviderError", generation, err)
+		}
+	}
+	close(slow.release)
+	<-pools.done("pool")
+	<-pools.done("pool")
+	if n := shapeCalls(infra); n != 2 {
+		t.Fatalf("%d Shapes calls for two generations of the pool, want 2", n)
+	}
+	if last := pools.last["pool"]; last.generation != 2 {
+		t.Fatalf("the kept answer is of generation %d, want 2", last.generation)
 	}
 }
 
