@@ -28,7 +28,7 @@ type held struct {
 	release chan struct{}
 }
 
-func (h held) Shapes(ctx context.Context, pool *v1alpha1.NodePool) ([]provider.Shape, error) {
+func (h *held) Shapes(ctx context.Context, pool *v1alpha1.NodePool) ([]provider.Shape, error) {
 	select {
 	case <-h.release:
 	case <-ctx.Done():
@@ -56,6 +56,31 @@ func poolOf(generation int64) *v1alpha1.NodePool {
 
 func shapeCalls(infra *fake.Infrastructure) int { return len(infra.Calls(fake.Shapes)) }
 
+// heldPools is Pools on a provider held until the test releases it, and
+// the reads of a provisioning round, which wait a millisecond for it.
+func heldPools() (*Pools, *held, *fake.Infrastructure, Read) {
+	infra := fake.NewInfrastructure(c2)
+	slow := &held{Provider: infra.Provider("test"), release: make(chan struct{})}
+	return &Pools{Providers: resolver{slow}}, slow, infra, Read{Wait: time.Millisecond, CallTimeout: time.Minute}
+}
+
+// releaseCall lets the pool's running call end, waits for it, and holds
+// the next one.
+func releaseCall(pools *Pools, slow *held) {
+	close(slow.release)
+	<-pools.done("pool")
+	slow.release = make(chan struct{})
+}
+
+// offerTooSlow reads the pool's offer while its provider is held.
+func offerTooSlow(t *testing.T, pools *Pools, pool *v1alpha1.NodePool, read Read) {
+	t.Helper()
+	var tooSlow *SlowProviderError
+	if _, err := pools.Offer(t.Context(), pool, read); !errors.As(err, &tooSlow) {
+		t.Fatalf("generation %d: err = %v while the provider is held, want a SlowProviderError", pool.Generation, err)
+	}
+}
+
 // done is closed when the pool's running call ends (at once when none
 // runs); the tests run one call of a pool at a time.
 func (p *Pools) done(pool string) <-chan struct{} {
@@ -74,18 +99,11 @@ func (p *Pools) done(pool string) <-chan struct{} {
 // Readers that come while a pool's call runs wait for that call instead of
 // making their own.
 func TestReadersShareOneCallPerPool(t *testing.T) {
-	infra := fake.NewInfrastructure(c2)
-	slow := held{Provider: infra.Provider("test"), release: make(chan struct{})}
-	pools := &Pools{Providers: resolver{slow}}
-	read := Read{Wait: time.Millisecond, CallTimeout: time.Minute}
-	var tooSlow *SlowProviderError
+	pools, slow, infra, read := heldPools()
 	for range 3 {
-		if _, err := pools.Offer(t.Context(), poolOf(1), read); !errors.As(err, &tooSlow) {
-			t.Fatalf("err = %v while the provider is held, want a SlowProviderError", err)
-		}
+		offerTooSlow(t, pools, poolOf(1), read)
 	}
-	close(slow.release)
-	<-pools.done("pool")
+	releaseCall(pools, slow)
 	if n := shapeCalls(infra); n != 1 {
 		t.Fatalf("%d Shapes calls for three readers of one running call, want 1", n)
 	}
@@ -99,15 +117,9 @@ func TestReadersShareOneCallPerPool(t *testing.T) {
 // generation makes its own call instead of joining an older one's, and the
 // older call, ending last, does not replace the newer answer.
 func TestANewGenerationOfThePoolIsAskedAfresh(t *testing.T) {
-	infra := fake.NewInfrastructure(c2)
-	slow := held{Provider: infra.Provider("test"), release: make(chan struct{})}
-	pools := &Pools{Providers: resolver{slow}}
-	read := Read{Wait: time.Millisecond, CallTimeout: time.Minute}
-	var tooSlow *SlowProviderError
+	pools, slow, infra, read := heldPools()
 	for _, generation := range []int64{1, 2} {
-		if _, err := pools.Offer(t.Context(), poolOf(generation), read); !errors.As(err, &tooSlow) {
-			t.Fatalf("generation %d: err = %v while the provider is held, want a SlowProviderError", generation, err)
-		}
+		offerTooSlow(t, pools, poolOf(generation), read)
 	}
 	close(slow.release)
 	<-pools.done("pool")
@@ -197,37 +209,20 @@ func TestAnswersAreKeptForTheirProviderState(t *testing.T) {
 // SlowProviderError. The call it left behind records its own failure in
 // the pool's backoff.
 func TestASlowProviderIsLeftBehindAndItsFailureBacksThePoolOff(t *testing.T) {
-	infra := fake.NewInfrastructure(c2)
-	slow := held{Provider: infra.Provider("test"), release: make(chan struct{})}
-	pools := &Pools{Providers: resolver{slow}}
-	read := Read{Wait: 10 * time.Millisecond, CallTimeout: time.Minute}
-
-	_, err := pools.Offer(t.Context(), poolOf(1), read)
-	var tooSlow *SlowProviderError
-	if !errors.As(err, &tooSlow) {
-		t.Fatalf("err = %v, want a SlowProviderError", err)
-	}
-	close(slow.release)
-	<-pools.done("pool")
+	pools, slow, infra, read := heldPools()
+	offerTooSlow(t, pools, poolOf(1), read)
+	releaseCall(pools, slow)
 
 	// The answer the abandoned call got serves the next slow round.
-	slow.release = make(chan struct{})
-	pools.Providers = resolver{slow}
 	offer, err := pools.Offer(t.Context(), poolOf(1), read)
 	if err != nil || len(offer.Offered) != 1 {
 		t.Fatalf("offer %+v, error %v; want the last answer", offer, err)
 	}
-	close(slow.release)
-	<-pools.done("pool")
+	releaseCall(pools, slow)
 	// It is no answer for the next generation of the pool.
-	slow.release = make(chan struct{})
-	pools.Providers = resolver{slow}
-	if _, err := pools.Offer(t.Context(), poolOf(2), read); !errors.As(err, &tooSlow) {
-		t.Fatalf("err = %v for a new generation, want a SlowProviderError", err)
-	}
+	offerTooSlow(t, pools, poolOf(2), read)
 	infra.Fail(fake.Shapes, errors.New("catalog unavailable"))
-	close(slow.release)
-	<-pools.done("pool")
+	releaseCall(pools, slow)
 	if err := pools.Waiting(poolOf(2)); err == nil {
 		t.Fatal("the pool is not backed off after its abandoned call failed")
 	}

@@ -103,7 +103,7 @@ func PoolShapes(pool *v1alpha1.NodePool, resolved []shapecatalog.Shape) (Shapes,
 			s.Price = p
 		}
 		if s.Price == 0 {
-			s.Price = shapecatalog.SizePrice(s.CPU, s.Memory, shapecatalog.DefaultPricePerCPU, shapecatalog.DefaultPricePerGiB)
+			s.Price = shapecatalog.DefaultSizePrice(s.CPU, s.Memory)
 		}
 		out.Fixed = append(out.Fixed, s)
 	}
