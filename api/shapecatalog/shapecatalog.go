@@ -1,8 +1,9 @@
 // Package shapecatalog is the vocabulary of machine sizes that providers and the
 // scheduling core share: the Shape a provider offers, the price a size has
-// when neither the pool nor the provider names one, and the name a size of
-// a flexible range is given. It imports nothing of ours, so the scheduling
-// core and every provider may use it without depending on each other.
+// when neither the pool nor the provider names one, the flexible range's
+// grid (Grid) and the name a size of it is given. It imports nothing of
+// ours but the API types, so the scheduling core and every provider may use
+// it without depending on each other.
 package shapecatalog
 
 import (

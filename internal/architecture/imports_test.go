@@ -111,6 +111,11 @@ var rules = []rule{
 		forbids:   func(rel string) bool { return under(rel, "internal/controllers") },
 	},
 	{
+		name:      "pool usability imports no controller: provisioning, the NodePool status and the shim all read it",
+		appliesTo: func(rel string) bool { return under(rel, "internal/poolusability") },
+		forbids:   func(rel string) bool { return under(rel, "internal/controllers") },
+	},
+	{
 		name:      "the kubectl plugin takes its cluster picture from clusterstate, not provisioning",
 		appliesTo: func(rel string) bool { return under(rel, "internal/kubectlplugin") },
 		forbids:   func(rel string) bool { return under(rel, "internal/controllers/provisioning") },
@@ -267,6 +272,7 @@ func TestRulesCatchABreak(t *testing.T) {
 		"internal/externalgrpc":  pkg("internal/externalgrpc", "internal/controllers/provisioning"),
 		"internal/kubectlplugin": pkg("internal/kubectlplugin", "internal/controllers/provisioning"),
 		"internal/metrics":       pkg("internal/metrics", "internal/operator"),
+		"internal/poolusability": pkg("internal/poolusability", "internal/controllers/nodepool"),
 	}
 	found := violations(broken)
 	for _, r := range rules {

@@ -14,6 +14,7 @@ import (
 
 	"github.com/claimscale/claimscale/api/v1alpha1"
 	"github.com/claimscale/claimscale/internal/externalgrpc/protos"
+	"github.com/claimscale/claimscale/internal/poolusability"
 )
 
 // The benchmarks call the handlers in-process against the manager's real
@@ -78,7 +79,7 @@ func benchCluster(b *testing.B) []*corev1.Node {
 }
 
 func benchProvider() *cloudProvider {
-	return &cloudProvider{kube: cached, shapes: newShapeCache(resolver, clock.RealClock{})}
+	return &cloudProvider{kube: cached, shapes: newShapeCache(&poolusability.Pools{Providers: resolver, Clock: clock.RealClock{}}, clock.RealClock{})}
 }
 
 func BenchmarkNodeGroupForNode(b *testing.B) {

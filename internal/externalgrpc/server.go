@@ -22,6 +22,7 @@ import (
 	"github.com/claimscale/claimscale/internal/clusterstate"
 	"github.com/claimscale/claimscale/internal/externalgrpc/protos"
 	"github.com/claimscale/claimscale/internal/metrics"
+	"github.com/claimscale/claimscale/internal/poolusability"
 )
 
 // DefaultBindAddress is where cluster-autoscaler's cloud-config points by
@@ -69,7 +70,10 @@ type Dependencies struct {
 	Kube client.Client
 	// Providers resolve pools' shapes.
 	Providers ProviderResolver
-	Logger    logr.Logger
+	// Pools resolves and keeps pools' shapes, shared with the NodePool
+	// status; nil builds one from Providers, Kube and Clock.
+	Pools  *poolusability.Pools
+	Logger logr.Logger
 	// Clock for cache lifetimes; nil is the real clock.
 	Clock clock.PassiveClock
 	// Writes waits for the cache to show the server's own writes; nil
@@ -120,7 +124,10 @@ func New(opts Options, deps Dependencies) (*Server, error) {
 		serverOptions = append(serverOptions, grpc.Creds(credentials.NewTLS(serverTLS.config())))
 	}
 	s.grpc = grpc.NewServer(serverOptions...)
-	shapes := newShapeCache(deps.Providers, deps.Clock)
+	if deps.Pools == nil {
+		deps.Pools = &poolusability.Pools{Providers: deps.Providers, Kube: deps.Kube, Clock: deps.Clock}
+	}
+	shapes := newShapeCache(deps.Pools, deps.Clock)
 	protos.RegisterCloudProviderServer(s.grpc, &cloudProvider{
 		kube:     deps.Kube,
 		shapes:   shapes,

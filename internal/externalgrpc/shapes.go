@@ -2,18 +2,17 @@ package externalgrpc
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sort"
-	"strconv"
-	"sync"
 	"time"
 
-	"golang.org/x/sync/singleflight"
 	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/utils/clock"
 
 	"github.com/claimscale/claimscale/api/shapecatalog"
 	"github.com/claimscale/claimscale/api/v1alpha1"
+	"github.com/claimscale/claimscale/internal/poolusability"
 	"github.com/claimscale/claimscale/internal/scheduling"
 	"github.com/claimscale/claimscale/pkg/provider"
 )
@@ -26,7 +25,8 @@ type ProviderResolver interface {
 // shapesTTL bounds how stale a pool's resolved shapes may be: resolving
 // reads the provider's credentials and may ask its API for a catalog, too
 // much for every template or scale-up request, while prices and catalogs
-// change rarely. A change to the pool itself is seen at once.
+// change rarely. A change to the pool, or to its NodeProvider, is seen at
+// once.
 const shapesTTL = time.Minute
 
 // poolShapes is what a pool makes, as the shim needs it.
@@ -62,63 +62,38 @@ func (p *poolShapes) price(name string, cpu, memory resource.Quantity) (float64,
 	return price, ok
 }
 
-type cachedShapes struct {
-	generation int64
-	until      time.Time
-	shapes     *poolShapes
-}
-
-// shapeCache resolves pools' shapes through their providers and keeps them
-// for shapesTTL, resolving each pool once however many requests wait.
+// shapeCache reads pools' shapes from the Pools shared with provisioning
+// and the NodePool status, taking an answer up to shapesTTL old, so that
+// each pool is resolved once however many requests wait.
 type shapeCache struct {
-	providers ProviderResolver
-	clock     clock.PassiveClock
-
-	group singleflight.Group
-	mu    sync.Mutex
-	pools map[string]cachedShapes
+	pools *poolusability.Pools
+	// clock is the shim's: the ages of instances are read on it too.
+	clock clock.PassiveClock
 }
 
-func newShapeCache(providers ProviderResolver, clk clock.PassiveClock) *shapeCache {
-	return &shapeCache{providers: providers, clock: clk, pools: map[string]cachedShapes{}}
+func newShapeCache(pools *poolusability.Pools, clk clock.PassiveClock) *shapeCache {
+	return &shapeCache{pools: pools, clock: clk}
 }
 
 func (s *shapeCache) get(ctx context.Context, pool *v1alpha1.NodePool) (*poolShapes, error) {
-	s.mu.Lock()
-	cached, ok := s.pools[pool.Name]
-	s.mu.Unlock()
-	if ok && cached.generation == pool.Generation && s.clock.Now().Before(cached.until) {
-		return cached.shapes, nil
-	}
-	key := pool.Name + "/" + strconv.FormatInt(pool.Generation, 10)
-	resolved, err, _ := s.group.Do(key, func() (any, error) {
-		shapes, err := s.resolve(ctx, pool)
-		if err != nil {
-			return nil, err
-		}
-		s.mu.Lock()
-		s.pools[pool.Name] = cachedShapes{generation: pool.Generation, until: s.clock.Now().Add(shapesTTL), shapes: shapes}
-		s.mu.Unlock()
-		return shapes, nil
-	})
-	if err != nil {
+	offer, err := s.pools.Offer(ctx, pool, poolusability.Read{MaxAge: shapesTTL})
+	var failed *poolusability.CallError
+	switch {
+	case errors.As(err, &failed) && failed.Step == poolusability.ListingZones:
+		// The shim serves no zones of its own: the shapes are enough.
+	case errors.As(err, &failed) && failed.Step == poolusability.ListingShapes:
+		return nil, fmt.Errorf("resolving shapes of NodePool %s: %w", pool.Name, failed.Err)
+	case err != nil:
 		return nil, err
 	}
-	return resolved.(*poolShapes), nil
+	return served(pool, offer)
 }
 
-func (s *shapeCache) resolve(ctx context.Context, pool *v1alpha1.NodePool) (*poolShapes, error) {
-	machines, err := s.providers.ForProviderName(ctx, pool.Spec.ProviderRef.Name)
-	if err != nil {
-		return nil, err
-	}
-	offered, err := machines.Shapes(ctx, pool)
-	if err != nil {
-		return nil, fmt.Errorf("resolving shapes of NodePool %s: %w", pool.Name, err)
-	}
-	shapes, err := scheduling.PoolShapes(pool, offered)
-	if err != nil {
-		return nil, err
+// served is what the shim serves of a pool's offer.
+func served(pool *v1alpha1.NodePool, offer poolusability.Offer) (*poolShapes, error) {
+	offered, shapes := offer.Offered, offer.Shapes
+	if offer.ShapesErr != nil {
+		return nil, offer.ShapesErr
 	}
 	resolved := &poolShapes{resolved: shapes, prices: map[string]float64{}}
 	if f := shapes.Flexible; f != nil {

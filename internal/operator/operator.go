@@ -33,6 +33,7 @@ import (
 	"github.com/claimscale/claimscale/internal/externalgrpc"
 	"github.com/claimscale/claimscale/internal/externalscaler"
 	"github.com/claimscale/claimscale/internal/index"
+	"github.com/claimscale/claimscale/internal/poolusability"
 	"github.com/claimscale/claimscale/internal/providerresolver"
 	"github.com/claimscale/claimscale/internal/warmcapacity"
 	"github.com/claimscale/claimscale/pkg/provider"
@@ -155,7 +156,7 @@ func Setup(ctx context.Context, mgr manager.Manager, opts Options) (*Operator, e
 	if err := mgr.AddMetricsServerExtraHandler(decisions.Path, decisions.Handler(op.Decisions)); err != nil {
 		return nil, fmt.Errorf("serving decisions: %w", err)
 	}
-	templates := &provisioning.TemplateCheck{Kube: mgr.GetClient()}
+	templates := &poolusability.TemplateCheck{Kube: mgr.GetClient()}
 	broadcaster, err := startEventBroadcaster(ctx, mgr)
 	if err != nil {
 		return nil, err
@@ -163,6 +164,10 @@ func Setup(ctx context.Context, mgr manager.Manager, opts Options) (*Operator, e
 	recorder := func(name string) events.EventRecorder {
 		return newEventRecorder(broadcaster.NewRecorder(mgr.GetScheme(), name), mgr.GetScheme())
 	}
+	// One answer per pool and provider state for provisioning, the
+	// NodePool status and the externalgrpc shim; the backoff it keeps is
+	// provisioning's, so are its events.
+	pools := &poolusability.Pools{Providers: resolver, Kube: mgr.GetClient(), Clock: opts.Clock, Recorder: recorder(provisioning.Name)}
 
 	bootstrapper, err := newBootstrapper(mgr, opts)
 	if err != nil {
@@ -184,7 +189,7 @@ func Setup(ctx context.Context, mgr manager.Manager, opts Options) (*Operator, e
 			KeepFailedClaims: opts.Mode == ModeExternalGRPC,
 			Bootstrap:        bootstrapper,
 		},
-		&nodepool.Controller{Kube: mgr.GetClient(), Providers: resolver, Templates: templates, Recorder: recorder(nodepool.Name)},
+		&nodepool.Controller{Kube: mgr.GetClient(), Providers: resolver, Pools: pools, Templates: templates, Recorder: recorder(nodepool.Name)},
 		// The claims' tokens are approved by nothing else.
 		&csrapproval.Controller{Kube: mgr.GetClient(), Tokens: bootstrapper.Tokens, Recorder: recorder(csrapproval.Name), Clock: opts.Clock},
 		&nodeprovider.Controller{Kube: mgr.GetClient(), Providers: resolver, Recorder: recorder(nodeprovider.Name)},
@@ -207,7 +212,7 @@ func Setup(ctx context.Context, mgr manager.Manager, opts Options) (*Operator, e
 			&provisioning.Controller{
 				Provisioner: &provisioning.Provisioner{
 					Kube: mgr.GetClient(), Objects: objects, Providers: resolver, Capacity: capacityBackoff,
-					Recorder: recorder(provisioning.Name), Clock: opts.Clock, Templates: templates,
+					Recorder: recorder(provisioning.Name), Clock: opts.Clock, Templates: templates, Pools: pools,
 					WarmCapacity: warm, Decisions: op.Decisions, DryRun: opts.DryRun,
 					PodLatency: podLatency, Writes: writes,
 				},
@@ -266,7 +271,7 @@ func Setup(ctx context.Context, mgr manager.Manager, opts Options) (*Operator, e
 	}
 	if opts.Mode == ModeExternalGRPC {
 		server, err := externalgrpc.New(opts.ExternalGRPC, externalgrpc.Dependencies{
-			Kube: mgr.GetClient(), Providers: resolver,
+			Kube: mgr.GetClient(), Providers: resolver, Pools: pools,
 			Logger: mgr.GetLogger(), Clock: opts.Clock, Writes: writes,
 		})
 		if err != nil {

@@ -13,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/claimscale/claimscale/api/shapecatalog"
 	"github.com/claimscale/claimscale/api/v1alpha1"
 	"github.com/claimscale/claimscale/internal/scheduling"
 )
@@ -68,7 +69,7 @@ func knownPrice(pool *v1alpha1.NodePool, shape scheduling.Shape) bool {
 			return true
 		}
 	}
-	rank := float64(shape.CPU.MilliValue())/1000 + float64(shape.Memory.Value())/(1<<30)/4
+	rank := shapecatalog.DefaultSizePrice(shape.CPU, shape.Memory)
 	return math.Abs(shape.Price-rank) > 1e-9*max(1, rank)
 }
 

@@ -183,9 +183,9 @@ func (p *poolState) flexAlloc(axis, i int) int64 {
 	}
 	var capacity corev1.ResourceList
 	if axis == 0 {
-		capacity = corev1.ResourceList{corev1.ResourceCPU: *resource.NewMilliQuantity(p.flex.cpuGrid().size(i), resource.DecimalSI)}
+		capacity = corev1.ResourceList{corev1.ResourceCPU: *resource.NewMilliQuantity(p.flex.cpuGrid().Size(i), resource.DecimalSI)}
 	} else {
-		capacity = corev1.ResourceList{corev1.ResourceMemory: *resource.NewQuantity(p.flex.memGrid().size(i), resource.BinarySI)}
+		capacity = corev1.ResourceList{corev1.ResourceMemory: *resource.NewQuantity(p.flex.memGrid().Size(i), resource.BinarySI)}
 	}
 	alloc, err := allocatableOf(p.pool, capacity)
 	var v int64
@@ -204,12 +204,12 @@ func (p *poolState) flexAlloc(axis, i int) int64 {
 // whose capacity stays within budget (cpu and memory, -1 for none).
 func (p *poolState) flexFit(need vec, budgetCPU, budgetMem int64) (ci, mi int, ok bool) {
 	cg, mg := p.flex.cpuGrid(), p.flex.memGrid()
-	ci = sort.Search(cg.len(), func(i int) bool { return p.flexAlloc(0, i) >= need.cpu })
-	mi = sort.Search(mg.len(), func(i int) bool { return p.flexAlloc(1, i) >= need.mem })
-	if ci == cg.len() || mi == mg.len() || need.eph > p.flexMax.alloc.eph {
+	ci = sort.Search(cg.Len(), func(i int) bool { return p.flexAlloc(0, i) >= need.cpu })
+	mi = sort.Search(mg.Len(), func(i int) bool { return p.flexAlloc(1, i) >= need.mem })
+	if ci == cg.Len() || mi == mg.Len() || need.eph > p.flexMax.alloc.eph {
 		return 0, 0, false
 	}
-	if budgetCPU >= 0 && cg.size(ci) > budgetCPU || budgetMem >= 0 && mg.size(mi) > budgetMem {
+	if budgetCPU >= 0 && cg.Size(ci) > budgetCPU || budgetMem >= 0 && mg.Size(mi) > budgetMem {
 		return 0, 0, false
 	}
 	return ci, mi, true
@@ -218,14 +218,14 @@ func (p *poolState) flexFit(need vec, budgetCPU, budgetMem int64) (ci, mi int, o
 // flexLargest is the largest grid point within budget.
 func (p *poolState) flexLargest(budgetCPU, budgetMem int64) (ci, mi int, ok bool) {
 	cg, mg := p.flex.cpuGrid(), p.flex.memGrid()
-	ci, mi = cg.len()-1, mg.len()-1
+	ci, mi = cg.Len()-1, mg.Len()-1
 	if budgetCPU >= 0 {
-		if ci, ok = cg.floor(budgetCPU); !ok {
+		if ci, ok = cg.Floor(budgetCPU); !ok {
 			return 0, 0, false
 		}
 	}
 	if budgetMem >= 0 {
-		if mi, ok = mg.floor(budgetMem); !ok {
+		if mi, ok = mg.Floor(budgetMem); !ok {
 			return 0, 0, false
 		}
 	}
@@ -237,7 +237,7 @@ func (p *poolState) flexAllocAt(ci, mi int) vec {
 }
 
 func (p *poolState) flexCapAt(ci, mi int) vec {
-	return vec{p.flex.cpuGrid().size(ci), p.flex.memGrid().size(mi), p.flexMax.cap.eph}
+	return vec{p.flex.cpuGrid().Size(ci), p.flex.memGrid().Size(mi), p.flexMax.cap.eph}
 }
 
 // budget is what a node of the pool may still take of the cpu and memory

@@ -63,32 +63,14 @@ type Flexible struct {
 func PoolShapes(pool *v1alpha1.NodePool, resolved []shapecatalog.Shape) (Shapes, error) {
 	spec := pool.Spec.Shapes
 	if f := spec.Flexible; f != nil {
-		flex := &Flexible{
-			MinCPU: f.MinCPU, MaxCPU: f.MaxCPU, CPUStep: resource.MustParse("1"),
-			MinMemory: f.MinMemory, MaxMemory: f.MaxMemory, MemoryStep: resource.MustParse("1Gi"),
-			PricePerCPU: shapecatalog.DefaultPricePerCPU, PricePerGiB: shapecatalog.DefaultPricePerGiB,
-		}
-		if f.CPUStep != nil {
-			flex.CPUStep = *f.CPUStep
-		}
-		if f.MemoryStep != nil {
-			flex.MemoryStep = *f.MemoryStep
-		}
-		var err error
-		if f.PricePerCPU != "" {
-			if flex.PricePerCPU, err = strconv.ParseFloat(f.PricePerCPU, 64); err != nil {
-				return Shapes{}, fmt.Errorf("parsing pricePerCPU of pool %s: %w", pool.Name, err)
-			}
-		}
-		if f.PricePerGiB != "" {
-			if flex.PricePerGiB, err = strconv.ParseFloat(f.PricePerGiB, 64); err != nil {
-				return Shapes{}, fmt.Errorf("parsing pricePerGiB of pool %s: %w", pool.Name, err)
-			}
-		}
-		if err := flex.validate(); err != nil {
+		grid, err := shapecatalog.GridOf(f)
+		if err != nil {
 			return Shapes{}, fmt.Errorf("flexible shapes of pool %s: %w", pool.Name, err)
 		}
-		return Shapes{Flexible: flex}, nil
+		if err := grid.Validate(); err != nil {
+			return Shapes{}, fmt.Errorf("flexible shapes of pool %s: %w", pool.Name, err)
+		}
+		return Shapes{Flexible: flexibleOf(grid)}, nil
 	}
 	byName := make(map[string]shapecatalog.Shape, len(resolved))
 	for _, s := range resolved {
@@ -121,7 +103,7 @@ func PoolShapes(pool *v1alpha1.NodePool, resolved []shapecatalog.Shape) (Shapes,
 			s.Price = p
 		}
 		if s.Price == 0 {
-			s.Price = shapecatalog.SizePrice(s.CPU, s.Memory, shapecatalog.DefaultPricePerCPU, shapecatalog.DefaultPricePerGiB)
+			s.Price = shapecatalog.DefaultSizePrice(s.CPU, s.Memory)
 		}
 		out.Fixed = append(out.Fixed, s)
 	}
@@ -163,217 +145,74 @@ func validateFixed(shapes []Shape) error {
 	return nil
 }
 
-// maxQuantity bounds every cpu (in millicores) and memory (in bytes) value
-// of a shape: far beyond any machine, and small enough that the grid
-// arithmetic (a size plus a step) never overflows an int64.
-const maxQuantity = math.MaxInt64 / 4
-
 // MaxExpandedShapes is the most sizes Expand lists for a flexible range.
-const MaxExpandedShapes = 256
+const MaxExpandedShapes = shapecatalog.MaxExpandedShapes
 
-// representable reports whether q is positive, at most maxQuantity and a
-// whole number in the unit given (millicores for cpu, else bytes), so that
-// MilliValue and Value read it exactly instead of wrapping, saturating or
-// rounding.
-func representable(q resource.Quantity, milli bool) bool {
-	limit, exact := resource.NewQuantity(maxQuantity, resource.DecimalSI), func() *resource.Quantity {
-		return resource.NewQuantity(q.Value(), resource.DecimalSI)
+func representable(q resource.Quantity, milli bool) bool { return shapecatalog.Representable(q, milli) }
+
+func maxOf(milli bool) string { return shapecatalog.MaxOf(milli) }
+
+// flexibleOf is the scheduling core's view of a grid.
+func flexibleOf(g shapecatalog.Grid) *Flexible {
+	return &Flexible{
+		MinCPU: g.MinCPU, MaxCPU: g.MaxCPU, CPUStep: g.CPUStep,
+		MinMemory: g.MinMemory, MaxMemory: g.MaxMemory, MemoryStep: g.MemoryStep,
+		PricePerCPU: g.PricePerCPU, PricePerGiB: g.PricePerGiB,
 	}
-	if milli {
-		limit, exact = resource.NewMilliQuantity(maxQuantity, resource.DecimalSI), func() *resource.Quantity {
-			return resource.NewMilliQuantity(q.MilliValue(), resource.DecimalSI)
-		}
-	}
-	return q.Sign() > 0 && q.Cmp(*limit) <= 0 && q.Cmp(*exact()) == 0
 }
 
-func (f *Flexible) validate() error {
-	for _, c := range []struct {
-		what  string
-		q     resource.Quantity
-		milli bool
-	}{
-		{"minimum cpu", f.MinCPU, true}, {"maximum cpu", f.MaxCPU, true}, {"cpu step", f.CPUStep, true},
-		{"minimum memory", f.MinMemory, false}, {"maximum memory", f.MaxMemory, false}, {"memory step", f.MemoryStep, false},
-	} {
-		if !representable(c.q, c.milli) {
-			return fmt.Errorf("%s %s must be a whole number of %s, greater than zero and at most %s", c.what, c.q.String(), unitOf(c.milli), maxOf(c.milli))
-		}
+// grid is the range as the shape catalog computes on it.
+func (f *Flexible) grid() shapecatalog.Grid {
+	return shapecatalog.Grid{
+		MinCPU: f.MinCPU, MaxCPU: f.MaxCPU, CPUStep: f.CPUStep,
+		MinMemory: f.MinMemory, MaxMemory: f.MaxMemory, MemoryStep: f.MemoryStep,
+		PricePerCPU: f.PricePerCPU, PricePerGiB: f.PricePerGiB,
 	}
-	for _, p := range []float64{f.PricePerCPU, f.PricePerGiB} {
-		if math.IsNaN(p) || math.IsInf(p, 0) || p < 0 {
-			return fmt.Errorf("price %v must be a non-negative number", p)
-		}
-	}
-	switch {
-	case f.MinCPU.Cmp(f.MaxCPU) > 0 || f.MinMemory.Cmp(f.MaxMemory) > 0:
-		return fmt.Errorf("minimum exceeds maximum")
-	}
-	return nil
 }
 
-func unitOf(milli bool) string {
-	if milli {
-		return "millicores"
-	}
-	return "bytes"
+func (f *Flexible) validate() error { return f.grid().Validate() }
+
+func (f *Flexible) cpuGrid() shapecatalog.Axis { return f.grid().CPUAxis() }
+
+func (f *Flexible) memGrid() shapecatalog.Axis { return f.grid().MemoryAxis() }
+
+// sized is a size of the grid with the range's disk.
+func (f *Flexible) sized(s shapecatalog.Shape) Shape {
+	shape := ShapeFromProvider(s)
+	shape.EphemeralStorage = f.EphemeralStorage
+	return shape
 }
 
-func maxOf(milli bool) string {
-	if milli {
-		return resource.NewMilliQuantity(maxQuantity, resource.DecimalSI).String()
-	}
-	return resource.NewQuantity(maxQuantity, resource.BinarySI).String()
-}
-
-// grid is one axis of a flexible range in integer units (millicores or
-// bytes): index 0 is the minimum, index i>0 the i-th multiple of the step
-// above it. Every value is in (0, maxQuantity], so no sum or product below
-// overflows.
-type grid struct{ min, max, step int64 }
-
-func (g grid) first() int64 {
-	// The first multiple of step strictly above min: at most min+step.
-	return (g.min/g.step + 1) * g.step
-}
-
-// size of grid point i.
-func (g grid) size(i int) int64 {
-	if i == 0 {
-		return g.min
-	}
-	return g.first() + int64(i-1)*g.step
-}
-
-// len is the number of grid points.
-func (g grid) len() int {
-	if g.first() > g.max {
-		return 1
-	}
-	return 2 + int((g.max-g.first())/g.step)
-}
-
-// ceil is the smallest grid index whose size is at least v, or false.
-func (g grid) ceil(v int64) (int, bool) {
-	if v <= g.min {
-		return 0, true
-	}
-	if v > g.max {
-		return 0, false
-	}
-	up := (v + g.step - 1) / g.step * g.step
-	if up > g.max {
-		return 0, false
-	}
-	return 1 + int((up-g.first())/g.step), true
-}
-
-// floor is the largest grid index whose size is at most v, or false.
-func (g grid) floor(v int64) (int, bool) {
-	if v < g.min {
-		return 0, false
-	}
-	v = min(v, g.max)
-	if v < g.first() {
-		return 0, true
-	}
-	return 1 + int((v-g.first())/g.step), true
-}
-
-// sample picks n grid indices spread evenly from the first to the last
-// (all of them when the axis has no more than n).
-func (g grid) sample(n int) []int {
-	l := g.len()
-	if l <= n {
-		out := make([]int, l)
-		for i := range out {
-			out[i] = i
-		}
-		return out
-	}
-	if n <= 1 {
-		return []int{l - 1}
-	}
-	// i*(l-1)/(n-1) without the product overflowing: l-1 can be near 2^62.
-	span, parts := l-1, n-1
-	whole, rest := span/parts, span%parts
-	out := make([]int, n)
-	for i := range out {
-		out[i] = i*whole + i*rest/parts
-	}
-	return out
-}
-
-func (f *Flexible) cpuGrid() grid {
-	return grid{f.MinCPU.MilliValue(), f.MaxCPU.MilliValue(), f.CPUStep.MilliValue()}
-}
-
-func (f *Flexible) memGrid() grid {
-	return grid{f.MinMemory.Value(), f.MaxMemory.Value(), f.MemoryStep.Value()}
-}
-
-// At returns the shape of CPU grid point ci and memory grid point mi.
+// at returns the shape of CPU grid point ci and memory grid point mi.
 func (f *Flexible) at(ci, mi int) Shape {
-	cpu := resource.NewMilliQuantity(f.cpuGrid().size(ci), resource.DecimalSI)
-	mem := resource.NewQuantity(f.memGrid().size(mi), resource.BinarySI)
-	return Shape{
-		Name:             shapecatalog.FlexibleName(*cpu, *mem),
-		CPU:              *cpu,
-		Memory:           *mem,
-		EphemeralStorage: f.EphemeralStorage,
-		Price:            shapecatalog.SizePrice(*cpu, *mem, f.PricePerCPU, f.PricePerGiB),
-	}
+	return f.sized(f.grid().At(ci, mi))
 }
 
 // Smallest returns the smallest size on the grid with at least cpu and
 // memory of capacity, or false when the range has none.
 func (f *Flexible) Smallest(cpu, memory resource.Quantity) (Shape, bool) {
-	if cpu.Cmp(f.MaxCPU) > 0 || memory.Cmp(f.MaxMemory) > 0 {
-		return Shape{}, false
-	}
-	ci, ok := f.cpuGrid().ceil(cpu.MilliValue())
+	s, ok := f.grid().Smallest(cpu, memory)
 	if !ok {
 		return Shape{}, false
 	}
-	mi, ok := f.memGrid().ceil(memory.Value())
-	if !ok {
-		return Shape{}, false
-	}
-	return f.at(ci, mi), true
+	return f.sized(s), true
 }
 
 // Largest is the biggest size on the grid.
 func (f *Flexible) Largest() Shape {
-	return f.at(f.cpuGrid().len()-1, f.memGrid().len()-1)
+	return f.sized(f.grid().Largest())
 }
 
-// Expand lists sizes of the grid, cheapest first, for callers that need a
-// catalog (warm capacity, the externalgrpc shim). A grid can be huge (1–64
-// cores by 1 and 1–256 GiB by 1 GiB is 16,384 sizes; a range up to 1Ei of
-// memory has billions), so at most MaxExpandedShapes are listed: every point
-// of a small grid, else points spread evenly over each axis, always with the
-// smallest and the largest size. Solve itself never expands: it searches the
-// grid.
+// Expand lists at most MaxExpandedShapes sizes of the grid, cheapest
+// first, for callers that need a catalog (warm capacity, the externalgrpc
+// shim); see shapecatalog.Grid.Expand. Solve itself never expands: it
+// searches the grid.
 func (f *Flexible) Expand() []Shape {
-	cg, mg := f.cpuGrid(), f.memGrid()
-	nc, nm := cg.len(), mg.len()
-	switch {
-	case nc <= MaxExpandedShapes/nm:
-	case nc <= 16:
-		nm = MaxExpandedShapes / nc
-	case nm <= 16:
-		nc = MaxExpandedShapes / nm
-	default:
-		nc, nm = 16, 16
+	sizes := f.grid().Expand()
+	out := make([]Shape, len(sizes))
+	for i, s := range sizes {
+		out[i] = f.sized(s)
 	}
-	cpus, mems := cg.sample(nc), mg.sample(nm)
-	out := make([]Shape, 0, len(cpus)*len(mems))
-	for _, ci := range cpus {
-		for _, mi := range mems {
-			out = append(out, f.at(ci, mi))
-		}
-	}
-	sortShapes(out)
 	return out
 }
 

@@ -129,6 +129,36 @@ func TestDriftOf(t *testing.T) {
 	}
 }
 
+// A flexible pool's claims drift by size, never by the name their shape
+// carries: a Proxmox node made when the provider named its grid
+// c<cores>-m<memory> (c4-m16Gi), and one named as the one grid names it
+// now (flex-4-16Gi), are both still offered, so an upgrade replaces none.
+func TestFlexibleClaimsDriftBySizeNotByShapeName(t *testing.T) {
+	pool := &v1alpha1.NodePool{
+		ObjectMeta: metav1.ObjectMeta{Name: "pool"},
+		Spec: v1alpha1.NodePoolSpec{Shapes: v1alpha1.Shapes{Flexible: &v1alpha1.FlexibleShape{
+			MinCPU: resource.MustParse("1"), MaxCPU: resource.MustParse("8"), MinMemory: resource.MustParse("1Gi"), MaxMemory: resource.MustParse("32Gi"),
+		}}},
+	}
+	for _, tt := range []struct {
+		name, cpu, memory string
+		want              string
+	}{
+		{"c4-m16Gi", "4", "16Gi", ""},
+		{"flex-4-16Gi", "4", "16Gi", ""},
+		{"flex-4500m-16Gi", "4500m", "16Gi", driftShape},
+	} {
+		shape := v1alpha1.ClaimShape{Name: tt.name, CPU: resource.MustParse(tt.cpu), Memory: resource.MustParse(tt.memory)}
+		claim := &v1alpha1.NodeClaim{
+			ObjectMeta: metav1.ObjectMeta{Name: "claim", Annotations: map[string]string{v1alpha1.AnnotationTemplateHash: pool.TemplateHash(shape)}},
+			Spec:       v1alpha1.NodeClaimSpec{Shape: shape},
+		}
+		if reason, message := driftOf(claim, pool, ""); reason != tt.want {
+			t.Errorf("claim of shape %s: drift %q (%s), want %q", tt.name, reason, message, tt.want)
+		}
+	}
+}
+
 func TestProviderHash(t *testing.T) {
 	base := func() *v1alpha1.NodeProvider {
 		return &v1alpha1.NodeProvider{Spec: v1alpha1.NodeProviderSpec{

@@ -7,6 +7,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -25,6 +26,7 @@ import (
 	"github.com/claimscale/claimscale/internal/index"
 	"github.com/claimscale/claimscale/internal/metrics"
 	"github.com/claimscale/claimscale/internal/poolclaims"
+	"github.com/claimscale/claimscale/internal/poolusability"
 	"github.com/claimscale/claimscale/internal/providerresolver"
 	"github.com/claimscale/claimscale/internal/retry"
 	"github.com/claimscale/claimscale/internal/scheduling"
@@ -56,12 +58,28 @@ const providerCallTimeout = 10 * time.Second
 type Controller struct {
 	Kube      client.Client
 	Providers ProviderResolver
+	// Pools resolves the pool's shapes, shared with provisioning and the
+	// externalgrpc shim; nil builds one for this controller from Providers
+	// and Kube.
+	Pools *poolusability.Pools
 	// Templates checks the pool's template; nil skips the check.
 	Templates TemplateChecker
 	// Recorder tells, on the pool, when it stops or starts being Ready.
 	Recorder events.EventRecorder
 
 	failures retry.Backoff
+
+	poolsOnce sync.Once
+}
+
+// usability is the Pools the controller reads the pools' shapes from.
+func (c *Controller) usability() *poolusability.Pools {
+	c.poolsOnce.Do(func() {
+		if c.Pools == nil {
+			c.Pools = &poolusability.Pools{Providers: c.Providers, Kube: c.Kube}
+		}
+	})
+	return c.Pools
 }
 
 // SetupWithManager registers the controller; claims and providers wake
@@ -117,10 +135,10 @@ func (c *Controller) Reconcile(ctx context.Context, req reconcile.Request) (reco
 
 	callCtx, cancel := context.WithTimeout(ctx, providerCallTimeout)
 	defer cancel()
-	status, reason, message, offered := c.providerReadiness(callCtx, pool)
+	status, reason, message, offer := c.providerReadiness(callCtx, pool)
 	setCondition(pool, v1alpha1.ConditionProviderReady, status, reason, message)
 	if status == metav1.ConditionTrue {
-		status, reason, message = c.templateValidity(callCtx, pool, offered)
+		status, reason, message = c.templateValidity(callCtx, pool, offer)
 	}
 	wasReady := meta.FindStatusCondition(stored.Status.Conditions, v1alpha1.ConditionReady)
 	setCondition(pool, v1alpha1.ConditionReady, status, reason, message)
@@ -172,44 +190,51 @@ func (c *Controller) tell(pool *v1alpha1.NodePool, was *metav1.Condition, status
 	c.Recorder.Eventf(pool, nil, corev1.EventTypeWarning, reason, "Check", "%s", message)
 }
 
-func (c *Controller) providerReadiness(ctx context.Context, pool *v1alpha1.NodePool) (metav1.ConditionStatus, string, string, []provider.Shape) {
-	machines, err := c.Providers.ForProviderName(ctx, pool.Spec.ProviderRef.Name)
-	var notFound *providerresolver.ProviderNotFoundError
+func (c *Controller) providerReadiness(ctx context.Context, pool *v1alpha1.NodePool) (metav1.ConditionStatus, string, string, poolusability.Offer) {
+	offer, err := c.usability().Offer(ctx, pool, poolusability.Read{})
+	var (
+		notFound *providerresolver.ProviderNotFoundError
+		failed   *poolusability.CallError
+	)
 	switch {
-	case errors.As(err, &notFound):
-		return metav1.ConditionFalse, v1alpha1.ReasonProviderNotFound, err.Error(), nil
-	case providerresolver.IsUnreachable(err):
-		return metav1.ConditionFalse, v1alpha1.ReasonUnreachable, err.Error(), nil
+	case errors.As(err, &failed) && failed.Step == poolusability.ListingZones:
+		// The zones are provisioning's; the shapes are what counts here.
+	case errors.As(err, &failed) && failed.Step == poolusability.ResolvingProvider:
+		switch {
+		case errors.As(err, &notFound):
+			return metav1.ConditionFalse, v1alpha1.ReasonProviderNotFound, err.Error(), offer
+		case providerresolver.IsUnreachable(err):
+			return metav1.ConditionFalse, v1alpha1.ReasonUnreachable, err.Error(), offer
+		default:
+			return metav1.ConditionFalse, v1alpha1.ReasonProviderUnavailable, err.Error(), offer
+		}
+	case errors.As(err, &failed) && providerresolver.IsUnreachable(err):
+		return metav1.ConditionFalse, v1alpha1.ReasonUnreachable, err.Error(), offer
+	case errors.As(err, &failed):
+		return metav1.ConditionFalse, v1alpha1.ReasonShapesUnavailable, failed.Err.Error(), offer
 	case err != nil:
-		return metav1.ConditionFalse, v1alpha1.ReasonProviderUnavailable, err.Error(), nil
+		return metav1.ConditionFalse, v1alpha1.ReasonShapesUnavailable, err.Error(), offer
 	}
-	shapes, err := machines.Shapes(ctx, pool)
-	switch {
-	case providerresolver.IsUnreachable(err):
-		return metav1.ConditionFalse, v1alpha1.ReasonUnreachable, fmt.Sprintf("resolving shapes with NodeProvider %s: %v", pool.Spec.ProviderRef.Name, err), nil
-	case err != nil:
-		return metav1.ConditionFalse, v1alpha1.ReasonShapesUnavailable, err.Error(), nil
+	if len(offer.Offered) == 0 {
+		return metav1.ConditionFalse, v1alpha1.ReasonNoShapes, "the provider offers none of the pool's shapes", offer
 	}
-	if len(shapes) == 0 {
-		return metav1.ConditionFalse, v1alpha1.ReasonNoShapes, "the provider offers none of the pool's shapes", nil
-	}
-	return metav1.ConditionTrue, v1alpha1.ReasonReady, fmt.Sprintf("provider %s offers %d shapes", pool.Spec.ProviderRef.Name, len(shapes)), shapes
+	return metav1.ConditionTrue, v1alpha1.ReasonReady, fmt.Sprintf("provider %s offers %d shapes", pool.Spec.ProviderRef.Name, len(offer.Offered)), offer
 }
 
 // templateValidity says whether the pool's template can make nodes of the
 // shapes its provider offers.
-func (c *Controller) templateValidity(ctx context.Context, pool *v1alpha1.NodePool, offered []provider.Shape) (metav1.ConditionStatus, string, string) {
+func (c *Controller) templateValidity(ctx context.Context, pool *v1alpha1.NodePool, offer poolusability.Offer) (metav1.ConditionStatus, string, string) {
 	if message := c.unusedBootstrap(ctx, pool); message != "" {
 		return metav1.ConditionFalse, v1alpha1.ReasonTemplateInvalid, message
 	}
-	shapes, err := scheduling.PoolShapes(pool, offered)
+	err := offer.ShapesErr
 	if err == nil && c.Templates != nil {
-		err = c.Templates.Check(ctx, pool, shapes)
+		err = c.Templates.Check(ctx, pool, offer.Shapes)
 	}
 	if err != nil {
 		return metav1.ConditionFalse, v1alpha1.ReasonTemplateInvalid, err.Error()
 	}
-	return metav1.ConditionTrue, v1alpha1.ReasonReady, fmt.Sprintf("provider %s offers %d shapes", pool.Spec.ProviderRef.Name, len(offered))
+	return metav1.ConditionTrue, v1alpha1.ReasonReady, fmt.Sprintf("provider %s offers %d shapes", pool.Spec.ProviderRef.Name, len(offer.Offered))
 }
 
 // unusedBootstrap says why the pool's template.bootstrap would be ignored,

@@ -16,7 +16,6 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/utils/clock"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -27,7 +26,7 @@ import (
 	"github.com/claimscale/claimscale/internal/decisions"
 	"github.com/claimscale/claimscale/internal/metrics"
 	"github.com/claimscale/claimscale/internal/poolclaims"
-	"github.com/claimscale/claimscale/internal/retry"
+	"github.com/claimscale/claimscale/internal/poolusability"
 	"github.com/claimscale/claimscale/internal/scheduling"
 	"github.com/claimscale/claimscale/internal/warmcapacity"
 	"github.com/claimscale/claimscale/pkg/provider"
@@ -81,7 +80,11 @@ type Provisioner struct {
 	Clock     clock.Clock
 	// Templates checks pool templates against the API server; nil checks
 	// only what needs no API server.
-	Templates *TemplateCheck
+	Templates *poolusability.TemplateCheck
+	// Pools resolves the pools' shapes and keeps their backoff, shared
+	// with the NodePool status and the externalgrpc shim; nil builds one
+	// for this provisioner from Providers, Kube, Clock and Recorder.
+	Pools *poolusability.Pools
 	// ProviderCallTimeout bounds each provider call (default
 	// DefaultProviderCallTimeout).
 	ProviderCallTimeout time.Duration
@@ -103,49 +106,14 @@ type Provisioner struct {
 	// counts them in flight before the cache shows them; nil records none.
 	Writes *clusterstate.Writes
 
-	failures retry.Backoff
-
 	mu            sync.Mutex
 	lastGoodPools map[string]scheduling.Pool
-	// shapeCalls are the Shapes calls running, by pool; lastOffered, the
-	// last shapes each pool's provider named.
-	shapeCalls  map[string]*shapeCall
-	lastOffered map[string]offeredShapes
-}
-
-// shapeCall is one pool's Shapes call, which outlives the round that
-// began it when the provider is slow.
-type shapeCall struct {
-	done    chan struct{}
-	offered []provider.Shape
-	// zones the provider names at run time (provider.Zoner), nil when it
-	// names none.
-	zones []string
-	err   error
-	// abandoned: no round waited for the answer, so the call records its
-	// own failure.
-	abandoned bool
-}
-
-// offeredShapes are the shapes a provider named for one generation of a
-// pool.
-type offeredShapes struct {
-	uid        types.UID
-	generation int64
-	shapes     []provider.Shape
-	zones      []string
+	pools         *poolusability.Pools
 }
 
 // SlowProviderError: a pool's provider named no shapes within the pool
 // wait, and had named none before; the pool sits the round out.
-type SlowProviderError struct {
-	Provider string
-	Wait     time.Duration
-}
-
-func (e *SlowProviderError) Error() string {
-	return fmt.Sprintf("NodeProvider %s named no shapes within %s; the pool sits this round out while the call goes on", e.Provider, e.Wait)
-}
+type SlowProviderError = poolusability.SlowProviderError
 
 // Provision runs one round: it writes claims for pools below their
 // minNodes, then for pending pods and for headroom that does not fit.
@@ -211,12 +179,21 @@ func (p *Provisioner) targets(ctx context.Context, pools map[string]*v1alpha1.No
 // poolFailed leaves a pool out of the next rounds for its backoff and tells
 // why, on the pool's events and in the log.
 func (p *Provisioner) poolFailed(ctx context.Context, pool *v1alpha1.NodePool, err error) {
-	wait := p.failures.Failed(pool.Name, pool.Generation, err)
-	log.FromContext(ctx).Info("pool cannot provision, skipped", "nodePool", pool.Name, "reason", err.Error(), "retryIn", wait)
-	if p.Recorder != nil {
-		p.Recorder.Eventf(pool, nil, corev1.EventTypeWarning, "ProvisioningSkipped", "Provision",
-			"pool skipped by provisioning for %s: %v", wait.Round(time.Second), err)
+	p.usability().Failed(ctx, pool, err)
+}
+
+// usability is the Pools the provisioner reads pools' shapes and backoff
+// from.
+func (p *Provisioner) usability() *poolusability.Pools {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.pools == nil {
+		p.pools = p.Pools
+		if p.pools == nil {
+			p.pools = &poolusability.Pools{Providers: p.Providers, Kube: p.Kube, Clock: p.Clock, Recorder: p.Recorder}
+		}
 	}
+	return p.pools
 }
 
 func (p *Provisioner) poolWait() time.Duration {
@@ -226,79 +203,14 @@ func (p *Provisioner) poolWait() time.Duration {
 	return DefaultPoolWait
 }
 
-// offered returns the shapes the pool's provider offers. The call runs on
-// its own, under the provider call timeout, one at a time per pool; the
-// round waits for it at most the pool wait, then goes on with the shapes
-// the provider last named for this generation of the pool. A call whose
-// answer no round waited for records its own failure, so the pool is
-// backed off as if a round had seen it.
-func (p *Provisioner) offered(ctx context.Context, pool *v1alpha1.NodePool) ([]provider.Shape, []string, error) {
-	p.mu.Lock()
-	if p.shapeCalls == nil {
-		p.shapeCalls, p.lastOffered = map[string]*shapeCall{}, map[string]offeredShapes{}
-	}
-	call, running := p.shapeCalls[pool.Name]
-	if !running {
-		call = &shapeCall{done: make(chan struct{})}
-		p.shapeCalls[pool.Name] = call
-		go p.callShapes(ctx, pool.DeepCopy(), call)
-	}
-	p.mu.Unlock()
-
-	timer := time.NewTimer(p.poolWait())
-	defer timer.Stop()
-	select {
-	case <-call.done:
-		return call.offered, call.zones, call.err
-	case <-timer.C:
-	case <-ctx.Done():
-	}
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	select {
-	case <-call.done:
-		return call.offered, call.zones, call.err
-	default:
-	}
-	call.abandoned = true
-	if last, ok := p.lastOffered[pool.Name]; ok && last.uid == pool.UID && last.generation == pool.Generation {
-		return last.shapes, last.zones, nil
-	}
-	return nil, nil, &SlowProviderError{Provider: pool.Spec.ProviderRef.Name, Wait: p.poolWait()}
-}
-
-// callShapes asks the pool's provider for its shapes and records the
-// answer.
-func (p *Provisioner) callShapes(ctx context.Context, pool *v1alpha1.NodePool, call *shapeCall) {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), p.callTimeout())
-	defer cancel()
-	machines, err := p.Providers.ForProviderName(ctx, pool.Spec.ProviderRef.Name)
-	var (
-		offered []provider.Shape
-		zones   []string
-	)
-	if err == nil {
-		if offered, err = machines.Shapes(ctx, pool); err != nil {
-			err = fmt.Errorf("resolving shapes with NodeProvider %s: %w", pool.Spec.ProviderRef.Name, err)
-		}
-	}
-	if zoner, ok := machines.(provider.Zoner); ok && err == nil {
-		if zones, err = zoner.Zones(ctx); err != nil {
-			err = fmt.Errorf("listing the zones of NodeProvider %s: %w", pool.Spec.ProviderRef.Name, err)
-		}
-	}
-	p.mu.Lock()
-	call.offered, call.zones, call.err = offered, zones, err
-	delete(p.shapeCalls, pool.Name)
-	if err == nil {
-		p.lastOffered[pool.Name] = offeredShapes{uid: pool.UID, generation: pool.Generation, shapes: offered, zones: zones}
-	}
-	abandoned := call.abandoned
-	close(call.done)
-	p.mu.Unlock()
-	if abandoned && err != nil {
-		p.poolFailed(ctx, pool, err)
-	}
+// offered returns what the pool's provider offers. The call runs on its
+// own, under the provider call timeout, one at a time per pool; the round
+// waits for it at most the pool wait, then goes on with the shapes the
+// provider last named for this generation of the pool. A call whose answer
+// no round waited for records its own failure, so the pool is backed off
+// as if a round had seen it.
+func (p *Provisioner) offered(ctx context.Context, pool *v1alpha1.NodePool) (poolusability.Offer, error) {
+	return p.usability().Offer(ctx, pool, poolusability.Read{Wait: p.poolWait(), CallTimeout: p.callTimeout()})
 }
 
 func (p *Provisioner) callTimeout() time.Duration {
@@ -359,11 +271,8 @@ func (p *Provisioner) UsablePools(ctx context.Context, pools []v1alpha1.NodePool
 		wg sync.WaitGroup
 	)
 	open, closed = map[string]scheduling.Pool{}, map[string]scheduling.Pool{}
-	if p.Clock != nil {
-		p.failures.Clock = p.Clock // set before any goroutine reads it
-	}
 	leftOut := func(pool *v1alpha1.NodePool, err error) {
-		if IsTemplateInvalid(err) {
+		if poolusability.IsTemplateInvalid(err) {
 			return
 		}
 		if last, ok := p.lastGood(pool); ok {
@@ -377,7 +286,7 @@ func (p *Provisioner) UsablePools(ctx context.Context, pools []v1alpha1.NodePool
 		if !pool.DeletionTimestamp.IsZero() {
 			continue
 		}
-		if err, _ := p.failures.Waiting(pool.Name, pool.Generation); err != nil {
+		if err := p.usability().Waiting(pool); err != nil {
 			leftOut(pool, err)
 			continue
 		}
@@ -403,7 +312,7 @@ func (p *Provisioner) UsablePools(ctx context.Context, pools []v1alpha1.NodePool
 				leftOut(pool, err)
 				return
 			}
-			p.failures.Succeeded(pool.Name)
+			p.usability().Succeeded(pool)
 			p.remember(schedulingPool)
 			mu.Lock()
 			open[pool.Name] = schedulingPool
@@ -454,13 +363,13 @@ func closedPool(last scheduling.Pool, pool *v1alpha1.NodePool, claims []*v1alpha
 }
 
 func (p *Provisioner) schedulingPool(ctx context.Context, pool *v1alpha1.NodePool, claims []*v1alpha1.NodeClaim) (scheduling.Pool, error) {
-	offered, providerZones, err := p.offered(ctx, pool)
+	offer, err := p.offered(ctx, pool)
 	if err != nil {
 		return scheduling.Pool{}, err
 	}
-	shapes, err := scheduling.PoolShapes(pool, offered)
-	if err != nil {
-		return scheduling.Pool{}, &TemplateInvalidError{Err: err}
+	offered, providerZones, shapes := offer.Offered, offer.Zones, offer.Shapes
+	if offer.ShapesErr != nil {
+		return scheduling.Pool{}, &poolusability.TemplateInvalidError{Err: offer.ShapesErr}
 	}
 	var nodeProvider v1alpha1.NodeProvider
 	if err := p.Kube.Get(ctx, client.ObjectKey{Name: pool.Spec.ProviderRef.Name}, &nodeProvider); err != nil {
@@ -576,7 +485,7 @@ func (p *Provisioner) createClaim(ctx context.Context, pool *v1alpha1.NodePool, 
 	if err := p.Kube.Create(ctx, claim); err != nil {
 		err = fmt.Errorf("creating claim for pool %s shape %s: %w", pool.Name, shape.Name, err)
 		if apierrors.IsInvalid(err) || apierrors.IsBadRequest(err) {
-			err = &TemplateInvalidError{Err: err}
+			err = &poolusability.TemplateInvalidError{Err: err}
 		}
 		return nil, err
 	}

@@ -53,7 +53,17 @@ func TestShapes(t *testing.T) {
 				MinMemory: resource.MustParse("4Gi"), MaxMemory: resource.MustParse("8Gi"), MemoryStep: q("4Gi"),
 				PricePerCPU: "0.01", PricePerGiB: "0.005",
 			}},
-			want: []string{"c2-m4Gi=2/4Gi@0.04", "c2-m8Gi=2/8Gi@0.06", "c4-m4Gi=4/4Gi@0.06", "c4-m8Gi=4/8Gi@0.08"},
+			want: []string{"flex-2-4Gi=2/4Gi@0.04", "flex-2-8Gi=2/8Gi@0.06", "flex-4-4Gi=4/4Gi@0.06", "flex-4-8Gi=4/8Gi@0.08"},
+		},
+		{
+			// The claims of this range are sized 500m and 1500m; their VMs
+			// get 1 and 2 cores, and 1536Mi of memory becomes 1536Mi.
+			name: "a flexible range off whole cores is rounded up to the VM's cores, named and priced as rounded",
+			shapes: v1alpha1.Shapes{Flexible: &v1alpha1.FlexibleShape{
+				MinCPU: resource.MustParse("500m"), MaxCPU: resource.MustParse("2"),
+				MinMemory: resource.MustParse("1536Mi"), MaxMemory: resource.MustParse("1536Mi"),
+			}},
+			want: []string{"flex-1-1536Mi=1/1536Mi@1.375", "flex-2-1536Mi=2/1536Mi@2.375"},
 		},
 		{
 			name: "a fine flexible range is thinned, keeping its smallest and largest size",
@@ -62,7 +72,7 @@ func TestShapes(t *testing.T) {
 				MinMemory: resource.MustParse("1Gi"), MaxMemory: resource.MustParse("512Gi"), MemoryStep: q("512Mi"),
 			}},
 			wantCount:    256,
-			wantIncludes: []string{"c1-m1Gi", "c64-m512Gi"},
+			wantIncludes: []string{"flex-1-1Gi", "flex-64-512Gi"},
 		},
 	}
 	api := fakeAPI(t)

@@ -66,7 +66,8 @@ func FuzzFlexibleShapes(f *testing.F) {
 		if first.Cpu().MilliValue() != flex.MinCPU.MilliValue() || first.Memory().Value() != flex.MinMemory.Value() {
 			t.Fatalf("first shape %s is not the range's minimum", shapes[0].Name)
 		}
-		maxMilli, maxBytes := floorMilli(flex.MaxCPU), floorValue(flex.MaxMemory)
+		// A range that expands is in whole millicores and bytes.
+		maxMilli, maxBytes := flex.MaxCPU.MilliValue(), flex.MaxMemory.Value()
 		if last.Cpu().MilliValue()+cpuStepQ.MilliValue() <= maxMilli || last.Memory().Value()+memoryStepQ.Value() <= maxBytes {
 			t.Fatalf("last shape %s is not the range's largest size", shapes[len(shapes)-1].Name)
 		}
