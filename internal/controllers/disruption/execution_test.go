@@ -18,6 +18,7 @@ import (
 
 	"github.com/claimscale/claimscale/api/v1alpha1"
 	"github.com/claimscale/claimscale/internal/capacitybackoff"
+	"github.com/claimscale/claimscale/internal/statusapply"
 	"github.com/claimscale/claimscale/internal/testenv/expect"
 	"github.com/claimscale/claimscale/pkg/provider"
 	"github.com/claimscale/claimscale/pkg/provider/fake"
@@ -309,4 +310,61 @@ func TestExecutionReleasesAMarkNothingActsOn(t *testing.T) {
 	marked := s.claim("stale-marked")
 	s.g.Expect(marked.DeletionTimestamp).To(BeNil())
 	s.g.Expect(condition(marked, v1alpha1.ConditionDisrupting)).To(Equal("False Cancelled: nothing replaces or deletes the claim any more"))
+}
+
+// Disruption applies its own conditions only, under its own field
+// manager: the lifecycle's conditions in the same list stay the
+// lifecycle's, which can change and remove them, and disruption's stay
+// when the lifecycle applies its own.
+func TestExecutionWritesOnlyItsOwnConditions(t *testing.T) {
+	s := newScenario(t)
+	// Empty at once, and held by the budget: a round writes Empty and
+	// Consolidatable.
+	pool := s.pool("owned", "0", func(d *v1alpha1.Disruption) { d.ConsolidateAfter = &metav1.Duration{} })
+	hourAgo := metav1.NewTime(s.clock.Now().Add(-time.Hour))
+	lifecycle := func(types ...string) *statusapply.Conditions {
+		owned := &statusapply.Conditions{}
+		for _, conditionType := range types {
+			owned.Conditions = append(owned.Conditions, metav1.Condition{Type: conditionType, Status: metav1.ConditionTrue, Reason: conditionType, LastTransitionTime: hourAgo})
+		}
+		return owned
+	}
+	claim := &v1alpha1.NodeClaim{
+		ObjectMeta: metav1.ObjectMeta{Name: "owned-a", Labels: map[string]string{v1alpha1.LabelNodePool: pool.Name}},
+		Spec: v1alpha1.NodeClaimSpec{
+			NodePoolRef: v1alpha1.NodePoolReference{Name: pool.Name},
+			Shape:       v1alpha1.ClaimShape{Name: small.Name, CPU: *small.Capacity.Cpu(), Memory: *small.Capacity.Memory()},
+		},
+	}
+	expect.Applied(t, env.Client, claim, expect.ReadyNode("owned-a", "fake://test/owned-a", "2", "4Gi", map[string]string{v1alpha1.LabelNodePool: pool.Name}))
+	status := struct {
+		ProviderID string             `json:"providerID"`
+		NodeName   string             `json:"nodeName"`
+		Conditions []metav1.Condition `json:"conditions"`
+	}{"fake://test/owned-a", "owned-a", lifecycle(v1alpha1.ConditionLaunched, v1alpha1.ConditionRegistered, v1alpha1.ConditionInitialized, v1alpha1.ConditionReady).Conditions}
+	_, err := statusapply.Apply(s.ctx, env.Client, "NodeClaim", claim.Name, &status, "nodeclaim")
+	s.g.Expect(err).NotTo(HaveOccurred())
+
+	s.round()
+
+	written := s.claim("owned-a")
+	s.g.Expect(condition(written, v1alpha1.ConditionEmpty)).To(HavePrefix("True Empty: "))
+	s.g.Expect(condition(written, v1alpha1.ConditionConsolidatable)).To(HavePrefix("False " + v1alpha1.ConsolidatableReasonDisruptionBudget + ":"))
+	managers := map[string]metav1.ManagedFieldsOperationType{}
+	for _, entry := range written.ManagedFields {
+		if entry.Subresource == "status" {
+			managers[entry.Manager] = entry.Operation
+		}
+	}
+	s.g.Expect(managers).To(HaveKeyWithValue(Name, metav1.ManagedFieldsOperationApply), "disruption applies under its own field manager")
+
+	// The lifecycle no longer says Launched: gone, as nobody else owns it;
+	// disruption's conditions stay.
+	status.Conditions = lifecycle(v1alpha1.ConditionRegistered, v1alpha1.ConditionInitialized, v1alpha1.ConditionReady).Conditions
+	_, err = statusapply.Apply(s.ctx, env.Client, "NodeClaim", claim.Name, &status, "nodeclaim")
+	s.g.Expect(err).NotTo(HaveOccurred())
+	written = s.claim("owned-a")
+	s.g.Expect(condition(written, v1alpha1.ConditionLaunched)).To(BeEmpty(), "the lifecycle's condition is the lifecycle's to remove")
+	s.g.Expect(condition(written, v1alpha1.ConditionEmpty)).To(HavePrefix("True Empty: "))
+	s.g.Expect(condition(written, v1alpha1.ConditionConsolidatable)).To(HavePrefix("False " + v1alpha1.ConsolidatableReasonDisruptionBudget + ":"))
 }

@@ -13,6 +13,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/claimscale/claimscale/api/v1alpha1"
+	"github.com/claimscale/claimscale/internal/statusapply"
 )
 
 // writer writes claims for a round: their conditions (on the round's own
@@ -30,6 +31,9 @@ type writer struct {
 // is a minute of round trips before the first can be removed.
 const parallelStatusWrites = 16
 
+// statusWrite is a change to a claim's conditions: the round's own copy of
+// the claim with the change (claim), and the claim as it was before
+// (stored), which a failed write puts back.
 type statusWrite struct{ stored, claim *v1alpha1.NodeClaim }
 
 // statusChange applies change to the claim's conditions, the only part of
@@ -71,13 +75,13 @@ func (wr *writer) deferStatus(s *state, claim *v1alpha1.NodeClaim, change func(*
 
 // sendUnsent writes the status changes the round deferred.
 func (wr *writer) sendUnsent(ctx context.Context, s *state) {
-	wr.patchStatuses(ctx, s.takeAllUnsent(), "updating conditions failed")
+	wr.applyStatuses(ctx, s.takeAllUnsent(), "updating conditions failed")
 }
 
-// patchStatuses writes the claims' statuses in parallel. A failed write
+// applyStatuses writes the claims' statuses in parallel. A failed write
 // (a conflict, mostly) is tried again next round, so it is logged at debug
 // level only.
-func (wr *writer) patchStatuses(ctx context.Context, writes []statusWrite, failed string) {
+func (wr *writer) applyStatuses(ctx context.Context, writes []statusWrite, failed string) {
 	work := make(chan statusWrite)
 	var wg sync.WaitGroup
 	for range min(parallelStatusWrites, len(writes)) {
@@ -85,7 +89,7 @@ func (wr *writer) patchStatuses(ctx context.Context, writes []statusWrite, faile
 		go func() {
 			defer wg.Done()
 			for w := range work {
-				if err := wr.patchStatus(ctx, w); err != nil {
+				if err := wr.applyStatus(ctx, w); err != nil {
 					log.FromContext(ctx).V(1).Info(failed, "nodeClaim", w.claim.Name, "error", err.Error())
 				}
 			}
@@ -99,29 +103,52 @@ func (wr *writer) patchStatuses(ctx context.Context, writes []statusWrite, faile
 }
 
 // writeStatus applies change to the claim's conditions and, if that
-// changed them, writes them at once (statusChange, patchStatus). It says
+// changed them, writes them at once (statusChange, applyStatus). It says
 // whether there was anything to write.
 func (wr *writer) writeStatus(ctx context.Context, s *state, claim *v1alpha1.NodeClaim, change func(*v1alpha1.NodeClaim)) (bool, error) {
 	write, changed := wr.statusChange(s, claim, change)
 	if !changed {
 		return false, nil
 	}
-	return true, wr.patchStatus(ctx, write)
+	return true, wr.applyStatus(ctx, write)
 }
 
-// patchStatus writes a change statusChange worked out: the round's own
-// copy of the claim, against the claim as it was before the change. Other
-// controllers write other conditions of the same list; the optimistic lock
-// makes a concurrent write fail (and the next round try again) instead of
-// erasing theirs. A failed write leaves the round's copy as it was.
-func (wr *writer) patchStatus(ctx context.Context, w statusWrite) error {
+// applyStatus writes a change statusChange worked out: the conditions
+// disruption owns (disruptionConditions), as the round's own copy of the
+// claim has them, by server-side apply under the controller's field
+// manager; the other conditions of the list are the claim lifecycle's,
+// which it applies under its own. The write holds only over the claim as
+// the round read it: from a copy the cache has not caught up with, an
+// apply would remove a condition the controller wrote since, so a
+// concurrent write makes it fail instead (and the next round try again).
+// A failed write leaves the round's copy as it was.
+func (wr *writer) applyStatus(ctx context.Context, w statusWrite) error {
 	wr.writes.Add(1)
-	patch := client.MergeFromWithOptions(w.stored, client.MergeFromWithOptimisticLock{})
-	if err := wr.kube.Status().Patch(ctx, w.claim, patch); err != nil {
+	owned := statusapply.Conditions{Conditions: ownedConditions(w.claim)}
+	if err := statusapply.ApplyUnchanged(ctx, wr.kube, "NodeClaim", w.claim, &owned, Name); err != nil {
 		*w.claim = *w.stored
-		return fmt.Errorf("writing status of claim %s: %w", w.claim.Name, err)
+		return err
 	}
 	return nil
+}
+
+// disruptionConditions are the claim conditions disruption writes: the
+// claim lifecycle applies all the others, and leaves these out (nodeclaim's
+// disruptionConditions).
+var disruptionConditions = map[string]bool{
+	v1alpha1.ConditionDrifted: true, v1alpha1.ConditionEmpty: true,
+	v1alpha1.ConditionConsolidatable: true, v1alpha1.ConditionDisrupting: true,
+}
+
+// ownedConditions are the claim's conditions disruption writes.
+func ownedConditions(claim *v1alpha1.NodeClaim) []metav1.Condition {
+	var owned []metav1.Condition
+	for _, condition := range claim.Status.Conditions {
+		if disruptionConditions[condition.Type] {
+			owned = append(owned, condition)
+		}
+	}
+	return owned
 }
 
 // annotate sets (or, with nil, removes) annotations on a claim, on the
