@@ -69,7 +69,7 @@ func (r *round) multiNode(ctx context.Context) (*command, error) {
 	low, high := 2, len(cands)
 	for low <= high {
 		mid := (low + high) / 2
-		cmd, _, err := r.s.consolidation(ctx, cands[:mid])
+		cmd, _, err := r.whatIf.consolidation(ctx, cands[:mid])
 		if err != nil {
 			return nil, err
 		}
@@ -87,7 +87,7 @@ func (r *round) multiNode(ctx context.Context) (*command, error) {
 		// Replacing k nodes by one saves no more than deleting k-1 of
 		// them when that leaves the cluster no dearer, and that moves
 		// fewer pods and makes no machine.
-		fewer, _, err := r.s.consolidation(ctx, cands[:k-1])
+		fewer, _, err := r.whatIf.consolidation(ctx, cands[:k-1])
 		if err != nil {
 			return nil, err
 		}
@@ -122,7 +122,7 @@ func (r *round) singleNode(ctx context.Context) (*command, error) {
 			return nil, err
 		}
 		simulated := r.s.simulations
-		cmd, why, err := r.s.consolidation(ctx, []*candidate{c})
+		cmd, why, err := r.whatIf.consolidation(ctx, []*candidate{c})
 		if err != nil {
 			return nil, err
 		}
@@ -149,7 +149,7 @@ func (r *round) singleNode(ctx context.Context) (*command, error) {
 // one of them without room is refused (as Karpenter simulates pending pods
 // with the candidates' own), and only that removal, so one pod waiting for
 // its node holds back no other node and no other pool.
-func (s *state) consolidation(ctx context.Context, candidates []*candidate) (*command, verdict, error) {
+func (s whatIf) consolidation(ctx context.Context, candidates []*candidate) (*command, verdict, error) {
 	pending, err := s.pendingWithRoom(ctx)
 	if err != nil {
 		return nil, verdict{}, err
@@ -195,7 +195,7 @@ func (s *state) consolidation(ctx context.Context, candidates []*candidate) (*co
 // nodes, the one new node that holds them (and the pending pods that have
 // a place now) for less than the candidates cost, or says why there is
 // none. No new node at all is needed when the pods fit after all.
-func (s *state) cheaperNode(ctx context.Context, candidates []*candidate, pending []*corev1.Pod) ([]scheduling.NewNode, verdict, error) {
+func (s whatIf) cheaperNode(ctx context.Context, candidates []*candidate, pending []*corev1.Pod) ([]scheduling.NewNode, verdict, error) {
 	if floor, ok := s.cheapestNewNode(); ok && floor.Shape.Price >= totalPrice(candidates) {
 		// No replacement can be cheaper: spare building a snapshot
 		// without the candidates, which at ten thousand pods is

@@ -175,7 +175,7 @@ func (r *round) drift(ctx context.Context) (*command, error) {
 			return nil, err
 		}
 		condition := meta.FindStatusCondition(c.claim.Status.Conditions, v1alpha1.ConditionDrifted)
-		cmd, refused, err := r.s.replacement(ctx, v1alpha1.DisruptionReasonDrifted, c, "node "+c.node.Name+" drifted: "+condition.Message)
+		cmd, refused, err := r.whatIf.replacement(ctx, v1alpha1.DisruptionReasonDrifted, c, "node "+c.node.Name+" drifted: "+condition.Message)
 		if err != nil {
 			return nil, err
 		}

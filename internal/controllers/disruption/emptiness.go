@@ -73,7 +73,7 @@ func (r *round) emptiness(ctx context.Context) (*command, error) {
 			r.refusals = append(r.refusals, refusal{candidate: c, reason: eventBlocked, note: left, condition: v1alpha1.ConsolidatableReasonPendingPods})
 			continue
 		}
-		why, err := r.s.headroomViolation(ctx, with)
+		why, err := r.whatIf.headroomViolation(ctx, with)
 		if err != nil {
 			return nil, err
 		}
@@ -102,13 +102,13 @@ func (r *round) emptiness(ctx context.Context) (*command, error) {
 // leavesPendingPodsOut says, when removing the candidates would leave a
 // pending pod without the room it has now, why they stay.
 func (r *round) leavesPendingPodsOut(ctx context.Context, candidates []*candidate) (string, error) {
-	pending, err := r.s.pendingWithRoom(ctx)
+	pending, err := r.whatIf.pendingWithRoom(ctx)
 	if err != nil || len(pending) == 0 {
 		return "", err
 	}
-	removal, err := r.s.simulateRemoval(ctx, candidates, pending...)
+	removal, err := r.whatIf.simulateRemoval(ctx, candidates, pending...)
 	if err != nil {
 		return "", err
 	}
-	return r.s.leavesPendingPodsOut(ctx, candidates, removal, pending)
+	return r.whatIf.leavesPendingPodsOut(ctx, candidates, removal, pending)
 }

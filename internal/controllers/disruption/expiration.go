@@ -26,7 +26,7 @@ func (r *round) expiration(ctx context.Context) (*command, error) {
 		}
 		why := fmt.Sprintf("node %s expired: claim %s is older than the pool's expireAfter of %s",
 			c.node.Name, c.claim.Name, c.pool.pool.Spec.Disruption.ExpireAfter.Duration)
-		cmd, refused, err := r.s.replacement(ctx, reasonExpired, c, why)
+		cmd, refused, err := r.whatIf.replacement(ctx, reasonExpired, c, why)
 		if err != nil || cmd != nil {
 			return cmd, err
 		}

@@ -40,7 +40,9 @@ const (
 // the controller carries out the command it returns and reports the
 // refusals.
 type round struct {
-	s      *state
+	s *state
+	// whatIf asks the scheduling simulator about s.
+	whatIf whatIf
 	ledger *ledger
 	memory *memory
 
@@ -65,7 +67,7 @@ type round struct {
 // emptySince says when a node lost its last pod (stability.emptySince);
 // nil when only the claims' Empty conditions count.
 func newRound(s *state, candidates []*candidate, ledger *ledger, stableSince map[string]time.Time, emptySince func(node string) (time.Time, bool), memory *memory) *round {
-	r := &round{s: s, ledger: ledger, memory: memory, eligible: map[string]map[v1alpha1.DisruptionReason]int{}}
+	r := &round{s: s, whatIf: whatIf{s}, ledger: ledger, memory: memory, eligible: map[string]map[v1alpha1.DisruptionReason]int{}}
 	for _, c := range candidates {
 		blockReason, why := s.blocker(c)
 		r.considerExpiration(c, blockReason, why)
@@ -132,7 +134,7 @@ func (r *round) refuse(c *candidate, reason, record, note string) {
 // settled caches state.unsettled for the round: true when pods may move.
 func (r *round) settled(ctx context.Context) (bool, error) {
 	if r.settledReason == nil {
-		reason := r.s.unsettled()
+		reason := r.whatIf.unsettled()
 		r.settledReason = &reason
 		if reason != "" {
 			log.FromContext(ctx).V(1).Info("not disrupting while the cluster settles", "reason", reason)

@@ -80,7 +80,7 @@ func (e *executor) revalidate(ctx context.Context, s *state, group *replacementG
 		// goes Pending and provisioning makes room.
 		return "", nil
 	}
-	removal, err := s.simulateRemoval(ctx, nil)
+	removal, err := whatIf{s}.simulateRemoval(ctx, nil)
 	if err != nil {
 		return "", err
 	}
