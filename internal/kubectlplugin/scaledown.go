@@ -35,7 +35,7 @@ func planScaleDown(ctx context.Context, kube client.Reader, offers []decisions.P
 			leftOut = append(leftOut, pool.Name)
 		}
 	}
-	plan, err = disruption.PlanScaleDown(ctx, readOnly{Reader: kube}, offerResolver(byPool), offerPools{offers: byPool, kube: kube}, clk)
+	plan, err = disruption.PlanScaleDown(ctx, readOnly{Reader: kube}, offerPools{offers: byPool, kube: kube}, clk)
 	if err != nil {
 		return nil, nil, fmt.Errorf("deciding as a disruption round: %w", err)
 	}

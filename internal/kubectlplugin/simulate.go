@@ -472,13 +472,6 @@ func (readOnly) GroupVersionKindFor(runtime.Object) (schema.GroupVersionKind, er
 }
 func (readOnly) IsObjectNamespaced(runtime.Object) (bool, error) { return false, errReadOnly }
 
-// offerResolver answers each pool's shapes from the controller's record.
-type offerResolver map[string]decisions.PoolOffer
-
-func (r offerResolver) ForProviderName(context.Context, string) (provider.Provider, error) {
-	return offerProvider(r), nil
-}
-
 type offerProvider map[string]decisions.PoolOffer
 
 func (p offerProvider) Shapes(_ context.Context, pool *v1alpha1.NodePool) ([]provider.Shape, error) {

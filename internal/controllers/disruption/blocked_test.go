@@ -38,7 +38,7 @@ func TestRoundPublishesBlockedNodesByReason(t *testing.T) {
 	if _, err := r.decide(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	c := &Controller{metricPools: map[string]bool{}}
+	c := &reporter{metricPools: map[string]bool{}}
 	_, total, _ := s.poolTotals()
 	c.setMetrics(s, r, r.ledger, total)
 

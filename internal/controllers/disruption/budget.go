@@ -142,3 +142,29 @@ func (l *ledger) remaining(pool string, reason v1alpha1.DisruptionReason) int {
 func (l *ledger) take(pool string, n int) {
 	l.disrupting[pool] += n
 }
+
+// budgetNote says that the candidate's pool budget for reason has none
+// left: it allows none now, or the nodes already going take it all.
+//
+// The note names no number that moves while nodes go: it becomes the
+// Consolidatable condition of every node the budget holds, and a note that
+// changed each round (the budget's share of a shrinking pool) rewrote
+// hundreds of claims each round of a large scale-down, taking the API
+// server's time from the deletions.
+func (r *round) budgetNote(c *candidate, reason v1alpha1.DisruptionReason) string {
+	pool := c.pool.pool.Name
+	if r.ledger.allowedNow(pool, reason) == 0 {
+		return fmt.Sprintf("%s, but pool %s's disruption budget for %s allows 0 disruptions now", what(reason), pool, reason)
+	}
+	return fmt.Sprintf("%s, but pool %s's disruption budget for %s is taken by the nodes already going", what(reason), pool, reason)
+}
+
+func what(reason v1alpha1.DisruptionReason) string {
+	switch reason {
+	case v1alpha1.DisruptionReasonEmpty:
+		return "empty"
+	case v1alpha1.DisruptionReasonUnderutilized:
+		return "a consolidation candidate"
+	}
+	return strings.ToLower(string(reason))
+}

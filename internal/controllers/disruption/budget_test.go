@@ -108,7 +108,7 @@ func TestABudgetThatCannotBeReadIsReportedOnThePool(t *testing.T) {
 		{Nodes: "1", Schedule: ptr("0 0 31 2 *"), Duration: &metav1.Duration{Duration: time.Hour}},
 	}}}}
 	recorder := events.NewFakeRecorder(10)
-	c := &Controller{Recorder: recorder, events: newEventMemo(eventRepeat)}
+	c := &reporter{teller: &teller{recorder: recorder, memo: newEventMemo(eventRepeat)}}
 	s := &state{now: now, pools: map[string]*poolInfo{"p": {pool: pool}}}
 	for round := 0; round < 3; round++ {
 		_, errs := newLedger([]*v1alpha1.NodePool{pool}, map[string]int{"p": 4}, nil, now)

@@ -475,7 +475,7 @@ func TestEmptyNodesGoWhileANodeDrainsLeavingItsPodsRoom(t *testing.T) {
 		t.Errorf("b's refusal: %+v, want PendingPods naming the drained node's pod", kept)
 	}
 	// Moving pods still waits for the drain.
-	if reason := r.s.unsettled(); reason != "1 pods on node going, which is going, still have to move" {
+	if reason := r.whatIf.unsettled(); reason != "1 pods on node going, which is going, still have to move" {
 		t.Errorf("unsettled: %q", reason)
 	}
 }

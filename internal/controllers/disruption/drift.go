@@ -1,6 +1,7 @@
 package disruption
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"hash/fnv"
@@ -8,9 +9,12 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
+	"k8s.io/apimachinery/pkg/api/meta"
+	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/claimscale/claimscale/api/v1alpha1"
 	"github.com/claimscale/claimscale/internal/scheduling"
+	"github.com/claimscale/claimscale/pkg/provider"
 )
 
 // AnnotationProviderHash records on a claim the hash of its NodeProvider's
@@ -149,4 +153,77 @@ func shapeOffered(pool *v1alpha1.NodePool, shape v1alpha1.ClaimShape) bool {
 			(offered.Memory == nil || offered.Memory.Cmp(shape.Memory) == 0)
 	}
 	return false
+}
+
+// considerDrift takes a node whose claim is Drifted (the observer keeps
+// the condition from driftOf and the provider) as drift's candidate.
+func (r *round) considerDrift(c *candidate, blockReason, why string) {
+	if meta.IsStatusConditionTrue(c.claim.Status.Conditions, v1alpha1.ConditionDrifted) {
+		r.classify(c, v1alpha1.DisruptionReasonDrifted, &r.drifted, blockReason, why, "drifted")
+	}
+}
+
+// drift replaces nodes whose claim is Drifted, within the Drifted budget,
+// cheapest to disrupt first.
+func (r *round) drift(ctx context.Context) (*command, error) {
+	for _, c := range r.drifted {
+		if r.ledger.remaining(c.pool.pool.Name, v1alpha1.DisruptionReasonDrifted) <= 0 ||
+			r.memory.skip(c.claim.UID, v1alpha1.DisruptionReasonDrifted, r.s.fingerprint, r.s.now) {
+			continue
+		}
+		if settled, err := r.settled(ctx); err != nil || !settled {
+			return nil, err
+		}
+		condition := meta.FindStatusCondition(c.claim.Status.Conditions, v1alpha1.ConditionDrifted)
+		cmd, refused, err := r.whatIf.replacement(ctx, v1alpha1.DisruptionReasonDrifted, c, "node "+c.node.Name+" drifted: "+condition.Message)
+		if err != nil {
+			return nil, err
+		}
+		if cmd != nil {
+			r.ledger.take(c.pool.pool.Name, 1)
+			return cmd, nil
+		}
+		r.memory.remember(c.claim.UID, v1alpha1.DisruptionReasonDrifted, r.s.fingerprint, r.s.now)
+		r.refuse(c, eventBlocked, refused.record, "drifted, but "+refused.note)
+	}
+	return nil, nil
+}
+
+// checksDrift says whether p, or the provider it wraps, tells drift of its
+// own: the wrapper every provider is handed out in answers Drifted for any.
+func checksDrift(p provider.Provider) bool {
+	for {
+		if _, ok := p.(provider.DriftChecker); !ok {
+			return false
+		}
+		wrapper, ok := p.(interface{ Unwrap() provider.Provider })
+		if !ok {
+			return true
+		}
+		p = wrapper.Unwrap()
+	}
+}
+
+// providerDrift asks the claim's provider whether its machine drifted from
+// what the provider itself makes now (provider.DriftChecker); a provider
+// that cannot say, or an error, is no drift.
+func (o *observer) providerDrift(ctx context.Context, providerName string, claim *v1alpha1.NodeClaim) (reason, message string) {
+	if o.providers == nil || providerName == "" {
+		return "", ""
+	}
+	p, err := o.providers.ForProviderName(ctx, providerName)
+	if err != nil {
+		return "", ""
+	}
+	checker, ok := p.(provider.DriftChecker)
+	if !ok || !checksDrift(p) {
+		return "", ""
+	}
+	o.providerDriftAsked = true
+	reason, message, err = checker.Drifted(ctx, claim)
+	if err != nil {
+		log.FromContext(ctx).V(1).Info("asking the provider about drift failed", "nodeClaim", claim.Name, "error", err.Error())
+		return "", ""
+	}
+	return reason, message
 }

@@ -18,7 +18,7 @@ func TestStatusChangesCopyTheCachesClaimOnceAndLeaveItAsItWas(t *testing.T) {
 	s := f.state()
 	cached := s.claims["a"]
 	before := cached.DeepCopy()
-	c := &Controller{Clock: clocktesting.NewFakeClock(f.now)}
+	c := &writer{clock: clocktesting.NewFakeClock(f.now)}
 
 	write, changed := c.statusChange(s, cached, func(claim *v1alpha1.NodeClaim) {
 		c.setCondition(claim, v1alpha1.ConditionEmpty, metav1.ConditionTrue, "Empty", "empty")
@@ -79,7 +79,7 @@ func TestADeferredChangeGoesWithTheNextWriteOrAtTheRoundsEnd(t *testing.T) {
 	f := newFixture(c4).node("a", c4).node("b", c4)
 	s := f.state()
 	before := s.claims["a"].DeepCopy()
-	c := &Controller{Clock: clocktesting.NewFakeClock(f.now)}
+	c := &writer{clock: clocktesting.NewFakeClock(f.now)}
 	empty := func(claim *v1alpha1.NodeClaim) {
 		c.setCondition(claim, v1alpha1.ConditionEmpty, metav1.ConditionTrue, "Empty", "empty")
 	}

@@ -74,21 +74,19 @@ const (
 
 // PlanScaleDown gathers the cluster through kube as a round does and
 // decides as a round does, with clk's time, but writes nothing and acts on
-// nothing: kube is only read, usable says which pools can provision, and
-// providers are only asked whether machines drifted.
+// nothing: kube is only read, and usable says which pools can provision.
 //
 // What lives in the controller's memory is read from the objects instead:
 // since when a node is empty comes from its claim's Empty condition, since
 // when its pods are unchanged from their binding times, and the memory of
 // decisions that found nothing is empty, so every candidate is simulated.
-func PlanScaleDown(ctx context.Context, kube client.Client, providers ProviderResolver, usable clusterstate.PoolUsability, clk clock.WithTicker) (*Plan, error) {
-	c := &Controller{Kube: kube, Providers: providers, Pools: usable, Clock: clk,
-		stability: newStability(), memory: newMemory(memoryBackoff)}
-	s, err := c.gather(ctx)
+func PlanScaleDown(ctx context.Context, kube client.Client, usable clusterstate.PoolUsability, clk clock.WithTicker) (*Plan, error) {
+	in := &reader{kube: kube, pools: usable, clock: clk}
+	s, err := in.gather(ctx)
 	if err != nil {
 		return nil, err
 	}
-	stableSince := c.observeStability(s)
+	stableSince := newStability().observeRound(s)
 	plan := &Plan{Now: s.now}
 	for _, group := range s.groups {
 		plan.InFlight = append(plan.InFlight, fmt.Sprintf("%s replacing %s (%s)", strings.Join(claimNames(group.replacements), ", "), strings.Join(group.olds, ", "), group.reason))
@@ -96,7 +94,7 @@ func PlanScaleDown(ctx context.Context, kube client.Client, providers ProviderRe
 	candidates := s.candidates()
 	pools, total, disrupting := s.poolTotals()
 	budgets, errs := newLedger(pools, total, disrupting, s.now)
-	r := newRound(s, candidates, budgets, stableSince, nil, c.memory)
+	r := newRound(s, candidates, budgets, stableSince, nil, newMemory(memoryBackoff))
 	cmd, err := r.decide(ctx)
 	if err != nil {
 		return nil, err
@@ -104,7 +102,29 @@ func PlanScaleDown(ctx context.Context, kube client.Client, providers ProviderRe
 	if r.settledReason != nil {
 		plan.Settling = *r.settledReason
 	}
+	if cmd != nil {
+		plan.Decision = plannedDecision(cmd)
+	}
+	plan.Nodes = verdicts(s, r, cmd, candidates, errs, plan.Settling)
+	return plan, nil
+}
 
+// plannedDecision is what a plan says of the round's decision.
+func plannedDecision(cmd *command) *PlannedDecision {
+	decision := &PlannedDecision{Reason: cmd.reason, Action: cmd.action(), Message: cmd.message, Price: totalPrice(cmd.candidates)}
+	decision.Saving = decision.Price
+	for _, n := range cmd.replacements {
+		decision.Replacements = append(decision.Replacements, PlannedNode{Pool: n.Pool, Shape: n.Shape.Name, Zone: n.Zone, Price: n.Shape.Price})
+		decision.Saving -= n.Shape.Price
+	}
+	return decision
+}
+
+// verdicts gives every claim of the round one verdict, by node name,
+// ranked as the claim's condition and the decision records rank them: the
+// decision, then the first refusal, then the first hold, then pools whose
+// budget cannot be read (errs), then what became of the other candidates.
+func verdicts(s *state, r *round, cmd *command, candidates []*candidate, errs map[string]error, settling string) []Verdict {
 	verdicts := map[string]*Verdict{}
 	set := func(cand *candidate, outcome, reason, message string) {
 		if _, ok := verdicts[cand.claim.Name]; ok {
@@ -114,12 +134,6 @@ func PlanScaleDown(ctx context.Context, kube client.Client, providers ProviderRe
 			Outcome: outcome, Reason: reason, Message: message, Price: cand.price}
 	}
 	if cmd != nil {
-		plan.Decision = &PlannedDecision{Reason: cmd.reason, Action: cmd.action(), Message: cmd.message, Price: totalPrice(cmd.candidates)}
-		plan.Decision.Saving = plan.Decision.Price
-		for _, n := range cmd.replacements {
-			plan.Decision.Replacements = append(plan.Decision.Replacements, PlannedNode{Pool: n.Pool, Shape: n.Shape.Name, Zone: n.Zone, Price: n.Shape.Price})
-			plan.Decision.Saving -= n.Shape.Price
-		}
 		for _, cand := range cmd.candidates {
 			set(cand, decisions.NodeDisrupting, string(cmd.reason), cmd.message)
 		}
@@ -138,7 +152,7 @@ func PlanScaleDown(ctx context.Context, kube client.Client, providers ProviderRe
 		}
 	}
 	for _, cand := range candidates {
-		outcome, note := candidateVerdict(r, cand, plan.Settling)
+		outcome, note := candidateVerdict(r, cand, settling)
 		set(cand, outcome, "", note)
 	}
 	for _, name := range sortedNames(s.claims) {
@@ -149,16 +163,17 @@ func PlanScaleDown(ctx context.Context, kube client.Client, providers ProviderRe
 		verdicts[name] = &Verdict{Node: claim.Status.NodeName, NodeClaim: name, Pool: claim.Spec.NodePoolRef.Name,
 			Outcome: OutcomeNotCandidate, Message: notCandidateNote(s, claim)}
 	}
+	var nodes []Verdict
 	for _, v := range verdicts {
-		plan.Nodes = append(plan.Nodes, *v)
+		nodes = append(nodes, *v)
 	}
-	sort.Slice(plan.Nodes, func(i, j int) bool {
-		if plan.Nodes[i].Node != plan.Nodes[j].Node {
-			return plan.Nodes[i].Node < plan.Nodes[j].Node
+	sort.Slice(nodes, func(i, j int) bool {
+		if nodes[i].Node != nodes[j].Node {
+			return nodes[i].Node < nodes[j].Node
 		}
-		return plan.Nodes[i].NodeClaim < plan.Nodes[j].NodeClaim
+		return nodes[i].NodeClaim < nodes[j].NodeClaim
 	})
-	return plan, nil
+	return nodes
 }
 
 // candidateVerdict says what became of a claim the round's methods left

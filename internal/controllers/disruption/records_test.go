@@ -106,7 +106,7 @@ func TestRoundRecordsWhyEachNodeStays(t *testing.T) {
 			}
 			store := decisions.NewStore(false)
 			counted := testutil.ToFloat64(decisions.NodeDecisions.WithLabelValues(decisions.NodeKept, tt.reason, "false"))
-			(&Controller{Decisions: store}).recordDecisions(s, r, cmd)
+			(&reporter{store: store}).recordDecisions(s, r, cmd)
 			record, ok := store.Node(tt.node)
 			if !ok {
 				t.Fatalf("no record of node %s (decided %q)", tt.node, describe(cmd))

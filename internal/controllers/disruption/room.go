@@ -44,7 +44,7 @@ func requestsOf(pod *corev1.Pod) room {
 // round. It errs only towards more room than the simulator finds (a node
 // the simulator leaves out, a pod it counts that this does not), so room
 // it says is missing is missing.
-func (s *state) freeRoom() (map[string]room, room) {
+func (s whatIf) freeRoom() (map[string]room, room) {
 	if s.free != nil {
 		return s.free, s.freeTotal
 	}
@@ -79,7 +79,7 @@ func (s *state) freeRoom() (map[string]room, room) {
 // request more than all of it together. False says nothing: a simulation
 // must tell. At a thousand full nodes this spares each of them a
 // simulation that could only say no.
-func (s *state) outgrows(candidates []*candidate, pending []*corev1.Pod, extra room) bool {
+func (s whatIf) outgrows(candidates []*candidate, pending []*corev1.Pod, extra room) bool {
 	free, total := s.freeRoom()
 	available := total.plus(extra)
 	var need room
@@ -100,7 +100,7 @@ func (s *state) outgrows(candidates []*candidate, pending []*corev1.Pod, extra r
 // largestNewNode is at least the room of any node a pool could make now:
 // the most cpu and the most memory of any shape, not necessarily of the
 // same one.
-func (s *state) largestNewNode() (room, bool) {
+func (s whatIf) largestNewNode() (room, bool) {
 	var largest room
 	found := false
 	for _, pool := range s.pools {

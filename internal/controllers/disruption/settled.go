@@ -33,7 +33,7 @@ import (
 // whose claim is not Initialized, including a node that registered before
 // the round saw its claim Registered (the snapshot takes the node for the
 // claim's phantom then). Worked out once per round.
-func (s *state) booting() map[string]bool {
+func (s whatIf) booting() map[string]bool {
 	if s.bootingNodes != nil {
 		return s.bootingNodes
 	}
@@ -66,7 +66,7 @@ func (s *state) booting() map[string]bool {
 // settledCluster is the round's cluster without the named nodes, without
 // in-flight claims and without nodes not initialized yet: where displaced
 // pods may go.
-func (s *state) settledCluster(without map[string]bool) scheduling.Cluster {
+func (s whatIf) settledCluster(without map[string]bool) scheduling.Cluster {
 	booting, awaiting := s.booting(), s.awaitingReplacement()
 	skip := make(map[string]bool, len(without)+len(booting)+len(awaiting))
 	for name := range without {
@@ -85,7 +85,7 @@ func (s *state) settledCluster(without map[string]bool) scheduling.Cluster {
 
 // settledSimulator is the round's simulator of the settled cluster, built
 // on first use; the round's own simulator when nothing is booting.
-func (s *state) settledSimulator(ctx context.Context) (*scheduling.Simulator, error) {
+func (s whatIf) settledSimulator(ctx context.Context) (*scheduling.Simulator, error) {
 	if len(s.booting()) == 0 {
 		return s.simulator(ctx)
 	}
@@ -106,7 +106,7 @@ func (s *state) settledSimulator(ctx context.Context) (*scheduling.Simulator, er
 // of the pending pods it was bought for: such a node is no room, and its
 // pods are not displaced a second time (else a later decision would buy
 // them another node, as a second replacement of the same claim).
-func (s *state) awaitingReplacement() map[string]bool {
+func (s whatIf) awaitingReplacement() map[string]bool {
 	if s.awaitingNodes != nil {
 		return s.awaitingNodes
 	}
@@ -135,7 +135,7 @@ func (s *state) awaitingReplacement() map[string]bool {
 }
 
 // settledRemoved is what removed names that the settled cluster has.
-func (s *state) settledRemoved(candidates []*candidate) []string {
+func (s whatIf) settledRemoved(candidates []*candidate) []string {
 	booting, awaiting := s.booting(), s.awaitingReplacement()
 	var nodes []string
 	for _, name := range s.removed(candidates) {
@@ -149,7 +149,7 @@ func (s *state) settledRemoved(candidates []*candidate) []string {
 // pendingOnSettled is of the pending pods given those whose room is on an
 // initialized node (see pendingWithRoom): the others have theirs on a
 // booting claim, which a removal on the settled cluster does not take.
-func (s *state) pendingOnSettled(pending []*corev1.Pod) []*corev1.Pod {
+func (s whatIf) pendingOnSettled(pending []*corev1.Pod) []*corev1.Pod {
 	if len(s.pendingBooting) == 0 {
 		return pending
 	}
@@ -166,7 +166,7 @@ func (s *state) pendingOnSettled(pending []*corev1.Pod) []*corev1.Pod {
 // initialized node, whether they would fit with the booting claims
 // counted as room, naming those: the refusal says that the move waits
 // for them, not that there is no room at all.
-func (s *state) fitsOnlyWhileBooting(ctx context.Context, candidates []*candidate, pending []*corev1.Pod) (string, error) {
+func (s whatIf) fitsOnlyWhileBooting(ctx context.Context, candidates []*candidate, pending []*corev1.Pod) (string, error) {
 	if len(s.booting()) == 0 {
 		return "", nil
 	}

@@ -171,10 +171,10 @@ func TestABootingClaimIsNoCandidateAndNoRoom(t *testing.T) {
 	if got := notCandidateNote(s, f.claim("large")); got != "not initialized yet: room only for the pending pods it was made for, not for the pods of a node that would go" {
 		t.Fatalf("note %q", got)
 	}
-	if !s.booting()["large"] {
-		t.Fatalf("the booting claim is not among the booting nodes: %v", s.booting())
+	if !(whatIf{s}).booting()["large"] {
+		t.Fatalf("the booting claim is not among the booting nodes: %v", whatIf{s}.booting())
 	}
-	if _, err := s.settledSimulator(context.Background()); err != nil {
+	if _, err := (whatIf{s}).settledSimulator(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 }

@@ -15,6 +15,15 @@ import (
 	"github.com/claimscale/claimscale/internal/warmcapacity"
 )
 
+// whatIf asks the round's scheduling simulator what taking nodes away
+// would do: where their pods would go (or what one new node would hold
+// them), whether pending pods, minNodes and headroom keep their room, and
+// whether the cluster has settled enough to move pods at all. It asks of
+// the round's state, and keeps what it works out there (the simulators,
+// free room, headroom, pending pods), so that every question of a round
+// after the first costs little.
+type whatIf struct{ *state }
+
 // command is one decision: take the candidates away for a reason, after
 // the replacements (if any) are Ready.
 type command struct {
@@ -43,7 +52,7 @@ func (c *command) names() []string {
 
 // markedNodes are the nodes of live claims already chosen to go: their
 // pods need a place as much as a candidate's do.
-func (s *state) markedNodes() []string {
+func (s whatIf) markedNodes() []string {
 	var nodes []string
 	for name := range s.disrupting {
 		claim, ok := s.claims[name]
@@ -58,7 +67,7 @@ func (s *state) markedNodes() []string {
 
 // removed is the node names a decision about candidates takes out: theirs
 // and those already chosen to go.
-func (s *state) removed(candidates []*candidate) []string {
+func (s whatIf) removed(candidates []*candidate) []string {
 	seen := map[string]bool{}
 	var nodes []string
 	for _, name := range append(s.markedNodes(), nodeNames(candidates)...) {
@@ -82,7 +91,7 @@ func nodeNames(candidates []*candidate) []string {
 // already going) fit on the remaining initialized nodes, with no new node
 // and no booting one (settled.go); and with them the pending pods given
 // whose room is on those nodes, which the removal must leave them.
-func (s *state) simulateRemoval(ctx context.Context, candidates []*candidate, pending ...*corev1.Pod) (scheduling.RemovalResult, error) {
+func (s whatIf) simulateRemoval(ctx context.Context, candidates []*candidate, pending ...*corev1.Pod) (scheduling.RemovalResult, error) {
 	s.simulations++
 	sim, err := s.settledSimulator(ctx)
 	if err != nil {
@@ -97,7 +106,7 @@ func (s *state) simulateRemoval(ctx context.Context, candidates []*candidate, pe
 
 // leavesPendingPodsOut says, when the candidates' removal would fit but for
 // the pending pods given (it takes room they have now), why it may not be.
-func (s *state) leavesPendingPodsOut(ctx context.Context, candidates []*candidate, removal scheduling.RemovalResult, pending []*corev1.Pod) (string, error) {
+func (s whatIf) leavesPendingPodsOut(ctx context.Context, candidates []*candidate, removal scheduling.RemovalResult, pending []*corev1.Pod) (string, error) {
 	if removal.Fits() || len(s.pendingOnSettled(pending)) == 0 {
 		return "", nil
 	}
@@ -118,7 +127,7 @@ const pendingPodsNote = "removing it would leave pending pods without the room t
 //
 // The pods of the nodes in staying keep their place: they are not displaced
 // though their nodes are left out.
-func (s *state) displaced(candidates []*candidate, staying map[string]bool) (without map[string]bool, pods []*corev1.Pod) {
+func (s whatIf) displaced(candidates []*candidate, staying map[string]bool) (without map[string]bool, pods []*corev1.Pod) {
 	without = map[string]bool{}
 	for _, name := range s.removed(candidates) {
 		without[name] = true
@@ -146,7 +155,7 @@ func unbound(pod *corev1.Pod) *corev1.Pod {
 //
 // Pending pods given whose room is on an initialized node are placed with
 // them, so the replacement leaves them the room they have now.
-func (s *state) solveWithout(ctx context.Context, candidates []*candidate, pending ...*corev1.Pod) (scheduling.Result, error) {
+func (s whatIf) solveWithout(ctx context.Context, candidates []*candidate, pending ...*corev1.Pod) (scheduling.Result, error) {
 	s.simulations++
 	// The pods of nodes awaiting their booting replacements have their
 	// room there (settled.go).
@@ -166,95 +175,10 @@ func (s *state) solveWithout(ctx context.Context, candidates []*candidate, pendi
 // reason (decisions.NodeReason…) it is recorded and counted under.
 type verdict struct{ record, note string }
 
-// consolidation decides whether the candidates can go together: deleted,
-// when their pods fit on the other nodes; else replaced by one new node
-// that costs less than all of them. If not, it says why.
-//
-// Pending pods that have a place now keep it: a removal that would leave
-// one of them without room is refused (as Karpenter simulates pending pods
-// with the candidates' own), and only that removal, so one pod waiting for
-// its node holds back no other node and no other pool.
-func (s *state) consolidation(ctx context.Context, candidates []*candidate) (*command, verdict, error) {
-	pending, err := s.pendingWithRoom(ctx)
-	if err != nil {
-		return nil, verdict{}, err
-	}
-	// Pods that outgrow the other nodes' free room fit there neither with
-	// the pending pods nor without: no removal to simulate.
-	fitsNowhere := s.outgrows(candidates, nil, room{})
-	var removal scheduling.RemovalResult
-	if !fitsNowhere {
-		if removal, err = s.simulateRemoval(ctx, candidates, pending...); err != nil {
-			return nil, verdict{}, err
-		}
-		if why, err := s.leavesPendingPodsOut(ctx, candidates, removal, pending); err != nil || why != "" {
-			return nil, verdict{decisions.NodeReasonPendingPods, why}, err
-		}
-		if !removal.Fits() {
-			// Room a booting node will have is no reason for a new one
-			// either: the move waits until it is initialized.
-			if why, err := s.fitsOnlyWhileBooting(ctx, candidates, pending); err != nil || why != "" {
-				return nil, verdict{decisions.NodeReasonWouldNotFit, why}, err
-			}
-		}
-	}
-	cmd := &command{reason: v1alpha1.DisruptionReasonUnderutilized, candidates: candidates}
-	if fitsNowhere || !removal.Fits() {
-		if floor, ok := s.cheapestNewNode(); ok && floor.Shape.Price >= totalPrice(candidates) {
-			// No replacement can be cheaper: spare building a snapshot
-			// without the candidates, which at ten thousand pods is
-			// most of an idle cluster's CPU.
-			return nil, verdict{decisions.NodeReasonNotCheaper, fmt.Sprintf("its pods fit only on a new node, and the cheapest (%s of pool %s at %.6g/h) is not cheaper than %.6g/h",
-				floor.Shape.Name, floor.Pool, floor.Shape.Price, totalPrice(candidates))}, nil
-		}
-		if largest, ok := s.largestNewNode(); ok && s.outgrows(candidates, pending, largest) {
-			return nil, verdict{decisions.NodeReasonWouldNotFit, "its pods would need more than one new node"}, nil
-		}
-		result, err := s.solveWithout(ctx, candidates, pending...)
-		if err != nil {
-			return nil, verdict{}, err
-		}
-		switch {
-		case len(result.Unschedulable) > 0:
-			return nil, verdict{decisions.NodeReasonWouldNotFit, "its pods would not fit elsewhere: " + describeUnschedulable(result.Unschedulable)}, nil
-		case len(result.NewNodes) > 1:
-			return nil, verdict{decisions.NodeReasonWouldNotFit, fmt.Sprintf("its pods would need %d new nodes: %s", len(result.NewNodes), scheduling.DescribeNewNodes(result.NewNodes))}, nil
-		case len(result.NewNodes) == 1:
-			replacement := result.NewNodes[0]
-			if price, total := replacement.Shape.Price, totalPrice(candidates); price >= total {
-				return nil, verdict{decisions.NodeReasonNotCheaper, fmt.Sprintf("its pods fit only on a new node, and the cheapest (%s of pool %s at %.6g/h) is not cheaper than %.6g/h",
-					replacement.Shape.Name, replacement.Pool, price, total)}, nil
-			}
-			cmd.replacements = result.NewNodes
-		}
-	}
-	if why := s.minNodesViolation(cmd); why != "" {
-		return nil, verdict{decisions.NodeReasonMinNodes, why}, nil
-	}
-	if why, err := s.headroomViolation(ctx, candidates); err != nil || why != "" {
-		return nil, verdict{decisions.NodeReasonHeadroom, why}, err
-	}
-	cmd.message = consolidationMessage(cmd)
-	return cmd, verdict{}, nil
-}
-
-func consolidationMessage(cmd *command) string {
-	subject := "its pods fit"
-	if len(cmd.candidates) > 1 {
-		subject = fmt.Sprintf("the pods of %d underused nodes (%s) fit", len(cmd.candidates), abbreviate(cmd.names(), 4))
-	}
-	if len(cmd.replacements) == 0 {
-		return subject + " on the other nodes"
-	}
-	replacement := cmd.replacements[0]
-	return fmt.Sprintf("%s on one cheaper node: %s of pool %s at %.6g/h instead of %.6g/h", subject,
-		replacement.Shape.Name, replacement.Pool, replacement.Shape.Price, totalPrice(cmd.candidates))
-}
-
 // replacement decides how a drifted or expired node goes without leaving
 // its pods nowhere: deleted, when they fit on the other nodes (and the
 // pool keeps its minNodes); else after new nodes that hold them are Ready.
-func (s *state) replacement(ctx context.Context, reason v1alpha1.DisruptionReason, c *candidate, why string) (*command, verdict, error) {
+func (s whatIf) replacement(ctx context.Context, reason v1alpha1.DisruptionReason, c *candidate, why string) (*command, verdict, error) {
 	cmd := &command{reason: reason, candidates: []*candidate{c}}
 	pending, err := s.pendingWithRoom(ctx)
 	if err != nil {
@@ -296,7 +220,7 @@ func (s *state) replacement(ctx context.Context, reason v1alpha1.DisruptionReaso
 // makes for minNodes.
 // cheapestNewNode is the cheapest node any pool could make now: no
 // replacement costs less.
-func (s *state) cheapestNewNode() (scheduling.NewNode, bool) {
+func (s whatIf) cheapestNewNode() (scheduling.NewNode, bool) {
 	var floor scheduling.NewNode
 	found := false
 	for _, name := range sortedNames(s.pools) {
@@ -333,7 +257,7 @@ func cheapestOf(pool *poolInfo) (scheduling.NewNode, bool) {
 
 // minNodesViolation names the pool a command would take below its
 // minNodes, if any.
-func (s *state) minNodesViolation(cmd *command) string {
+func (s whatIf) minNodesViolation(cmd *command) string {
 	delta := map[string]int{}
 	for _, c := range cmd.candidates {
 		delta[c.pool.pool.Name]--
@@ -361,7 +285,7 @@ func (s *state) minNodesViolation(cmd *command) string {
 // unsettled says why no pods should be moved now, if so: pods of nodes
 // being drained still have to find a place, and moving more pods meanwhile
 // would race them.
-func (s *state) unsettled() string {
+func (s whatIf) unsettled() string {
 	if nodes := s.strandedNodes(); len(nodes) > 0 {
 		return fmt.Sprintf("%d pods on node %s, which is going, still have to move",
 			len(workloadPods(s.podsByNode[nodes[0]])), nodes[0])
@@ -372,7 +296,7 @@ func (s *state) unsettled() string {
 // strandedNodes are the nodes that are going (a claim being deleted, a
 // node being drained: no longer in the snapshot) with workload pods still
 // on them, sorted.
-func (s *state) strandedNodes() []string {
+func (s whatIf) strandedNodes() []string {
 	var nodes []string
 	for node, pods := range s.podsByNode {
 		if !s.inSnapshot[node] && len(workloadPods(pods)) > 0 {
@@ -386,7 +310,7 @@ func (s *state) strandedNodes() []string {
 // stranded returns, unbound, the workload pods of the stranded nodes: the
 // drain is about to evict them, and they will look for the room the other
 // nodes have.
-func (s *state) stranded() []*corev1.Pod {
+func (s whatIf) stranded() []*corev1.Pod {
 	var stranded []*corev1.Pod
 	for _, node := range s.strandedNodes() {
 		for _, pod := range workloadPods(s.podsByNode[node]) {
@@ -405,7 +329,7 @@ func (s *state) stranded() []*corev1.Pod {
 // whose room is on a node still booting are noted (pendingBooting): that
 // room is theirs, and no removal counts on it (settled.go). Worked out
 // once per round.
-func (s *state) pendingWithRoom(ctx context.Context) ([]*corev1.Pod, error) {
+func (s whatIf) pendingWithRoom(ctx context.Context) ([]*corev1.Pod, error) {
 	if s.pending != nil {
 		return *s.pending, nil
 	}
@@ -466,7 +390,7 @@ func abbreviate(names []string, n int) string {
 // pods placed first and every pool's headroom after them, at the lowest
 // priority, more of a pool's headroom fits on no node than fits on none
 // now. A replacement is not counted: the headroom must fit on what stays.
-func (s *state) headroomViolation(ctx context.Context, candidates []*candidate) (string, error) {
+func (s whatIf) headroomViolation(ctx context.Context, candidates []*candidate) (string, error) {
 	for _, c := range candidates {
 		if c.pool.target.Unknown {
 			return fmt.Sprintf("pool %s's external headroom is not known yet", c.pool.pool.Name), nil
@@ -507,7 +431,7 @@ func (s *state) headroomViolation(ctx context.Context, candidates []*candidate) 
 // buildHeadroom makes every pool's headroom placeholders, as provisioning
 // does. A pool that cannot provision now has its nodes of headroom left
 // out: without its shapes they have no size.
-func (s *state) buildHeadroom(ctx context.Context) error {
+func (s whatIf) buildHeadroom(ctx context.Context) error {
 	for _, name := range sortedNames(s.pools) {
 		info := s.pools[name]
 		s.headroom = append(s.headroom, warmcapacity.Pods(info.pool, info.target.Headroom)...)
@@ -529,7 +453,7 @@ func (s *state) buildHeadroom(ctx context.Context) error {
 // missingHeadroom counts, per pool, the headroom pods that fit on no
 // remaining node with the candidates (and the nodes already going) gone
 // and their pods placed first.
-func (s *state) missingHeadroom(ctx context.Context, candidates []*candidate) (map[string]int, error) {
+func (s whatIf) missingHeadroom(ctx context.Context, candidates []*candidate) (map[string]int, error) {
 	without, pods := s.displaced(candidates, nil)
 	pods = append(pods, s.headroom...)
 	sim, err := scheduling.New(ctx, s.simCluster(without))

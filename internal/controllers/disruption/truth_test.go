@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"k8s.io/apimachinery/pkg/api/meta"
-	"k8s.io/apimachinery/pkg/types"
+
 	"k8s.io/client-go/tools/events"
 	clocktesting "k8s.io/utils/clock/testing"
 
@@ -17,11 +17,9 @@ import (
 // reportingController is a controller whose report can run without an
 // API server: its writes are left in the round's state (deferStatus).
 func reportingController(now time.Time) *Controller {
-	return &Controller{
-		Clock: clocktesting.NewFakeClock(now), Recorder: events.NewFakeRecorder(100), Decisions: decisions.NewStore(false),
-		memory: newMemory(memoryBackoff), stability: newStability(), events: newEventMemo(eventRepeat),
-		verdicts: map[types.UID]verdictCondition{}, metricPools: map[string]bool{},
-	}
+	c := &Controller{Clock: clocktesting.NewFakeClock(now), Recorder: events.NewFakeRecorder(100), Decisions: decisions.NewStore(false)}
+	c.wire()
+	return c
 }
 
 // reportRound decides a round on the fixture with the controller's memory
@@ -41,8 +39,8 @@ func reportRound(t *testing.T, c *Controller, f *fixture, claim string) (*round,
 	if err != nil {
 		t.Fatal(err)
 	}
-	c.report(s, r, cmd, budgets, total)
-	c.recordDecisions(s, r, cmd)
+	c.reporter.report(s, r, cmd, budgets, total)
+	c.reporter.recordDecisions(s, r, cmd)
 	for _, w := range s.takeAllUnsent() {
 		if w.claim.Name == claim {
 			if condition := meta.FindStatusCondition(w.claim.Status.Conditions, v1alpha1.ConditionConsolidatable); condition != nil {
@@ -96,8 +94,8 @@ func TestDoNotDisruptOutranksConsolidateAfter(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c.report(s, r, cmd, budgets, total)
-	c.recordDecisions(s, r, cmd)
+	c.reporter.report(s, r, cmd, budgets, total)
+	c.reporter.recordDecisions(s, r, cmd)
 	record, _ := c.Decisions.Node("a")
 	if record.Reason != decisions.NodeReasonDoNotDisrupt || record.Message != "runs pods, but pod default/p is annotated claimscale.io/do-not-disrupt" {
 		t.Errorf("record of the pinned node: %s %q", record.Reason, record.Message)

@@ -39,6 +39,7 @@ import (
 	"github.com/claimscale/claimscale/internal/metrics"
 	"github.com/claimscale/claimscale/internal/poolclaims"
 	"github.com/claimscale/claimscale/internal/scheduling"
+	"github.com/claimscale/claimscale/internal/statusapply"
 )
 
 // Name of the controller in logs, metrics and events.
@@ -328,8 +329,11 @@ func (c *Controller) repair(ctx context.Context, pool *v1alpha1.NodePool, claims
 	stored := claim.DeepCopy()
 	claim.SetCondition(v1alpha1.ConditionDisrupting, metav1.ConditionTrue, string(v1alpha1.DisruptionReasonUnhealthy), message, c.Clock.Now())
 	if !equality.Semantic.DeepEqual(stored.Status, claim.Status) {
-		patch := client.MergeFromWithOptions(stored, client.MergeFromWithOptimisticLock{})
-		if err := c.Kube.Status().Patch(ctx, claim, patch); err != nil {
+		// The Disrupting condition alone is repair's; applied only over
+		// the claim as judged, so a claim written since conflicts and is
+		// judged again.
+		owned := statusapply.Conditions{Conditions: []metav1.Condition{*meta.FindStatusCondition(claim.Status.Conditions, v1alpha1.ConditionDisrupting)}}
+		if err := statusapply.ApplyUnchanged(ctx, c.Kube, "NodeClaim", claim, &owned, Name); err != nil {
 			return client.IgnoreNotFound(fmt.Errorf("marking claim %s Unhealthy: %w", claim.Name, err))
 		}
 	}
@@ -380,9 +384,7 @@ func underRepair(claim *v1alpha1.NodeClaim) bool {
 }
 
 // setAllowed writes the pool's RepairAllowed condition, or removes it
-// (nil). The status has another writer (the nodepool controller's Ready
-// conditions): the optimistic lock makes a race fail and retry instead of
-// erasing theirs.
+// (nil).
 func (c *Controller) setAllowed(ctx context.Context, pool *v1alpha1.NodePool, condition *metav1.Condition) error {
 	stored := pool.DeepCopy()
 	if condition == nil {
@@ -400,8 +402,28 @@ func (c *Controller) setAllowed(ctx context.Context, pool *v1alpha1.NodePool, co
 	if equality.Semantic.DeepEqual(stored.Status, pool.Status) {
 		return nil
 	}
-	patch := client.MergeFromWithOptions(stored, client.MergeFromWithOptimisticLock{})
-	if err := c.Kube.Status().Patch(ctx, pool, patch); err != nil {
+	if was := meta.FindStatusCondition(stored.Status.Conditions, v1alpha1.ConditionRepairAllowed); condition == nil && was != nil {
+		// Applying the condition first takes it over from whoever wrote
+		// it last (a version that patched it), so that applying none
+		// removes it.
+		if err := c.applyAllowed(ctx, pool, was); err != nil {
+			return err
+		}
+	}
+	return c.applyAllowed(ctx, pool, meta.FindStatusCondition(pool.Status.Conditions, v1alpha1.ConditionRepairAllowed))
+}
+
+// applyAllowed writes the pool's RepairAllowed condition by server-side
+// apply under the controller's own field manager, the one pool status
+// field it owns; nil removes it. The pool's other conditions are the
+// nodepool controller's and the external scaler's, which apply them under
+// theirs, and are left alone.
+func (c *Controller) applyAllowed(ctx context.Context, pool *v1alpha1.NodePool, condition *metav1.Condition) error {
+	var owned statusapply.Conditions
+	if condition != nil {
+		owned.Conditions = []metav1.Condition{*condition}
+	}
+	if _, err := statusapply.Apply(ctx, c.Kube, "NodePool", pool.Name, &owned, Name); err != nil {
 		return client.IgnoreNotFound(fmt.Errorf("writing RepairAllowed of pool %s: %w", pool.Name, err))
 	}
 	return nil

@@ -15,6 +15,7 @@ import (
 
 	"github.com/claimscale/claimscale/api/v1alpha1"
 	"github.com/claimscale/claimscale/internal/metrics"
+	"github.com/claimscale/claimscale/internal/statusapply"
 )
 
 func repairAfter(after time.Duration, maxUnhealthy, budget string) *v1alpha1.Repair {
@@ -255,4 +256,33 @@ func valueOf(metric prometheus.Metric) float64 {
 		return m.Counter.GetValue()
 	}
 	return m.Gauge.GetValue()
+}
+
+// RepairAllowed is repair's alone in the pool's conditions: applied under
+// its own field manager next to the nodepool controller's Ready, and
+// removed when the pool no longer repairs, Ready staying.
+func TestRepairAllowedIsRepairsAloneAndGoesWithRepair(t *testing.T) {
+	s := newScenario(t, "owned", repairAfter(10*time.Minute, "100%", "1"))
+	ready := statusapply.Conditions{Conditions: []metav1.Condition{{
+		Type: v1alpha1.ConditionReady, Status: metav1.ConditionTrue, Reason: "Ready", Message: "ready",
+		LastTransitionTime: metav1.NewTime(s.clock.Now()),
+	}}}
+	_, err := statusapply.Apply(s.ctx, env.Client, "NodePool", s.pool.Name, &ready, "nodepool")
+	s.g.Expect(err).NotTo(HaveOccurred())
+
+	s.reconcile()
+	s.g.Expect(s.repairAllowed()).To(HaveField("Status", metav1.ConditionTrue))
+	pool := &v1alpha1.NodePool{}
+	s.g.Expect(env.Client.Get(s.ctx, client.ObjectKeyFromObject(s.pool), pool)).To(Succeed())
+	s.g.Expect(pool.ManagedFields).To(ContainElement(And(HaveField("Manager", Name), HaveField("Subresource", "status"),
+		HaveField("Operation", metav1.ManagedFieldsOperationApply))), "repair applies under its own field manager")
+
+	patch := client.MergeFrom(pool.DeepCopy())
+	pool.Spec.Repair = nil
+	s.g.Expect(env.Client.Patch(s.ctx, pool, patch)).To(Succeed())
+	s.reconcile()
+
+	s.g.Expect(s.repairAllowed()).To(BeNil(), "a pool that does not repair says nothing of it")
+	s.g.Expect(env.Client.Get(s.ctx, client.ObjectKeyFromObject(s.pool), pool)).To(Succeed())
+	s.g.Expect(pool.Status.Conditions).To(ConsistOf(HaveField("Type", v1alpha1.ConditionReady)), "the nodepool controller's condition stays")
 }
