@@ -21,6 +21,7 @@ import (
 
 	"github.com/claimscale/claimscale/api/v1alpha1"
 	"github.com/claimscale/claimscale/internal/metrics"
+	"github.com/claimscale/claimscale/internal/statusapply"
 	"github.com/claimscale/claimscale/pkg/provider"
 )
 
@@ -208,9 +209,11 @@ func (c *Controller) collectClaim(ctx context.Context, cached *v1alpha1.NodeClai
 	// again. The mark tells termination why the claim goes, which counts
 	// it once.
 	message := fmt.Sprintf("machine %s no longer exists and the node is not Ready; deleting the claim", claim.Status.ProviderID)
-	stored := claim.DeepCopy()
 	claim.SetCondition(v1alpha1.ConditionDisrupting, metav1.ConditionTrue, metrics.ReasonMachineGone, message, c.Clock.Now())
-	if err := c.Kube.Status().Patch(ctx, claim, client.MergeFromWithOptions(stored, client.MergeFromWithOptimisticLock{})); err != nil {
+	// The Disrupting condition alone is garbage collection's, applied
+	// over the claim as judged (statusapply.ApplyUnchanged).
+	owned := statusapply.Conditions{Conditions: []metav1.Condition{*meta.FindStatusCondition(claim.Status.Conditions, v1alpha1.ConditionDisrupting)}}
+	if err := statusapply.ApplyUnchanged(ctx, c.Kube, "NodeClaim", claim, &owned, Name); err != nil {
 		if apierrors.IsNotFound(err) || apierrors.IsConflict(err) {
 			return nil
 		}

@@ -9,6 +9,7 @@ import (
 
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -18,6 +19,7 @@ import (
 
 	"github.com/claimscale/claimscale/api/v1alpha1"
 	"github.com/claimscale/claimscale/internal/bootstrap"
+	"github.com/claimscale/claimscale/internal/metrics"
 	"github.com/claimscale/claimscale/internal/testenv"
 	"github.com/claimscale/claimscale/pkg/provider"
 )
@@ -336,4 +338,22 @@ func TestAClaimWrittenAfterItWasJudgedOrphanedIsKept(t *testing.T) {
 
 	s.pass()
 	s.g.Expect(s.deleting("raced")).To(BeFalse(), "the claim changed after it was read")
+}
+
+// The mark is the one condition garbage collection owns, applied under its
+// own field manager, so the conditions the lifecycle wrote stay its own.
+func TestTheMachineGoneMarkIsAppliedUnderItsOwnFieldManager(t *testing.T) {
+	s := newScenario(t)
+	s.claim("marked", true, corev1.ConditionFalse)
+
+	s.pass()
+	claim := &v1alpha1.NodeClaim{}
+	s.g.Expect(env.Client.Get(s.ctx, client.ObjectKey{Name: "marked"}, claim)).To(Succeed())
+	s.g.Expect(claim.DeletionTimestamp.IsZero()).To(BeFalse())
+	disrupting := meta.FindStatusCondition(claim.Status.Conditions, v1alpha1.ConditionDisrupting)
+	s.g.Expect(disrupting).NotTo(BeNil())
+	s.g.Expect(disrupting.Reason).To(Equal(metrics.ReasonMachineGone))
+	s.g.Expect(meta.IsStatusConditionTrue(claim.Status.Conditions, v1alpha1.ConditionLaunched)).To(BeTrue(), "the lifecycle's condition stays")
+	s.g.Expect(claim.ManagedFields).To(ContainElement(And(HaveField("Manager", Name), HaveField("Subresource", "status"),
+		HaveField("Operation", metav1.ManagedFieldsOperationApply))), "garbage collection applies under its own field manager")
 }
