@@ -29,6 +29,19 @@ const (
 	ConditionFailed = "Failed"
 )
 
+// IsDisruptionCondition says whether a claim condition is one the
+// disruption controller writes (Drifted, Empty, Consolidatable,
+// Disrupting; repair and garbage collection set Disrupting too). The claim
+// lifecycle applies every other condition, and server-side apply keeps
+// each writer to its own, so the two lists are this one function.
+func IsDisruptionCondition(conditionType string) bool {
+	switch conditionType {
+	case ConditionDrifted, ConditionEmpty, ConditionConsolidatable, ConditionDisrupting:
+		return true
+	}
+	return false
+}
+
 // Reasons of a claim's Consolidatable condition: why its node is being
 // consolidated, or (False) why it stays.
 const (

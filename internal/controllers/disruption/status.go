@@ -118,9 +118,9 @@ func (wr *writer) writeStatus(ctx context.Context, s *state, claim *v1alpha1.Nod
 }
 
 // applyStatus writes a change statusChange worked out: the conditions
-// disruption owns (disruptionConditions), as the round's own copy of the
-// claim has them, by server-side apply under the controller's field
-// manager; the other conditions of the list are the claim lifecycle's,
+// disruption owns (v1alpha1.IsDisruptionCondition), as the round's own
+// copy of the claim has them, by server-side apply under the controller's
+// field manager; the other conditions of the list are the claim lifecycle's,
 // which it applies under its own. The write holds only over the claim as
 // the round read it: from a copy the cache has not caught up with, an
 // apply would remove a condition the controller wrote since, so a
@@ -136,19 +136,12 @@ func (wr *writer) applyStatus(ctx context.Context, w statusWrite) error {
 	return nil
 }
 
-// disruptionConditions are the claim conditions disruption writes: the
-// claim lifecycle applies all the others, and leaves these out (nodeclaim's
-// disruptionConditions).
-var disruptionConditions = map[string]bool{
-	v1alpha1.ConditionDrifted: true, v1alpha1.ConditionEmpty: true,
-	v1alpha1.ConditionConsolidatable: true, v1alpha1.ConditionDisrupting: true,
-}
-
-// ownedConditions are the claim's conditions disruption writes.
+// ownedConditions are the claim's conditions disruption writes
+// (v1alpha1.IsDisruptionCondition); the claim lifecycle applies the others.
 func ownedConditions(claim *v1alpha1.NodeClaim) []metav1.Condition {
 	var owned []metav1.Condition
 	for _, condition := range claim.Status.Conditions {
-		if disruptionConditions[condition.Type] {
+		if v1alpha1.IsDisruptionCondition(condition.Type) {
 			owned = append(owned, condition)
 		}
 	}

@@ -196,15 +196,6 @@ func (c *Controller) summarizeReady(claim *v1alpha1.NodeClaim) {
 	c.setCondition(claim, v1alpha1.ConditionReady, metav1.ConditionTrue, v1alpha1.ReasonReady, "node "+claim.Status.NodeName+" is ready")
 }
 
-// disruptionConditions are the claim conditions the disruption controller
-// writes into the same list. Every other status field and condition is the
-// lifecycle's, so a field added to the status later is applied without
-// anyone having to remember a list.
-var disruptionConditions = map[string]bool{
-	v1alpha1.ConditionDrifted: true, v1alpha1.ConditionEmpty: true,
-	v1alpha1.ConditionConsolidatable: true, v1alpha1.ConditionDisrupting: true,
-}
-
 // statusWriteSettle bounds how long a status write waits for the cache to
 // show it.
 const statusWriteSettle = 2 * time.Second
@@ -243,7 +234,10 @@ func ownedStatus(claim *v1alpha1.NodeClaim) v1alpha1.NodeClaimStatus {
 	owned := *claim.Status.DeepCopy()
 	owned.Conditions = nil
 	for _, condition := range claim.Status.Conditions {
-		if !disruptionConditions[condition.Type] {
+		// Every status field and condition but disruption's is the
+		// lifecycle's, so a field added to the status later is applied
+		// without anyone having to remember a list.
+		if !v1alpha1.IsDisruptionCondition(condition.Type) {
 			owned.Conditions = append(owned.Conditions, condition)
 		}
 	}
