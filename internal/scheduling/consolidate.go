@@ -25,11 +25,10 @@ import (
 // the final nodes with the plugin's arithmetic. A node is dropped only if
 // all holds; nodes are tried newest first.
 func (r *round) consolidate(classes []*podClass) error {
-	r.watchers = map[*podClass][]*podClass{}
-	movable := r.drainable(classes)
-	if len(movable) == 0 {
+	if !r.mayDropNodes(classes) {
 		return nil
 	}
+	m := &movers{r: r, classes: classes, kind: map[*podClass]moverKind{}, watchers: map[*podClass][]*podClass{}}
 	// A node that holds the fewest of a class and has no room for more
 	// keeps the class's other nodes from growing until it is dropped
 	// itself: another pass may then drop what the last one could not.
@@ -40,16 +39,10 @@ func (r *round) consolidate(classes []*podClass) error {
 				return err
 			}
 			x := r.opened[i]
-			spread, ok := false, len(x.segs) > 0
-			for _, sg := range x.segs {
-				hostname, can := movable[sg.cls]
-				ok = ok && can
-				spread = spread || hostname
-			}
-			if !ok || !spread {
+			if !m.drainable(x) {
 				continue
 			}
-			done, err := r.drain(x, movable)
+			done, err := r.drain(x, m)
 			if err != nil {
 				return err
 			}
@@ -62,84 +55,143 @@ func (r *round) consolidate(classes []*podClass) error {
 	return nil
 }
 
-// drainable lists the classes whose pods consolidate may move: true for a
-// class spread over hostnames only, false for a class free to move (see
-// movableClasses). A spread class qualifies when counts decide it (see
-// countable; whether or not this round counts it), has no pod
-// (anti-)affinity, and no other class of the round or of the bound pods
-// counts its pods or selects them: moving them then changes no verdict
-// but their own class's.
-func (r *round) drainable(classes []*podClass) map[*podClass]bool {
-	out := map[*podClass]bool{}
-	for c, free := range r.movableClasses(classes) {
-		if free {
-			out[c] = false
-		}
-	}
-	// Dropping a node only takes domains away, which lowers no smallest
-	// domain, unless a spread asks for more domains than remain: with
-	// minDomains anywhere nothing is dropped.
+// mayDropNodes reports whether dropping a node can leave every other
+// pod's verdict as it was. Dropping a node only takes domains away, which
+// lowers no smallest domain, unless a spread asks for more domains than
+// remain: with minDomains anywhere nothing is dropped. A DaemonSet pod's
+// anti-affinity may keep a class off nodes, which the counts do not look
+// at.
+func (r *round) mayDropNodes(classes []*podClass) bool {
 	for _, others := range [][]*podClass{classes, r.s.existing} {
 		for _, o := range others {
 			for _, sc := range o.hardSpread {
 				if sc.MinDomains != nil && *sc.MinDomains > 1 {
-					return nil
+					return false
 				}
 			}
 		}
 	}
-	// A DaemonSet pod's anti-affinity may keep a class off nodes, which
-	// the counts do not look at.
 	for _, ds := range r.s.daemonSets {
 		if a := ds.Spec.Template.Spec.Affinity; a != nil && a.PodAntiAffinity != nil &&
 			len(a.PodAntiAffinity.RequiredDuringSchedulingIgnoredDuringExecution) > 0 {
-			return out
+			return false
 		}
 	}
-	for _, c := range classes {
-		if !c.countable(false) || len(c.hardSpread) == 0 ||
-			len(c.info.GetRequiredAffinityTerms()) > 0 || len(c.info.GetRequiredAntiAffinityTerms()) > 0 {
-			continue
+	return true
+}
+
+// movers says, per class and worked out when first asked, whether
+// consolidate may move its pods: a class free to move (see
+// movableClasses), or a class spread over hostnames only that counts
+// decide (see countable; whether or not this round counts it), with no
+// pod (anti-)affinity, that no other class of the round or of the bound
+// pods counts or keeps away: moving its pods then changes no verdict but
+// its own class's, and those of the classes whose required affinity
+// selects it (its watchers), which are checked.
+type movers struct {
+	r        *round
+	classes  []*podClass
+	kind     map[*podClass]moverKind
+	watchers map[*podClass][]*podClass
+}
+
+type moverKind int8
+
+const (
+	unknownMover moverKind = iota
+	stays
+	freeMover
+	spreadMover
+)
+
+// drainable reports whether x holds pods, all of classes that may move,
+// some of them spread over hostnames. The cheap tests go over every pod
+// first: most nodes fail them.
+func (m *movers) drainable(x *simNode) bool {
+	spread := false
+	for _, sg := range x.segs {
+		c := sg.cls
+		hostname := hostnameOnly(c)
+		if !hostname && !(c.simple && !c.scalar && !c.perNode) {
+			return false
 		}
-		hostname := true
-		for _, sc := range c.hardSpread {
-			hostname = hostname && sc.TopologyKey == corev1.LabelHostname
+		spread = spread || hostname
+	}
+	if !spread {
+		return false
+	}
+	for _, sg := range x.segs {
+		if m.of(sg.cls) == stays {
+			return false
 		}
-		if !hostname {
-			continue
+	}
+	return true
+}
+
+// hostnameOnly reports whether a class's only pod-dependent constraints
+// are hard spreads over hostnames that counts decide.
+func hostnameOnly(c *podClass) bool {
+	if len(c.hardSpread) == 0 || len(c.info.GetRequiredAffinityTerms()) > 0 || len(c.info.GetRequiredAntiAffinityTerms()) > 0 {
+		return false
+	}
+	for _, sc := range c.hardSpread {
+		if sc.TopologyKey != corev1.LabelHostname {
+			return false
 		}
-		alone := true
+	}
+	return c.countable(false)
+}
+
+func (m *movers) spread(c *podClass) bool { return m.of(c) == spreadMover }
+func (m *movers) free(c *podClass) bool   { return m.of(c) == freeMover }
+
+func (m *movers) of(c *podClass) moverKind {
+	if k := m.kind[c]; k != unknownMover {
+		return k
+	}
+	k := stays
+	nsLabels := m.r.s.nsLabels
+	switch {
+	case hostnameOnly(c):
+		k = spreadMover
 		var watchers []*podClass
-		for _, others := range [][]*podClass{classes, r.s.existing} {
+	others:
+		for _, others := range [][]*podClass{m.classes, m.r.s.existing} {
 			for _, o := range others {
-				if o == c || !o.interacts(c.rep, nil, r.s.nsLabels) {
+				if o == c || !o.interacts(c.rep, nil, nsLabels) {
 					continue
 				}
 				// Required affinity to the class is checked once its pods
 				// moved; bound pods keep theirs whatever moves
 				// (IgnoredDuringExecution).
-				if !o.countsOrExcludes(c.rep, r.s.nsLabels) {
-					if !slices.Contains(r.s.existing, o) {
-						watchers = append(watchers, o)
-					}
-					continue
+				if o.countsOrExcludes(c.rep, nsLabels) {
+					k = stays
+					break others
 				}
-				alone = false
+				if !slices.Contains(m.r.s.existing, o) {
+					watchers = append(watchers, o)
+				}
 			}
 		}
-		if alone {
-			out[c] = true
-			r.watchers[c] = watchers
+		m.watchers[c] = watchers
+	case c.simple && !c.scalar && !c.perNode:
+		k = freeMover
+		for _, o := range m.classes {
+			if !o.simple && o.interacts(c.rep, nil, nsLabels) {
+				k = stays
+				break
+			}
 		}
 	}
-	return out
+	m.kind[c] = k
+	return k
 }
 
 // drain moves x's pods onto the other new nodes and takes x out of the
 // snapshot. It keeps the change and reports true when every pod found
 // room and every spread class moved still holds; otherwise it puts
 // everything back.
-func (r *round) drain(x *simNode, movable map[*podClass]bool) (bool, error) {
+func (r *round) drain(x *simNode, m *movers) (bool, error) {
 	saved := map[*simNode]simNode{}
 	used := map[*poolState]usage{}
 	for _, p := range r.s.pools {
@@ -174,11 +226,11 @@ func (r *round) drain(x *simNode, movable map[*podClass]bool) (bool, error) {
 	for _, sg := range x.segs {
 		pods := x.pods[at : at+sg.n]
 		at += sg.n
-		if movable[sg.cls] {
+		if m.spread(sg.cls) {
 			spread = append(spread, sg.cls)
 		}
 		for _, pod := range pods {
-			y, err := r.drainTarget(sg.cls, x, movable, keep)
+			y, err := r.drainTarget(sg.cls, x, m, keep)
 			if err != nil {
 				undo()
 				return false, err
@@ -199,7 +251,7 @@ func (r *round) drain(x *simNode, movable map[*podClass]bool) (bool, error) {
 			undo()
 			return false, nil
 		}
-		for _, o := range r.watchers[c] {
+		for _, o := range m.watchers[c] {
 			if !r.affinityHolds(o) {
 				undo()
 				return false, nil
@@ -216,8 +268,8 @@ func (r *round) drain(x *simNode, movable map[*podClass]bool) (bool, error) {
 // no room, pods free to move go from it to other nodes to make some: a
 // full node with few of the class would otherwise hold every other node
 // of the class to at most maxSkew more.
-func (r *round) drainTarget(cls *podClass, x *simNode, movable map[*podClass]bool, keep func(*simNode)) (*simNode, error) {
-	if !movable[cls] {
+func (r *round) drainTarget(cls *podClass, x *simNode, m *movers, keep func(*simNode)) (*simNode, error) {
+	if !m.spread(cls) {
 		for _, y := range r.opened {
 			if y == x {
 				continue
@@ -261,7 +313,7 @@ func (r *round) drainTarget(cls *podClass, x *simNode, movable map[*podClass]boo
 	if least == nil || least == roomy || roomy != nil && roomyCount == leastCount {
 		return roomy, nil
 	}
-	made, err := r.makeRoom(cls, least, x, movable, keep)
+	made, err := r.makeRoom(cls, least, x, m, keep)
 	if err != nil || !made {
 		return roomy, err
 	}
@@ -272,10 +324,10 @@ func (r *round) drainTarget(cls *podClass, x *simNode, movable map[*podClass]boo
 // new nodes (not x) until a pod of the class fits on y. It reports
 // whether one does; the moves made stay either way (drain undoes them
 // with the rest).
-func (r *round) makeRoom(cls *podClass, y, x *simNode, movable map[*podClass]bool, keep func(*simNode)) (bool, error) {
+func (r *round) makeRoom(cls *podClass, y, x *simNode, m *movers, keep func(*simNode)) (bool, error) {
 	for r.room(cls, y) < 1 {
 		k := len(y.segs) - 1
-		for k >= 0 && (movable[y.segs[k].cls] || !isFree(movable, y.segs[k].cls)) {
+		for k >= 0 && !m.free(y.segs[k].cls) {
 			k--
 		}
 		if k < 0 {
@@ -310,11 +362,6 @@ func (r *round) makeRoom(cls *podClass, y, x *simNode, movable map[*podClass]boo
 		}
 	}
 	return true, nil
-}
-
-func isFree(movable map[*podClass]bool, c *podClass) bool {
-	spread, ok := movable[c]
-	return ok && !spread
 }
 
 // unplaceLast takes the last pod of y's k-th run off y. The node keeps

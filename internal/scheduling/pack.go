@@ -41,9 +41,6 @@ type round struct {
 	tallies map[tallyKey]*tally
 	// rooms memoises room on new nodes by the node's version.
 	rooms map[roomKey]roomEntry
-	// watchers are, per class consolidate may move, the classes whose
-	// required affinity selects its pods.
-	watchers map[*podClass][]*podClass
 }
 
 type zoneKey struct {
