@@ -29,7 +29,11 @@ func (s *Simulator) Solve(ctx context.Context, pending []*corev1.Pod) (Result, e
 	if err := r.pack(items); err != nil {
 		return Result{}, err
 	}
-	if err := r.repack(classesOf(items)); err != nil {
+	classes := classesOf(items)
+	if err := r.consolidate(classes); err != nil {
+		return Result{}, err
+	}
+	if err := r.repack(classes); err != nil {
 		return Result{}, err
 	}
 	return r.result()

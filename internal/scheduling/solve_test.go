@@ -218,8 +218,18 @@ func TestSolve(t *testing.T) {
 			check:   wantNodes("default/large/a:2", "default/large/b:2"),
 		},
 		{
-			name:    "hostname spread puts one pod per node",
+			// A node never opened is no domain: the one node opened is
+			// the only one, and the spread holds on it.
+			name:    "hostname spread shares the only node",
 			cluster: Cluster{Pools: []Pool{nodePool("default", []Shape{large})}},
+			pending: pods(3, "api", "100m", "128Mi", spread(corev1.LabelHostname, 1, "api")),
+			check:   wantNodes("default/large/:3"),
+		},
+		{
+			// A node too small for the pods is a domain with none of
+			// them: no node may hold more than one.
+			name:    "hostname spread puts one pod per node beside a node without room",
+			cluster: Cluster{Pools: []Pool{nodePool("default", []Shape{large})}, Nodes: []*corev1.Node{node("n1", "50m", "64Mi", nil)}},
 			pending: pods(3, "api", "100m", "128Mi", spread(corev1.LabelHostname, 1, "api")),
 			check:   wantNodes("default/large/:1", "default/large/:1", "default/large/:1"),
 		},
