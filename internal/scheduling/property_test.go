@@ -257,17 +257,6 @@ func TestRandomWorkloadsPassTheFiltersAndNeedNoExtraNodes(t *testing.T) {
 	}
 }
 
-func spreadsOverHostnames(pods []*corev1.Pod) bool {
-	for _, p := range pods {
-		for _, c := range p.Spec.TopologySpreadConstraints {
-			if c.TopologyKey == corev1.LabelHostname {
-				return true
-			}
-		}
-	}
-	return false
-}
-
 // The same input gives the same decision whatever the number of threads:
 // constrained pods, and plain pods that are re-packed.
 func TestSolveIsDeterministicAcrossThreadCounts(t *testing.T) {
