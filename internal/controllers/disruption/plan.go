@@ -133,17 +133,7 @@ func verdicts(s *state, r *round, cmd *command, candidates []*candidate, errs ma
 		verdicts[cand.claim.Name] = &Verdict{Node: cand.node.Name, NodeClaim: cand.claim.Name, Pool: cand.pool.pool.Name,
 			Outcome: outcome, Reason: reason, Message: message, Price: cand.price}
 	}
-	if cmd != nil {
-		for _, cand := range cmd.candidates {
-			set(cand, decisions.NodeDisrupting, string(cmd.reason), cmd.message)
-		}
-	}
-	for _, refused := range r.refusals {
-		set(refused.candidate, decisions.NodeKept, refusalReason(refused), refusalMessage(refused))
-	}
-	for _, h := range r.held {
-		set(h.candidate, decisions.NodeKept, h.reason, h.message)
-	}
+	r.eachVerdict(cmd, set)
 	for name, err := range errs {
 		for _, cand := range candidates {
 			if cand.pool.pool.Name == name {

@@ -32,17 +32,7 @@ func (rep *reporter) recordDecisions(s *state, r *round, cmd *command) {
 			Outcome: outcome, Reason: reason, Message: message,
 		})
 	}
-	if cmd != nil {
-		for _, cand := range cmd.candidates {
-			record(cand, decisions.NodeDisrupting, string(cmd.reason), cmd.message)
-		}
-	}
-	for _, refused := range r.refusals {
-		record(refused.candidate, decisions.NodeKept, refusalReason(refused), refusalMessage(refused))
-	}
-	for _, h := range r.held {
-		record(h.candidate, decisions.NodeKept, h.reason, h.message)
-	}
+	r.eachVerdict(cmd, record)
 }
 
 // conditionDecisions maps the Consolidatable reason a refusal carries to

@@ -8,6 +8,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/claimscale/claimscale/api/v1alpha1"
+	"github.com/claimscale/claimscale/internal/decisions"
 )
 
 // refusal is a candidate a method would take but may not, with why.
@@ -179,4 +180,23 @@ func (r *round) hold(c *candidate, reason, message string) {
 		}
 	}
 	r.held = append(r.held, held{candidate: c, reason: reason, message: message})
+}
+
+// eachVerdict tells verdict what the round made of each candidate it
+// decided about, in the order the claim's condition, the decision records
+// and simulate --scale-down rank them: the decision's candidates, then the
+// refusals, then the holds. A candidate may come more than once; the
+// first is its verdict.
+func (r *round) eachVerdict(cmd *command, verdict func(cand *candidate, outcome, reason, message string)) {
+	if cmd != nil {
+		for _, cand := range cmd.candidates {
+			verdict(cand, decisions.NodeDisrupting, string(cmd.reason), cmd.message)
+		}
+	}
+	for _, refused := range r.refusals {
+		verdict(refused.candidate, decisions.NodeKept, refusalReason(refused), refusalMessage(refused))
+	}
+	for _, h := range r.held {
+		verdict(h.candidate, decisions.NodeKept, h.reason, h.message)
+	}
 }
