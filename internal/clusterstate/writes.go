@@ -67,29 +67,22 @@ func (w *Writes) Watch(ctx context.Context, informers cache.Informers) error {
 	w.mu.Lock()
 	w.changed = make(chan struct{})
 	w.mu.Unlock()
-	seen := func(obj any) {
+	// seen forgets the writes the event shows and wakes every Await;
+	// gone: the event is the claim's removal.
+	seen := func(obj any, gone bool) {
 		claim, _ := withoutTombstone(obj).(*v1alpha1.NodeClaim)
 		w.mu.Lock()
 		if claim != nil {
-			w.forgetSeen(claim.Name, claim, false)
+			w.forgetSeen(claim.Name, claim, gone)
 		}
 		close(w.changed)
 		w.changed = make(chan struct{})
 		w.mu.Unlock()
 	}
 	if _, err := informer.AddEventHandler(toolscache.ResourceEventHandlerFuncs{
-		AddFunc:    seen,
-		UpdateFunc: func(_, updated any) { seen(updated) },
-		DeleteFunc: func(obj any) {
-			claim, _ := withoutTombstone(obj).(*v1alpha1.NodeClaim)
-			w.mu.Lock()
-			if claim != nil {
-				w.forgetSeen(claim.Name, claim, true)
-			}
-			close(w.changed)
-			w.changed = make(chan struct{})
-			w.mu.Unlock()
-		},
+		AddFunc:    func(obj any) { seen(obj, false) },
+		UpdateFunc: func(_, updated any) { seen(updated, false) },
+		DeleteFunc: func(obj any) { seen(obj, true) },
 	}); err != nil {
 		return fmt.Errorf("watching claims for the controller's own writes: %w", err)
 	}
