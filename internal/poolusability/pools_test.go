@@ -37,13 +37,6 @@ func (h *held) Shapes(ctx context.Context, pool *v1alpha1.NodePool) ([]provider.
 	return h.Provider.Shapes(ctx, pool)
 }
 
-// resolver hands out one provider for every NodeProvider.
-type resolver struct{ provider provider.Provider }
-
-func (r resolver) ForProviderName(context.Context, string) (provider.Provider, error) {
-	return r.provider, nil
-}
-
 func poolOf(generation int64) *v1alpha1.NodePool {
 	return &v1alpha1.NodePool{
 		ObjectMeta: metav1.ObjectMeta{Name: "pool", UID: "pool-uid", Generation: generation},
@@ -61,7 +54,7 @@ func shapeCalls(infra *fake.Infrastructure) int { return len(infra.Calls(fake.Sh
 func heldPools() (*Pools, *held, *fake.Infrastructure, Read) {
 	infra := fake.NewInfrastructure(c2)
 	slow := &held{Provider: infra.Provider("test"), release: make(chan struct{})}
-	return &Pools{Providers: resolver{slow}}, slow, infra, Read{Wait: time.Millisecond, CallTimeout: time.Minute}
+	return &Pools{Providers: fake.Resolver{Provider: slow}}, slow, infra, Read{Wait: time.Millisecond, CallTimeout: time.Minute}
 }
 
 // releaseCall lets the pool's running call end, waits for it, and holds
@@ -137,7 +130,7 @@ func TestANewGenerationOfThePoolIsAskedAfresh(t *testing.T) {
 func TestAnswersAreKeptForTheirAgeAndPoolGeneration(t *testing.T) {
 	infra := fake.NewInfrastructure(c2)
 	clk := clocktesting.NewFakeClock(time.Now())
-	pools := &Pools{Providers: resolver{infra.Provider("test")}, Clock: clk}
+	pools := &Pools{Providers: fake.Resolver{Provider: infra.Provider("test")}, Clock: clk}
 	read := Read{MaxAge: time.Minute}
 	offer := func(generation int64) {
 		t.Helper()
@@ -178,7 +171,7 @@ func TestAnswersAreKeptForTheirProviderState(t *testing.T) {
 	nodeProvider := &v1alpha1.NodeProvider{ObjectMeta: metav1.ObjectMeta{Name: "provider"}}
 	kube := clientfake.NewClientBuilder().WithScheme(scheme).WithObjects(nodeProvider).Build()
 	infra := fake.NewInfrastructure(c2)
-	pools := &Pools{Providers: resolver{infra.Provider("test")}, Kube: kube}
+	pools := &Pools{Providers: fake.Resolver{Provider: infra.Provider("test")}, Kube: kube}
 	read := Read{MaxAge: time.Hour}
 	for range 2 {
 		if _, err := pools.Offer(t.Context(), poolOf(1), read); err != nil {
@@ -238,7 +231,7 @@ func TestASlowProviderIsLeftBehindAndItsFailureBacksThePoolOff(t *testing.T) {
 // offered.
 func TestCallErrorsSayWhichStepFailed(t *testing.T) {
 	infra := fake.NewInfrastructure(c2)
-	pools := &Pools{Providers: resolver{infra.Provider("test")}}
+	pools := &Pools{Providers: fake.Resolver{Provider: infra.Provider("test")}}
 	infra.FailNext(fake.Shapes, errors.New("catalog unavailable"))
 	_, err := pools.Offer(t.Context(), poolOf(1), Read{})
 	var failed *CallError

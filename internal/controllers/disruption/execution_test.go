@@ -39,13 +39,6 @@ var (
 	large = provider.Shape{Name: "large", Capacity: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("4"), corev1.ResourceMemory: resource.MustParse("8Gi")}, Price: 0.2}
 )
 
-// oneProvider hands out one provider for every NodeProvider.
-type oneProvider struct{ provider provider.Provider }
-
-func (r oneProvider) ForProviderName(context.Context, string) (provider.Provider, error) {
-	return r.provider, nil
-}
-
 // scenario is one test's cluster and a disruption controller on a fake
 // clock.
 type scenario struct {
@@ -63,7 +56,7 @@ func newScenario(t *testing.T) *scenario {
 	// Truncated: the API server keeps times to the second.
 	clk := clocktesting.NewFakeClock(time.Now().Truncate(time.Second))
 	recorder := events.NewFakeRecorder(1000)
-	providers := oneProvider{provider: infra.Provider("test")}
+	providers := fake.Resolver{Provider: infra.Provider("test")}
 	c := &Controller{
 		Kube: cached, Providers: providers,
 		Pools:    provisioning.Resolve(cached, providers, capacitybackoff.NewBackoff(clk)),

@@ -38,13 +38,6 @@ var (
 	c4 = provider.Shape{Name: "c4", Capacity: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("4"), corev1.ResourceMemory: resource.MustParse("8Gi")}, Price: 0.2}
 )
 
-// resolver hands out one provider for every NodeProvider.
-type resolver struct{ provider provider.Provider }
-
-func (r resolver) ForProviderName(context.Context, string) (provider.Provider, error) {
-	return r.provider, nil
-}
-
 // round is one test's cluster, provider and provisioner.
 type round struct {
 	t           *testing.T
@@ -64,7 +57,7 @@ func newRound(t *testing.T, shapes ...provider.Shape) *round {
 	return &round{
 		t: t, g: NewWithT(t), ctx: context.Background(), infra: infra, clock: clk, recorder: recorder,
 		provisioner: &Provisioner{
-			Kube: env.Client, Providers: resolver{provider: infra.Provider("test")},
+			Kube: env.Client, Providers: fake.Resolver{Provider: infra.Provider("test")},
 			Capacity: capacitybackoff.NewBackoff(clk), Recorder: recorder, Clock: clk,
 		},
 	}

@@ -329,3 +329,12 @@ func copyOf(machine *provider.Instance) *provider.Instance {
 	out.Tags = maps.Clone(machine.Tags)
 	return &out
 }
+
+// Resolver hands out one provider for every NodeProvider: the provider
+// resolver of a test cluster with one infrastructure.
+type Resolver struct{ Provider provider.Provider }
+
+// ForProviderName returns the one provider, whatever the name.
+func (r Resolver) ForProviderName(context.Context, string) (provider.Provider, error) {
+	return r.Provider, nil
+}
