@@ -27,6 +27,10 @@ const (
 	// are kept (the externalgrpc mode, so cluster-autoscaler sees the
 	// failure); elsewhere a failed claim is deleted at once.
 	ConditionFailed = "Failed"
+	// ConditionSuspended: the claim's machine sleeps (True: stopped, kept
+	// with its disk and identity, no Node), or is going to sleep or waking
+	// (False, with the reason). Absent on a claim that never slept.
+	ConditionSuspended = "Suspended"
 )
 
 // IsDisruptionCondition says whether a claim condition is one the

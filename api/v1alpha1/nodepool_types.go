@@ -133,6 +133,11 @@ const DisruptionReasonUnhealthy DisruptionReason = "Unhealthy"
 // unhealthy nodes may be replaced now, and if not, why.
 const ConditionRepairAllowed = "RepairAllowed"
 
+// ConditionSleepAllowed on a pool with spec.disruption.sleep: True while
+// its removals may still put machines to sleep, False (SleepBudgetUsedUp,
+// PowerNotSupported) while they delete.
+const ConditionSleepAllowed = "SleepAllowed"
+
 // Headroom is spare capacity: resources (cpu, memory), kept free anywhere
 // on the pool's nodes in pieces of at most 1 cpu and 4Gi; a number of pods
 // of one size, each of which must fit on a node whole; or nodes or pods
@@ -616,6 +621,49 @@ type Disruption struct {
 	// +kubebuilder:default={{nodes: "10%"}}
 	// +kubebuilder:validation:MaxItems=50
 	Budgets []Budget `json:"budgets,omitempty"`
+	// Sleep keeps machines stopped instead of deleting them when their
+	// node is removed for emptiness or underuse, so that a later scale-up
+	// starts them again (seconds) instead of making new ones (minutes).
+	// It needs a NodeProvider that can stop and start machines; with any
+	// other, nodes are deleted as without it. Drift, expiry and repair
+	// always delete. Unset: machines are deleted.
+	// +optional
+	Sleep *Sleep `json:"sleep,omitempty"`
+}
+
+// Sleep says how many of a pool's machines may sleep, for how long, and
+// which removals put them to sleep.
+type Sleep struct {
+	// Machines is how many of the pool's machines may sleep at once: a
+	// count ("5", at most 9 digits) or a percentage of the pool's claims,
+	// sleeping ones included ("50%", at most 100%).
+	// +kubebuilder:validation:MaxLength=10
+	// +kubebuilder:validation:XValidation:rule="self.matches('^((100|[0-9]{1,2})%|[0-9]{1,9})$')",message="sleep.machines must be a count of at most 9 digits, such as 5, or a percentage of at most 100%, such as 50%"
+	Machines string `json:"machines"`
+	// DeleteAfter is how long a machine may sleep; then it is deleted. At
+	// least 1m. A machine that slept longer than its kubelet's client
+	// certificate is valid cannot join again (docs/concepts.md).
+	// +optional
+	// +kubebuilder:default="24h"
+	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:MaxLength=32
+	// +kubebuilder:validation:Pattern=`^([0-9]+(\.[0-9]+)?(ns|us|µs|ms|s|m|h))+$`
+	// +kubebuilder:validation:XValidation:rule="duration(self) >= duration('1m')",message="sleep.deleteAfter must be at least 1m (and at most 2562047h)"
+	DeleteAfter *metav1.Duration `json:"deleteAfter,omitempty"`
+	// Reasons whose removals suspend instead of delete: Empty and
+	// Underutilized. Unset: both.
+	// +optional
+	// +listType=set
+	// +kubebuilder:validation:MaxItems=2
+	// +kubebuilder:validation:XValidation:rule="self.all(r, r in ['Empty', 'Underutilized'])",message="sleep.reasons may name only Empty and Underutilized: a drifted, expired or repaired node is always deleted, never put to sleep"
+	Reasons []DisruptionReason `json:"reasons,omitempty"`
+	// Price per hour of a sleeping machine (its disk, a kept address), for
+	// the pool's cost as reported; what a machine costs once woken is its
+	// shape's price. Unset: 0.
+	// +optional
+	// +kubebuilder:validation:MaxLength=32
+	// +kubebuilder:validation:Pattern=`^[0-9]+(\.[0-9]+)?$`
+	Price string `json:"price,omitempty"`
 }
 
 // DisruptionReason is why a node is removed voluntarily.

@@ -299,6 +299,15 @@ type ProxmoxSettings struct {
 	// +kubebuilder:validation:MaxLength=64
 	Pool string `json:"pool,omitempty"`
 
+	// ShutdownTimeout is how long a VM put to sleep is given to shut down
+	// cleanly (ACPI) before it is stopped hard. Defaults to 2m.
+	// +optional
+	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:MaxLength=32
+	// +kubebuilder:validation:Pattern=`^([0-9]+(\.[0-9]+)?(ns|us|µs|ms|s|m|h))+$`
+	// +kubebuilder:validation:XValidation:rule="duration(self) >= duration('1s') && duration(self) <= duration('1h')",message="proxmox.shutdownTimeout must be between 1s and 1h"
+	ShutdownTimeout *metav1.Duration `json:"shutdownTimeout,omitempty"`
+
 	// MemoryOverhead is added to each VM's memory on top of the shape's, for
 	// what the guest kernel keeps to itself.
 	// +optional
@@ -585,6 +594,16 @@ type SimulatedSettings struct {
 	// +kubebuilder:validation:Pattern=`^([0-9]+(\.[0-9]+)?(ns|us|µs|ms|s|m|h))+$`
 	// +kubebuilder:validation:XValidation:rule="duration(self) >= duration('0s')",message="simulated.bootDelay must be a duration of at most 2562047h"
 	BootDelay *metav1.Duration `json:"bootDelay,omitempty"`
+	// StartDelay between starting a sleeping machine and its Node
+	// registering again; shorter than BootDelay, as starting a stopped
+	// machine is quicker than making one.
+	// +optional
+	// +kubebuilder:default="1s"
+	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:MaxLength=32
+	// +kubebuilder:validation:Pattern=`^([0-9]+(\.[0-9]+)?(ns|us|µs|ms|s|m|h))+$`
+	// +kubebuilder:validation:XValidation:rule="duration(self) >= duration('0s')",message="simulated.startDelay must be a duration of at most 2562047h"
+	StartDelay *metav1.Duration `json:"startDelay,omitempty"`
 	// CreateFailurePercent of Create calls fail with a retryable error.
 	// +optional
 	// +kubebuilder:validation:Minimum=0

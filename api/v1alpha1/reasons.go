@@ -59,6 +59,38 @@ const (
 	ReasonWaitingForNodeProvider = "WaitingForNodeProvider"
 )
 
+// Reasons of a NodeClaim's Suspended.
+const (
+	// ReasonSuspending: the node is being drained and its machine stopped.
+	ReasonSuspending = "Suspending"
+	// ReasonSuspended: the machine is stopped and its Node deleted.
+	ReasonSuspended = "Suspended"
+	// ReasonSuspendFailed: the provider failed to stop the machine; it is
+	// asked again with backoff.
+	ReasonSuspendFailed = "SuspendFailed"
+	// ReasonSuspendNotSupported: the provider cannot stop machines, so the
+	// claim is deleted instead.
+	ReasonSuspendNotSupported = "SuspendNotSupported"
+	// ReasonWaking: the machine was started and its Node has not
+	// registered again yet.
+	ReasonWaking = "Waking"
+	// ReasonAwake: the woken machine's Node registered again.
+	ReasonAwake = "Awake"
+)
+
+// Reasons of a NodePool's SleepAllowed.
+const (
+	// ReasonWithinSleepBudget: fewer of the pool's machines sleep than
+	// spec.disruption.sleep.machines allows.
+	ReasonWithinSleepBudget = "WithinSleepBudget"
+	// ReasonSleepBudgetUsedUp: as many sleep as allowed; further removals
+	// delete.
+	ReasonSleepBudgetUsedUp = "SleepBudgetUsedUp"
+	// ReasonPowerNotSupported: the pool's NodeProvider cannot stop and
+	// start machines, so its removals delete.
+	ReasonPowerNotSupported = "PowerNotSupported"
+)
+
 // Reasons of a NodeClaim's Empty.
 const (
 	ReasonEmpty    = "Empty"

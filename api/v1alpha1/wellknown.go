@@ -42,6 +42,12 @@ const (
 	// otherwise wait in Terminating.
 	AnnotationReleaseMachine = "claimscale.io/release-machine"
 
+	// AnnotationSuspend on a claim asks for its machine to sleep: its node
+	// is drained, the machine stopped and the Node deleted, and the claim
+	// kept with Suspended=True. The value is the disruption reason (Empty,
+	// Underutilized). Provisioning wakes the machine by removing it.
+	AnnotationSuspend = "claimscale.io/suspend"
+
 	// TerminationFinalizer holds a claim (and its node) until the machine is
 	// gone.
 	TerminationFinalizer = "claimscale.io/termination"

@@ -13,6 +13,7 @@ import (
 //   - InsufficientCapacity: the provider is out of capacity or quota for
 //     that shape; provisioning backs the pool and shape off.
 //   - Terminal: retrying will not help (bad credentials, invalid settings).
+//   - NotSupported: the provider cannot do it at all (power.go).
 //   - InProgress: nothing failed; the machine is still being made and
 //     cannot be reported yet (a Proxmox clone task running, a Cluster API
 //     Machine without a providerID). Create is asked again after a wait.
@@ -107,7 +108,7 @@ func IsTerminal(err error) bool {
 
 // IsRetryable reports whether err is worth retrying with backoff.
 func IsRetryable(err error) bool {
-	return err != nil && !IsNotFound(err) && !IsInsufficientCapacity(err) && !IsTerminal(err)
+	return err != nil && !IsNotFound(err) && !IsInsufficientCapacity(err) && !IsTerminal(err) && !IsNotSupported(err)
 }
 
 // RetryAfter returns the wait a RetryableError or an InProgressError asked
