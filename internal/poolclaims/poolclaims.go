@@ -74,7 +74,9 @@ func knownPrice(pool *v1alpha1.NodePool, shape scheduling.Shape) bool {
 }
 
 // InUse counts the claims that are not being deleted and totals their
-// capacity (the shape's, until the machine reports its own).
+// capacity (the shape's, until the machine reports its own). A claim whose
+// machine sleeps holds no capacity: it counts against no limit and is none
+// of the pool's nodes until it is woken, when it counts like a new node.
 func InUse(claims []v1alpha1.NodeClaim) (int, corev1.ResourceList) {
 	pointers := make([]*v1alpha1.NodeClaim, len(claims))
 	for i := range claims {
@@ -88,7 +90,7 @@ func InUseOf(claims []*v1alpha1.NodeClaim) (int, corev1.ResourceList) {
 	cpu, memory := resource.Quantity{}, resource.Quantity{}
 	nodes := 0
 	for _, claim := range claims {
-		if !claim.DeletionTimestamp.IsZero() {
+		if !claim.DeletionTimestamp.IsZero() || claim.Asleep() {
 			continue
 		}
 		nodes++
