@@ -51,7 +51,7 @@ func (p *Provider) Suspend(ctx context.Context, providerID string) error {
 		log.Info("shut down VM to sleep")
 		return nil
 	}
-	if ctx.Err() != nil || notExists(err) {
+	if ctx.Err() != nil || vmGone(err) {
 		return p.powerError(err, "shutting down VM %d on %s", vmid, node)
 	}
 	// A shutdown still running past its deadline holds the VM's flock:
@@ -124,7 +124,7 @@ func (p *Provider) powerTarget(ctx context.Context, providerID, verb string) (*p
 			return nil, provider.NewTerminal(fmt.Errorf("refusing to %s guest %d on %s: it is a template or a container, not a claimscale VM", verb, vmid, vm.Node))
 		}
 		cfg, err := p.vmConfig(ctx, vm.Node, vmid)
-		if notExists(err) {
+		if vmGone(err) {
 			return nil, provider.NewNotFound("VM %d is gone", vmid)
 		}
 		if err != nil {
@@ -198,10 +198,31 @@ func (p *Provider) stopVM(ctx context.Context, node string, vmid int, overrule b
 // powerError classifies a power call's error; a VM gone meanwhile is
 // NotFound.
 func (p *Provider) powerError(err error, format string, args ...any) error {
-	if notExists(err) {
+	if vmGone(err) {
 		return provider.NewNotFound("%s: %w", fmt.Sprintf(format, args...), p.api.scrub(err))
 	}
 	return p.api.classify(err, format, args...)
+}
+
+// vmGone says whether an error is Proxmox saying the VM's configuration
+// does not exist (load_config: "Configuration file
+// 'nodes/N/qemu-server/ID.conf' does not exist"), unlike notExists, which
+// also takes a start failing on a missing volume ("volume '…' does not
+// exist") for a VM gone.
+func vmGone(err error) bool {
+	var failed *apiError
+	if errors.As(err, &failed) && failed.Code == 404 {
+		return true
+	}
+	var task *taskError
+	msg := ""
+	switch {
+	case errors.As(err, &failed):
+		msg = failed.Message
+	case errors.As(err, &task):
+		msg = task.ExitStatus
+	}
+	return strings.Contains(msg, "Configuration file") && strings.Contains(msg, "does not exist")
 }
 
 // seconds is a duration in whole seconds, rounded up, at least one:
