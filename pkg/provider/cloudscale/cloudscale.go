@@ -586,13 +586,15 @@ func (p *Provider) instance(s *cloudscale.Server) *provider.Instance {
 
 // instanceState maps the API's server status. "changing" is what a new
 // server reports until it has booted (and a server being started or
-// stopped); "errored" is left to the registration timeout to deal with.
+// stopped); a stopped server of ours sleeps (a new one is never stopped:
+// it changes until it runs); "errored" is left to the registration
+// timeout to deal with.
 func instanceState(status string) provider.InstanceState {
 	switch status {
 	case cloudscale.ServerRunning:
 		return provider.InstanceRunning
 	case cloudscale.ServerStopped:
-		return provider.InstanceStopping
+		return provider.InstanceSuspended
 	default:
 		return provider.InstanceCreating
 	}
