@@ -103,6 +103,8 @@ type Provider struct {
 	mu      sync.Mutex
 	flavors flavorCache
 	servers serverCache
+	// powering are the start and stop actions under way.
+	powering powerActions
 }
 
 var _ provider.Provider = (*Provider)(nil)

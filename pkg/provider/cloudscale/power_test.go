@@ -94,3 +94,27 @@ func resume(p *cloudscale.Provider) func(*env, string) error {
 }
 
 func isNil(err error) bool { return err == nil }
+
+// TestPowerWhileTheServerChanges: the API carries a stop out after it
+// answers; a second Suspend meanwhile is success without another stop, a
+// Resume meanwhile waits for the server to settle.
+func TestPowerWhileTheServerChanges(t *testing.T) {
+	e := newEnv(t, withAPIOptions(cloudscaletest.WithSettleReads(5)))
+	id := e.api.AddServer(cloudscaletest.ServerSpec{Name: "c1", Flavor: "flex-4-2", Tags: ourTags("workers", "c1")})
+	providerID := cloudscale.ProviderID(id)
+	if err := e.p.Suspend(e.ctx, providerID); err != nil {
+		t.Fatalf("Suspend: %v", err)
+	}
+	if err := e.p.Suspend(e.ctx, providerID); err != nil {
+		t.Fatalf("a second Suspend while the server stops = %v, want success", err)
+	}
+	if n := e.api.CountRequests(http.MethodPost, "/v1/servers/"+id+"/stop"); n != 1 {
+		t.Errorf("%d stops posted, want 1", n)
+	}
+	if err := e.p.Resume(e.ctx, providerID); !provider.IsInProgress(err) {
+		t.Fatalf("Resume while the server stops = %v, want in progress", err)
+	}
+	if n := e.api.CountRequests(http.MethodPost, "/v1/servers/"+id+"/start"); n != 0 {
+		t.Errorf("a start was posted while the server was stopping")
+	}
+}
