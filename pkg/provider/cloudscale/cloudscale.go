@@ -103,6 +103,8 @@ type Provider struct {
 	mu      sync.Mutex
 	flavors flavorCache
 	servers serverCache
+	// powering are the start and stop actions under way.
+	powering powerActions
 }
 
 var _ provider.Provider = (*Provider)(nil)
@@ -586,13 +588,15 @@ func (p *Provider) instance(s *cloudscale.Server) *provider.Instance {
 
 // instanceState maps the API's server status. "changing" is what a new
 // server reports until it has booted (and a server being started or
-// stopped); "errored" is left to the registration timeout to deal with.
+// stopped); a stopped server of ours sleeps (a new one is never stopped:
+// it changes until it runs); "errored" is left to the registration
+// timeout to deal with.
 func instanceState(status string) provider.InstanceState {
 	switch status {
 	case cloudscale.ServerRunning:
 		return provider.InstanceRunning
 	case cloudscale.ServerStopped:
-		return provider.InstanceStopping
+		return provider.InstanceSuspended
 	default:
 		return provider.InstanceCreating
 	}

@@ -509,7 +509,7 @@ func TestGetReportsTheServersState(t *testing.T) {
 	}{
 		{"changing", provider.InstanceCreating},
 		{cloudscale.ServerRunning, provider.InstanceRunning},
-		{cloudscale.ServerStopped, provider.InstanceStopping},
+		{cloudscale.ServerStopped, provider.InstanceSuspended},
 		{"errored", provider.InstanceCreating},
 	}
 	for _, tt := range tests {

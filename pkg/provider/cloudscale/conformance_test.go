@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -21,14 +22,17 @@ import (
 // provider against the fake cloudscale.ch API.
 func TestConformance(t *testing.T) {
 	conformance.Run(t, func(t *testing.T) conformance.Harness {
-		api := cloudscaletest.NewServer(cloudscaletest.WithToken(testToken))
+		// Servers run once made: the sleep checks suspend a machine right
+		// after its Create, and the API stops only a server that has booted
+		// (a new one is "changing" until then).
+		api := cloudscaletest.NewServer(cloudscaletest.WithToken(testToken), cloudscaletest.WithServersRunning())
 		t.Cleanup(api.Close)
 		build := func(cluster string) provider.Provider {
 			p, err := cloudscale.NewWithConfig(t.Context(), nodeProvider(baseSettings()), provider.Options{
 				ClusterName: cluster,
 				Credentials: map[string][]byte{cloudscale.CredentialToken: []byte(testToken), cloudscale.CredentialAPIURL: []byte(api.URL)},
 				Secrets:     secretStore{"claimscale-system/worker-user-data/user-data": []byte(userData)},
-			}, cloudscale.Config{})
+			}, cloudscale.Config{ListTTL: time.Millisecond})
 			if err != nil {
 				t.Fatalf("building the provider: %v", err)
 			}

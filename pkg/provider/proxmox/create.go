@@ -639,15 +639,8 @@ func (e *memoryShortError) Error() string {
 }
 
 func (p *Provider) start(ctx context.Context, node string, vmid int) error {
-	var task *pmx.Task
-	err := p.api.do(ctx, func(ctx context.Context) (err error) {
-		task, err = p.vm(node, vmid).Start(ctx)
-		return err
-	})
+	err := p.startTask(ctx, node, vmid)
 	if err == nil {
-		err = p.tasks.wait(ctx, task)
-	}
-	if err == nil || alreadyRunning(err) {
 		return nil
 	}
 	if p.outOfMemory(ctx, err) {
@@ -659,6 +652,24 @@ func (p *Provider) start(ctx context.Context, node string, vmid int) error {
 		return &memoryShortError{node: node, vmid: vmid}
 	}
 	return p.api.classify(err, "starting VM %d on %s", vmid, node)
+}
+
+// startTask starts a VM and waits for the start task. A VM that is
+// running already is success: qemu-server's start worker fails with "VM N
+// already running" (and the fake of old answered so synchronously).
+func (p *Provider) startTask(ctx context.Context, node string, vmid int) error {
+	var task *pmx.Task
+	err := p.api.do(ctx, func(ctx context.Context) (err error) {
+		task, err = p.vm(node, vmid).Start(ctx)
+		return err
+	})
+	if err == nil {
+		err = p.tasks.wait(ctx, task)
+	}
+	if alreadyRunning(err) {
+		return nil
+	}
+	return err
 }
 
 // discard removes a stopped VM of ours that could not start, and its
@@ -677,12 +688,21 @@ func (p *Provider) discard(ctx context.Context, node string, vmid int) error {
 	return nil
 }
 
-// outOfMemory says whether a failed start failed because QEMU could not
-// allocate the guest's memory: the task's exit status only says that QEMU
-// exited, its log says why.
+// outOfMemory says whether a failed start failed because the node could
+// not give the guest its memory: QEMU could not allocate it (the task's
+// exit status only says that QEMU exited, its log says why), or the
+// hugepages a VM with hugepages set needs could not be reserved
+// (qemu-server QemuServer/Memory.pm hugepages_allocate dies "hugepage
+// allocation failed", which is the exit status).
 func (p *Provider) outOfMemory(ctx context.Context, err error) bool {
 	var task *taskError
-	if !errors.As(err, &task) || !strings.Contains(task.ExitStatus, "QEMU exited") {
+	if !errors.As(err, &task) {
+		return false
+	}
+	if strings.Contains(task.ExitStatus, "hugepage allocation failed") {
+		return true
+	}
+	if !strings.Contains(task.ExitStatus, "QEMU exited") {
 		return false
 	}
 	var lines []struct {

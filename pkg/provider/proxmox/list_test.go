@@ -25,6 +25,10 @@ func guests() []proxmoxtest.VM {
 		{VMID: 1002, Node: "pve1", Name: "other-c3", Status: "running",
 			Config: map[string]string{"tags": "claimscale-claim.other-c3;claimscale-cluster.other-cluster;claimscale-pool.workers", "memory": "1024"}},
 		{VMID: 1003, Node: "pve1", Name: "home-assistant", Status: "running", Config: map[string]string{"memory": "2048"}},
+		// A VM of ours put to sleep: tagged (Create tags a VM before it
+		// first starts it) and stopped.
+		{VMID: 1004, Node: "pve2", Name: "workers-d4", Status: "stopped",
+			Config: map[string]string{"tags": "claimscale-claim.workers-d4;claimscale-cluster.test-cluster;claimscale-pool.workers", "cores": "2", "memory": "4352"}},
 		// Markers outside the range in the description only are not looked for.
 		{VMID: 300, Node: "pve1", Name: "legacy",
 			Config: map[string]string{"description": "claimscale.io/cluster=test-cluster\n", "memory": "1024"}},
@@ -47,7 +51,7 @@ func TestListReturnsOnlyThisClustersVMs(t *testing.T) {
 	for _, inst := range got {
 		ids = append(ids, inst.ProviderID)
 	}
-	want := []string{"proxmox://test-cluster/1000", "proxmox://test-cluster/1001"}
+	want := []string{"proxmox://test-cluster/1000", "proxmox://test-cluster/1001", "proxmox://test-cluster/1004"}
 	if !slices.Equal(ids, want) {
 		t.Fatalf("List = %v, want %v", ids, want)
 	}
@@ -62,8 +66,13 @@ func TestListReturnsOnlyThisClustersVMs(t *testing.T) {
 	if mem := first.Capacity[corev1.ResourceMemory]; mem.Cmp(resource.MustParse("4Gi")) != 0 {
 		t.Errorf("memory capacity = %s, want 4Gi (4352 MiB less the 256 MiB overhead)", mem.String())
 	}
-	if got[1].ClaimName() != "workers-b2" || got[1].State != provider.InstanceStopping {
-		t.Errorf("second instance: claim %s, %s; want workers-b2, Stopping", got[1].ClaimName(), got[1].State)
+	// Stopped, both: the one whose Create was cut short is still being
+	// made, the tagged one sleeps.
+	if got[1].ClaimName() != "workers-b2" || got[1].State != provider.InstanceCreating {
+		t.Errorf("second instance: claim %s, %s; want workers-b2, Creating", got[1].ClaimName(), got[1].State)
+	}
+	if got[2].ClaimName() != "workers-d4" || got[2].State != provider.InstanceSuspended {
+		t.Errorf("third instance: claim %s, %s; want workers-d4, Suspended", got[2].ClaimName(), got[2].State)
 	}
 }
 

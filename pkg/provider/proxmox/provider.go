@@ -48,6 +48,10 @@ type Tuning struct {
 	// create lock without saying whose it is before Create stops waiting
 	// for it and reports it as a leftover (default: TaskTimeout).
 	StaleLockAfter time.Duration
+	// ShutdownGrace is how much longer than spec.proxmox.shutdownTimeout
+	// Suspend waits for the shutdown task before it stops the VM
+	// (default: DefaultShutdownGrace).
+	ShutdownGrace time.Duration
 	// Clock is the time source; tests pass a fake one.
 	Clock clock.WithTicker
 }
@@ -74,6 +78,8 @@ type Provider struct {
 	lockSeen       map[int]time.Time
 	reported       map[int]bool
 	staleLockAfter time.Duration
+	// shutdownGrace is Tuning.ShutdownGrace.
+	shutdownGrace time.Duration
 	// staleLocks says, by VM ID, what is wrong with each VM locked past
 	// the deadline, for Problems.
 	staleLocks map[int]string
@@ -170,6 +176,9 @@ func newProvider(np *v1alpha1.NodeProvider, opts provider.Options, t Tuning) (*P
 	if t.StaleLockAfter <= 0 {
 		t.StaleLockAfter = t.TaskTimeout
 	}
+	if t.ShutdownGrace <= 0 {
+		t.ShutdownGrace = DefaultShutdownGrace
+	}
 
 	var redactions []string
 	for _, v := range creds.values() {
@@ -207,6 +216,7 @@ func newProvider(np *v1alpha1.NodeProvider, opts provider.Options, t Tuning) (*P
 		started:    t.Clock.Now(),
 
 		staleLockAfter: t.StaleLockAfter,
+		shutdownGrace:  t.ShutdownGrace,
 	}, nil
 }
 
@@ -324,7 +334,11 @@ func (p *Provider) describe(ctx context.Context, vm vmResource, cfg *vmConfig, m
 		created = p.lockSeen[vm.VMID]
 		p.mu.Unlock()
 	}
-	return p.instance(vm.VMID, vm.Node, size{cores: int(cfg.vcpus()), memMiB: int64(cfg.Memory) - p.settings.overheadMiB}, m, state(vm.Status, lock), created), nil
+	p.mu.Lock()
+	_, making := p.inflight[vm.VMID]
+	p.mu.Unlock()
+	st := state(vm.Status, lock, making || markersFromTags(vm.Tags).cluster == "")
+	return p.instance(vm.VMID, vm.Node, size{cores: int(cfg.vcpus()), memMiB: int64(cfg.Memory) - p.settings.overheadMiB}, m, st, created), nil
 }
 
 func (p *Provider) instance(vmid int, node string, sz size, m markers, st provider.InstanceState, created time.Time) *provider.Instance {
@@ -342,9 +356,15 @@ func (p *Provider) instance(vmid int, node string, sz size, m markers, st provid
 }
 
 // state maps a VM's status and lock: a lock while it is made means
-// Creating, a destroy in progress Deleting; a VM that is not running (not
-// yet started, or stopped for deletion) counts as Stopping.
-func state(status, lock string) provider.InstanceState {
+// Creating, a destroy in progress Deleting. A stopped VM is asleep
+// (Suspended) unless it is still being made: one this provider is making
+// (cloned, not yet sized or started), or one that carries our markers only
+// in its description (a clone whose Create was cut short before its tags;
+// Create sets the tags before it first starts a VM, so a VM that was ever
+// started, and so any VM put to sleep, has them). A VM whose status is not
+// published yet ("unknown": pvestatd reports every 10 s) counts as
+// Stopping, as before.
+func state(status, lock string, unfinished bool) provider.InstanceState {
 	switch {
 	case lock == "clone" || lock == "create":
 		return provider.InstanceCreating
@@ -352,6 +372,10 @@ func state(status, lock string) provider.InstanceState {
 		return provider.InstanceDeleting
 	case status == "running":
 		return provider.InstanceRunning
+	case unfinished:
+		return provider.InstanceCreating
+	case status == "stopped":
+		return provider.InstanceSuspended
 	default:
 		return provider.InstanceStopping
 	}

@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/claimscale/claimscale/api/v1alpha1"
 	"github.com/claimscale/claimscale/pkg/provider"
@@ -49,7 +50,13 @@ type settings struct {
 	// ISO goes.
 	cloudInitStorage string
 	cloudInitDrive   string
+	// shutdownTimeout is how long a VM put to sleep is given to shut down
+	// before it is stopped.
+	shutdownTimeout time.Duration
 }
+
+// DefaultShutdownTimeout is spec.proxmox.shutdownTimeout's default.
+const DefaultShutdownTimeout = 2 * time.Minute
 
 type cloneSettings struct {
 	// templateID is the template for nodes not in nodeTemplates; 0 when
@@ -139,6 +146,13 @@ func parseSettings(np *v1alpha1.NodeProvider) (*settings, error) {
 
 		cloudInitStorage: orDefault(px.CloudInitStorage, "local"),
 		cloudInitDrive:   orDefault(px.CloudInitDrive, "ide3"),
+		shutdownTimeout:  DefaultShutdownTimeout,
+	}
+	if px.ShutdownTimeout != nil {
+		if px.ShutdownTimeout.Duration <= 0 {
+			return nil, provider.NewTerminal(fmt.Errorf("spec.proxmox.shutdownTimeout %s must be positive", px.ShutdownTimeout.Duration))
+		}
+		s.shutdownTimeout = px.ShutdownTimeout.Duration
 	}
 	endpoint, err := apiBase(px.Endpoint)
 	if err != nil {

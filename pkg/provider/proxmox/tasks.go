@@ -63,10 +63,15 @@ type tasks struct {
 // the task runs on regardless of one lost answer. A nil task (a call that
 // answered synchronously) is done already.
 func (t *tasks) wait(ctx context.Context, task *pmx.Task) error {
+	return t.waitFor(ctx, task, t.timeout)
+}
+
+// waitFor is wait with another deadline than the tasks' default.
+func (t *tasks) waitFor(ctx context.Context, task *pmx.Task, timeout time.Duration) error {
 	if task == nil {
 		return nil
 	}
-	deadline := t.clock.Now().Add(t.timeout)
+	deadline := t.clock.Now().Add(timeout)
 	ticker := t.clock.NewTicker(t.interval)
 	defer ticker.Stop()
 	var last error
@@ -84,7 +89,7 @@ func (t *tasks) wait(ctx context.Context, task *pmx.Task) error {
 			last = err
 		}
 		if !t.clock.Now().Before(deadline) {
-			return &taskTimeoutError{Type: task.Type, Node: task.Node, Timeout: t.timeout, Last: last}
+			return &taskTimeoutError{Type: task.Type, Node: task.Node, Timeout: timeout, Last: last}
 		}
 		select {
 		case <-ctx.Done():

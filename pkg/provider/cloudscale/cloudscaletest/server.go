@@ -34,6 +34,16 @@
 //   - Servers are "changing" until they have booted (MarkRunning), as the
 //     API reports new servers (SDK: ServerRunning/ServerStopped/
 //     ServerChanging).
+//   - Server actions: POST /v1/servers/<uuid>/start, /stop and /reboot
+//     answer 204 without a body (the SDK's ServerService Start, Stop and
+//     Reboot, servers.go, decode nothing) and act asynchronously: the
+//     server is "changing" until it reaches stopped or running, which the
+//     SDK's integration tests (servers_integration_test.go
+//     TestIntegrationServer_UpdateStatus) wait for with WaitFor and
+//     ServerIsStopped / ServerIsRunning after each action. How long it
+//     changes is the fake's (WithSettleReads); that an action that is
+//     already done (a stop of a stopped server) is a 204 that changes
+//     nothing is an assumption.
 //   - Server groups (GET/POST /v1/server-groups with tag filters, GET and
 //     DELETE /v1/server-groups/<uuid>; the SDK's ServerGroupService) are
 //     zonal (ZonalResource) and list their servers; a server joins groups
@@ -247,6 +257,11 @@ type Server struct {
 	holds       []*Hold
 	inFlight    map[string]int
 	maxInFlight map[string]int
+	// settling are the servers changing after a start, stop or reboot;
+	// settleReads how many reads each shows "changing" first (1 unless
+	// WithSettleReads).
+	settling    map[string]*settling
+	settleReads int
 }
 
 // NewServer starts a fake API on 127.0.0.1 on a free port. Close it when
@@ -260,6 +275,8 @@ func NewServer(opts ...Option) *Server {
 		groups:      map[string]*cloudscale.ServerGroup{},
 		inFlight:    map[string]int{},
 		maxInFlight: map[string]int{},
+		settling:    map[string]*settling{},
+		settleReads: 1,
 	}
 	for _, opt := range opts {
 		opt(s)
@@ -267,6 +284,12 @@ func NewServer(opts ...Option) *Server {
 	s.http = httptest.NewServer(http.HandlerFunc(s.serve))
 	s.URL = s.http.URL
 	return s
+}
+
+// WithSettleReads sets how many reads of a server show it "changing" after
+// a start or stop before it shows its new status.
+func WithSettleReads(n int) Option {
+	return func(s *Server) { s.settleReads = n }
 }
 
 // Close stops the fake and releases every held request.
@@ -511,6 +534,10 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 		default:
 			writeDetail(w, http.StatusMethodNotAllowed, fmt.Sprintf("Method %q not allowed.", r.Method))
 		}
+	case strings.HasPrefix(path, "/v1/servers/") && r.Method == http.MethodPost && isServerAction(path):
+		rest := strings.TrimPrefix(path, "/v1/servers/")
+		uuid, action, _ := strings.Cut(rest, "/")
+		s.serverAction(w, uuid, action)
 	case strings.HasPrefix(path, "/v1/servers/") && !strings.Contains(strings.TrimPrefix(path, "/v1/servers/"), "/"):
 		uuid := strings.TrimPrefix(path, "/v1/servers/")
 		switch r.Method {
@@ -611,6 +638,7 @@ func (s *Server) listServers(w http.ResponseWriter, query url.Values) {
 	out := []cloudscale.Server{}
 	for _, srv := range s.servers {
 		if hasTags(srv.Tags, query) {
+			s.settleLocked(srv)
 			out = append(out, *srv)
 		}
 	}
@@ -642,6 +670,7 @@ func (s *Server) getServer(w http.ResponseWriter, uuid string) {
 	srv, ok := s.servers[uuid]
 	var out cloudscale.Server
 	if ok {
+		s.settleLocked(srv)
 		out = *srv
 	}
 	s.mu.Unlock()
@@ -650,6 +679,61 @@ func (s *Server) getServer(w http.ResponseWriter, uuid string) {
 		return
 	}
 	writeJSON(w, http.StatusOK, out)
+}
+
+func isServerAction(path string) bool {
+	_, action, ok := strings.Cut(strings.TrimPrefix(path, "/v1/servers/"), "/")
+	return ok && (action == "start" || action == "stop" || action == "reboot")
+}
+
+// serverAction answers POST /v1/servers/<uuid>/{start,stop,reboot}: 204 and
+// no body (the SDK's Start, Stop and Reboot decode none), and the change
+// happens afterwards: the server shows "changing" until it settles
+// (settleReads reads later) as stopped or running, which is why the SDK's
+// own integration tests WaitFor ServerIsStopped or ServerIsRunning after
+// each action. A start of a running or a stop of a stopped server is
+// answered 204 and changes nothing: an assumption, the API docs publish no
+// refusal for it.
+func (s *Server) serverAction(w http.ResponseWriter, uuid, action string) {
+	s.mu.Lock()
+	srv, ok := s.servers[uuid]
+	if !ok {
+		s.mu.Unlock()
+		writeDetail(w, http.StatusNotFound, DetailNotFound)
+		return
+	}
+	target := cloudscale.ServerRunning
+	if action == "stop" {
+		target = cloudscale.ServerStopped
+	}
+	if srv.Status != target || action == "reboot" {
+		srv.Status = "changing"
+		s.settling[uuid] = &settling{target: target, readsLeft: s.settleReads}
+	}
+	s.mu.Unlock()
+	w.WriteHeader(http.StatusNoContent)
+}
+
+// settling is a server on its way to a status after an action.
+type settling struct {
+	target    string
+	readsLeft int
+}
+
+// settleLocked lets a server that is changing after an action reach its
+// target once it has been read settleReads times: the reads stand for the
+// seconds the API takes.
+func (s *Server) settleLocked(srv *cloudscale.Server) {
+	st, ok := s.settling[srv.UUID]
+	if !ok {
+		return
+	}
+	if st.readsLeft > 0 {
+		st.readsLeft--
+		return
+	}
+	srv.Status = st.target
+	delete(s.settling, srv.UUID)
 }
 
 func (s *Server) deleteServer(w http.ResponseWriter, uuid string) {

@@ -1,6 +1,6 @@
 // Package proxmoxtest is a fake Proxmox VE API on an httptest TLS server. It
 // answers the part of /api2/json that claimscale's proxmox provider uses
-// (nodes, guests, clone, create, config, start, stop, destroy, tasks, login
+// (nodes, guests, clone, create, config, start, shutdown, stop, destroy, tasks, login
 // tickets and API tokens) the way Proxmox does, with fault injection and
 // inspection, for the provider's tests and for end-to-end tests.
 //
@@ -50,11 +50,53 @@
 //     Sys.Modify on /, and refuses with 403 "Permission check failed (/,
 //     Sys.Modify for modifying tag 'T')". Tags are stored sorted, unique
 //     and lower-cased (get_unique_tags, tag-style case-sensitive unset).
-//   - Start: qemu-server's vm_start dies with "start failed: QEMU exited
-//     with code 1" when QEMU exits; QEMU logs why into the task log. That a
-//     start fails when the node's memory cannot hold the VM, and the log line
-//     "kvm: cannot set up guest memory 'pc.ram': Cannot allocate memory",
-//     are an assumption (QEMU's message; Linux overcommit decides when).
+//   - Power calls check nothing themselves (qemu-server commit 4d81a1d3,
+//     2011, "dont raise errors if not needed", dropped the API's running
+//     checks): POST status/start, status/stop and status/shutdown always
+//     answer a UPID (src/PVE/API2/Qemu.pm vm_start, vm_stop, vm_shutdown)
+//     and the worker decides. It takes the VM's flock first
+//     (PVE::AbstractConfig::lock_config, 10 s; pve-common
+//     PVE::Tools::lock_file_full fails with "can't lock file
+//     '/var/lock/qemu-server/lock-N.conf' - got timeout"), which a running
+//     shutdown holds for as long as it waits for the guest. No config lock
+//     (the lock option) is set by these tasks; a config lock set by
+//     something else fails them: "VM is locked (backup)".
+//   - Start (src/PVE/QemuServer.pm vm_start): a running VM fails the task
+//     with "VM N already running"; when QEMU exits, vm_start_nolock dies
+//     "start failed: QEMU exited with code 1", and QEMU's stderr, which
+//     fork_worker sends to the task log (pve-common RESTEnvironment.pm),
+//     says why. QEMU's message when it cannot allocate the guest's RAM is
+//     "cannot set up guest memory '<region>': Cannot allocate memory"
+//     (QEMU's RAM block allocation, ram_block_add, error_setg_errno with
+//     ENOMEM); the region name pc.ram and the program-name prefix kvm: are
+//     an assumption (what a Proxmox host's i440fx VM would print). When a
+//     host's memory runs out for a
+//     start (Linux overcommit decides, not the free memory Proxmox shows)
+//     is an assumption: the fake refuses a start beyond
+//     Node.StartableMemoryMiB. A start that succeeds after log_warn (the
+//     deprecated machine version warning at the end of vm_start_nolock)
+//     ends "WARNINGS: N"; TaskFault{ExitStatus: "WARNINGS: 1"} makes one.
+//   - Shutdown (vm_shutdown → vm_stop → _do_vm_stop): a VM not running is
+//     done, OK. Otherwise QEMU is asked to power down (system_powerdown,
+//     or the guest agent's guest-shutdown) and the worker waits the
+//     timeout parameter's seconds (default 60, or the startup order's
+//     down value); a guest still running then fails the task with "VM
+//     quit/powerdown failed - got timeout", unless forceStop=1, which
+//     kills it with a plain warn "VM still running - terminating now with
+//     SIGTERM" (exit status OK: only log_warn counts toward WARNINGS, and
+//     pvedaemon's __WARN__ handler only prints). A paused VM fails with
+//     "VM is paused - cannot shutdown" (not modelled). The fake does not
+//     wait the seconds: a task ends after its polls (SetTaskPolls,
+//     TaskFault.Polls).
+//   - Stop (vm_stop): a VM not running is done; else QEMU is killed.
+//     overrule-shutdown=1 aborts the VM's running qmshutdown tasks first
+//     (pve-guest-common GuestHelpers abort_guest_tasks; the aborted worker
+//     dies "received interrupt", RESTEnvironment's SIGTERM handler); the
+//     parameter exists since qemu-server 8.1.2 (commit 50b5893b, Proxmox
+//     VE 8.2), and older versions refuse it with 400 "Parameter
+//     verification failed." (JSONSchema: "property is not defined in
+//     schema and the schema does not allow additional properties"); see
+//     WithoutOverruleShutdown.
 //   - Upload (pve-manager PVE/API2/Storage/Status.pm upload): a multipart
 //     POST to /nodes/{node}/storage/{storage}/upload with content and
 //     filename fields and the file; content must be iso (or vztmpl, import)
@@ -130,6 +172,9 @@ type VM struct {
 	Config map[string]string
 	// Pool is the resource pool the VM was added to.
 	Pool string
+	// IgnoresShutdown is a guest that does not act on the ACPI power
+	// button (no acpid, hung, still booting): a shutdown times out.
+	IgnoresShutdown bool
 }
 
 // Tags returns the VM's tags.
@@ -239,8 +284,11 @@ type Server struct {
 	faultsHit, taskFaultsHit, idConflicts int
 
 	tagAccess UserTagAccess
-	pools     map[string]bool
-	storages  map[string]Storage
+	// noOverruleShutdown is a qemu-server before 8.1.2 (Proxmox VE 8.2),
+	// whose stop call has no overrule-shutdown parameter.
+	noOverruleShutdown bool
+	pools              map[string]bool
+	storages           map[string]Storage
 	// volumes are uploaded files by volume ID (storage:iso/name).
 	volumes map[string][]byte
 }
@@ -399,6 +447,16 @@ func (s *Server) SetUserTagAccess(a UserTagAccess) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.tagAccess = a
+}
+
+// WithoutOverruleShutdown makes the server a Proxmox VE older than 8.2
+// (qemu-server before 8.1.2, commit 50b5893b "fix #4474"), whose stop call
+// refuses the overrule-shutdown parameter as JSONSchema refuses any
+// parameter it does not define (400).
+func (s *Server) WithoutOverruleShutdown() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.noOverruleShutdown = true
 }
 
 // AddPool adds a resource pool.
@@ -610,7 +668,8 @@ var routes = []route{
 	{http.MethodPut, regexp.MustCompile(`^/nodes/([^/]+)/qemu/(\d+)/config$`), (*Server).putConfig},
 	{http.MethodGet, regexp.MustCompile(`^/nodes/([^/]+)/qemu/(\d+)/status/current$`), (*Server).currentStatus},
 	{http.MethodPost, regexp.MustCompile(`^/nodes/([^/]+)/qemu/(\d+)/status/start$`), (*Server).startVM},
-	{http.MethodPost, regexp.MustCompile(`^/nodes/([^/]+)/qemu/(\d+)/status/(stop|shutdown)$`), (*Server).stopVM},
+	{http.MethodPost, regexp.MustCompile(`^/nodes/([^/]+)/qemu/(\d+)/status/stop$`), (*Server).stopVM},
+	{http.MethodPost, regexp.MustCompile(`^/nodes/([^/]+)/qemu/(\d+)/status/shutdown$`), (*Server).shutdownVM},
 	{http.MethodDelete, regexp.MustCompile(`^/nodes/([^/]+)/qemu/(\d+)$`), (*Server).destroyVM},
 }
 
@@ -1140,54 +1199,150 @@ func (s *Server) currentStatus(c *call) (any, *apiError) {
 	return e, nil
 }
 
+// startVM answers POST status/start. Like qemu-server since 2011, the
+// API call itself checks nothing: the qmstart worker finds the VM running
+// ("VM N already running"), locked ("VM is locked (L)") or its flock held
+// by a shutdown still running ("can't lock file … - got timeout"), or QEMU
+// fails to start it (a missing volume, memory the node cannot give).
 func (s *Server) startVM(c *call) (any, *apiError) {
 	vm, failed := s.vmOn(c.args[0], c.args[1])
 	if failed != nil {
 		return nil, failed
-	}
-	switch {
-	case vm.Lock != "":
-		return nil, errorf(http.StatusInternalServerError, "VM is locked (%s)", vm.Lock)
-	case vm.Status == "running":
-		return nil, errorf(http.StatusInternalServerError, "VM %d already running", vm.VMID)
 	}
 	upid := s.newTask(vm.Node, "qmstart", strconv.Itoa(vm.VMID), c.user, func(ok bool) {
 		if ok {
 			vm.Status = "running"
 		}
 	})
-	if missing := s.missingVolume(vm); missing != "" {
-		t := s.tasks[upid]
-		t.exit = fmt.Sprintf("volume '%s' does not exist", missing)
-		t.log = append(t.log, "TASK ERROR: "+t.exit)
-	} else if n := s.node(vm.Node); n != nil && s.usedMemory(n)+atoi(vm.Config["memory"], 512)*mib > orDefaultInt(n.StartableMemoryMiB, n.MemoryMiB)*mib {
-		t := s.tasks[upid]
-		t.exit = "start failed: QEMU exited with code 1"
-		t.log = append(t.log, "kvm: cannot set up guest memory 'pc.ram': Cannot allocate memory", "TASK ERROR: "+t.exit)
+	t := s.tasks[upid]
+	if t.exit != "OK" && statusIsError(t.exit) {
+		return upid, nil // an injected failure
+	}
+	switch missing := s.missingVolume(vm); {
+	case s.shutdownRunning(vm.VMID, upid):
+		t.fail(lockTimeout(vm.VMID))
+	case vm.Lock != "":
+		t.fail(fmt.Sprintf("VM is locked (%s)", vm.Lock))
+	case vm.Status == "running":
+		t.fail(fmt.Sprintf("VM %d already running", vm.VMID))
+	case missing != "":
+		t.fail(fmt.Sprintf("volume '%s' does not exist", missing))
+	case s.lacksMemory(vm):
+		t.log = append(t.log, "kvm: cannot set up guest memory 'pc.ram': Cannot allocate memory")
+		t.fail("start failed: QEMU exited with code 1")
+	case warningsStatus.MatchString(t.exit):
+		t.log = append(t.log, "WARN: current machine version 'pc-i440fx-5.1' is deprecated - see the documentation and change to a newer one")
 	}
 	return upid, nil
 }
 
+// lacksMemory says whether QEMU could not get the VM's memory on its node.
+func (s *Server) lacksMemory(vm *VM) bool {
+	n := s.node(vm.Node)
+	return n != nil && s.usedMemory(n)+atoi(vm.Config["memory"], 512)*mib > orDefaultInt(n.StartableMemoryMiB, n.MemoryMiB)*mib
+}
+
+// fail ends the task, when polled, with the error: the worker's die
+// message, which fork_worker writes as the log's last line "TASK ERROR: …"
+// and read_status returns as the exit status.
+func (t *task) fail(msg string) {
+	t.exit = msg
+	t.log = append(t.log, "TASK ERROR: "+msg)
+}
+
+// lockTimeout is what PVE::Tools::lock_file_full says when the VM's flock
+// (/var/lock/qemu-server/lock-N.conf) stays held for its 10 seconds.
+func lockTimeout(vmid int) string {
+	return fmt.Sprintf("can't lock file '/var/lock/qemu-server/lock-%d.conf' - got timeout", vmid)
+}
+
+// shutdownRunning says whether a qmshutdown task of the VM other than
+// except is still running: it holds the VM's flock for as long as it waits
+// for the guest.
+func (s *Server) shutdownRunning(vmid int, except string) bool {
+	for _, t := range s.tasks {
+		if t.upid != except && t.typ == "qmshutdown" && t.id == strconv.Itoa(vmid) && !t.done && t.pollsLeft > 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// shutdownVM answers POST status/shutdown as qemu-server's vm_shutdown
+// and _do_vm_stop do: a VM that is not running is done at once (OK); a
+// locked one fails; a guest that acts on the ACPI power button stops; one
+// that does not (VM.IgnoresShutdown) fails the task with "VM quit/powerdown
+// failed - got timeout" after the timeout parameter's seconds (default
+// 60), unless forceStop=1, which kills it instead (a plain warn line in the
+// log, exit status OK: only log_warn counts toward WARNINGS). The fake does
+// not wait the seconds: the task ends after its polls.
+func (s *Server) shutdownVM(c *call) (any, *apiError) {
+	vm, failed := s.vmOn(c.args[0], c.args[1])
+	if failed != nil {
+		return nil, failed
+	}
+	upid := s.newTask(vm.Node, "qmshutdown", strconv.Itoa(vm.VMID), c.user, func(ok bool) {
+		if ok {
+			vm.Status = "stopped"
+		}
+	})
+	t := s.tasks[upid]
+	if t.exit != "OK" && statusIsError(t.exit) {
+		return upid, nil
+	}
+	switch {
+	case vm.Status != "running":
+	case s.shutdownRunning(vm.VMID, upid):
+		t.fail(lockTimeout(vm.VMID))
+	case vm.Lock != "":
+		t.fail(fmt.Sprintf("VM is locked (%s)", vm.Lock))
+	case vm.IgnoresShutdown && c.params["forceStop"] == "1":
+		t.log = append(t.log, "VM still running - terminating now with SIGTERM")
+	case vm.IgnoresShutdown:
+		t.fail("VM quit/powerdown failed - got timeout")
+	}
+	return upid, nil
+}
+
+// stopVM answers POST status/stop (qemu-server vm_stop): a VM that is not
+// running is done at once; a locked one fails; with overrule-shutdown=1
+// the VM's running qmshutdown tasks are aborted first (abort_guest_tasks:
+// the aborted worker ends "received interrupt"), else a running shutdown
+// keeps the VM's flock and the stop fails after 10 seconds.
 func (s *Server) stopVM(c *call) (any, *apiError) {
 	vm, failed := s.vmOn(c.args[0], c.args[1])
 	if failed != nil {
 		return nil, failed
 	}
-	switch {
-	case vm.Lock != "":
-		return nil, errorf(http.StatusInternalServerError, "VM is locked (%s)", vm.Lock)
-	case vm.Status != "running":
-		return nil, errorf(http.StatusInternalServerError, "VM %d not running", vm.VMID)
+	if _, ok := c.params["overrule-shutdown"]; ok && s.noOverruleShutdown {
+		return nil, errorf(http.StatusBadRequest, "Parameter verification failed. (overrule-shutdown: property is not defined in schema and the schema does not allow additional properties)")
 	}
-	typ := "qmstop"
-	if c.args[2] == "shutdown" {
-		typ = "qmshutdown"
+	if c.params["overrule-shutdown"] == "1" {
+		for _, t := range s.tasks {
+			if t.typ == "qmshutdown" && t.id == strconv.Itoa(vm.VMID) && !t.done && t.pollsLeft > 0 {
+				t.exit, t.pollsLeft = "received interrupt", 0
+				t.log = append(t.log, "TASK ERROR: received interrupt")
+				t.end()
+			}
+		}
 	}
-	return s.newTask(vm.Node, typ, strconv.Itoa(vm.VMID), c.user, func(ok bool) {
+	upid := s.newTask(vm.Node, "qmstop", strconv.Itoa(vm.VMID), c.user, func(ok bool) {
 		if ok {
 			vm.Status = "stopped"
 		}
-	}), nil
+	})
+	t := s.tasks[upid]
+	if t.exit != "OK" && statusIsError(t.exit) {
+		return upid, nil
+	}
+	switch {
+	case vm.Status != "running":
+	case s.shutdownRunning(vm.VMID, upid):
+		t.fail(lockTimeout(vm.VMID))
+	case vm.Lock != "":
+		t.fail(fmt.Sprintf("VM is locked (%s)", vm.Lock))
+	}
+	return upid, nil
 }
 
 func (s *Server) destroyVM(c *call) (any, *apiError) {

@@ -206,3 +206,88 @@ func mustVM(t *testing.T, api *proxmoxtest.Server, vmid int) proxmoxtest.VM {
 	}
 	return vm
 }
+
+// TestServerPowerFollowsQemuServer checks the power calls as the package
+// comment cites them from qemu-server: the worker decides, a stopped VM's
+// shutdown or stop is a no-op, a running VM's start fails in the task, a
+// guest ignoring ACPI times the shutdown out (or is killed with forceStop),
+// a running shutdown holds the VM's flock until a stop overrules it.
+func TestServerPowerFollowsQemuServer(t *testing.T) {
+	api := proxmoxtest.NewServer(proxmoxtest.Node{Name: "pve", CPUs: 4, MemoryMiB: 8192})
+	defer api.Close()
+	api.SetTaskPolls(0)
+	client := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: api.CertPool()}}}
+	post := func(path, body string) string {
+		t.Helper()
+		req, _ := http.NewRequest(http.MethodPost, api.Endpoint()+"/nodes/pve/qemu/100/status/"+path, strings.NewReader(body))
+		req.Header.Set("Content-Type", "application/json")
+		resp, err := client.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer func() { _ = resp.Body.Close() }()
+		var env map[string]any
+		raw, _ := io.ReadAll(resp.Body)
+		_ = json.Unmarshal(raw, &env)
+		if resp.StatusCode != http.StatusOK {
+			return resp.Status
+		}
+		return env["data"].(string)
+	}
+	exit := func(upid string) string {
+		t.Helper()
+		resp, err := client.Get(api.Endpoint() + "/nodes/pve/tasks/" + upid + "/status")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer func() { _ = resp.Body.Close() }()
+		var env struct {
+			Data struct {
+				Status     string `json:"status"`
+				ExitStatus string `json:"exitstatus"`
+			} `json:"data"`
+		}
+		_ = json.NewDecoder(resp.Body).Decode(&env)
+		if env.Data.Status == "running" {
+			return "running"
+		}
+		return env.Data.ExitStatus
+	}
+	status := func() string { vm, _ := api.VM(100); return vm.Status }
+	api.AddVM(proxmoxtest.VM{VMID: 100, Node: "pve", Name: "vm", Status: "stopped", Config: map[string]string{"memory": "1024"}})
+
+	for _, action := range []string{"shutdown", "stop"} {
+		if got := exit(post(action, `{}`)); got != "OK" || status() != "stopped" {
+			t.Errorf("%s of a stopped VM: %q, %s; want OK, a no-op", action, got, status())
+		}
+	}
+	if got := exit(post("start", `{}`)); got != "OK" || status() != "running" {
+		t.Fatalf("start: %q, %s", got, status())
+	}
+	if got := exit(post("start", `{}`)); got != "VM 100 already running" {
+		t.Errorf("start of a running VM: %q, want the task to fail", got)
+	}
+
+	api.AddVM(proxmoxtest.VM{VMID: 100, Node: "pve", Name: "vm", Status: "running", IgnoresShutdown: true, Config: map[string]string{"memory": "1024"}})
+	if got := exit(post("shutdown", `{"timeout":5}`)); got != "VM quit/powerdown failed - got timeout" || status() != "running" {
+		t.Errorf("shutdown of a guest ignoring ACPI: %q, %s", got, status())
+	}
+	if got := exit(post("shutdown", `{"timeout":5,"forceStop":1}`)); got != "OK" || status() != "stopped" {
+		t.Errorf("shutdown with forceStop: %q, %s; want OK (a plain warn does not count), stopped", got, status())
+	}
+
+	api.AddVM(proxmoxtest.VM{VMID: 100, Node: "pve", Name: "vm", Status: "running", Config: map[string]string{"memory": "1024"}})
+	api.FailTask(proxmoxtest.TaskFault{Type: "qmshutdown", Polls: 1000})
+	shutdown := post("shutdown", `{"timeout":120}`)
+	if got := exit(post("stop", `{}`)); got != "can't lock file '/var/lock/qemu-server/lock-100.conf' - got timeout" {
+		t.Errorf("stop while a shutdown runs: %q, want the flock timeout", got)
+	}
+	if got := exit(post("stop", `{"overrule-shutdown":1}`)); got != "OK" || status() != "stopped" || exit(shutdown) != "received interrupt" {
+		t.Errorf("stop overruling the shutdown: %q, %s, shutdown %q", got, status(), exit(shutdown))
+	}
+
+	api.WithoutOverruleShutdown()
+	if got := post("stop", `{"overrule-shutdown":1}`); !strings.HasPrefix(got, "400 Parameter verification failed.") {
+		t.Errorf("overrule-shutdown on Proxmox VE 8.1: %q", got)
+	}
+}
