@@ -52,8 +52,10 @@ func TestRoundChoosesWhichRemovedNodesSleep(t *testing.T) {
 		sleeping []string
 	}{
 		{
-			name:     "an underused node whose pods fit elsewhere sleeps when the pool sleeps for every reason",
-			fixture:  func() *fixture { return newFixture(c4).sleeps("2").node("a", c4).node("b", c4).pod("p", "a", "1").pod("q", "b", "2") },
+			name: "an underused node whose pods fit elsewhere sleeps when the pool sleeps for every reason",
+			fixture: func() *fixture {
+				return newFixture(c4).sleeps("2").node("a", c4).node("b", c4).pod("p", "a", "1").pod("q", "b", "2")
+			},
 			power:    powerSupported,
 			want:     "Underutilized delete a",
 			sleeping: []string{"a"},
