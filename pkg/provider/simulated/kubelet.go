@@ -60,12 +60,18 @@ var tokenInUserData = regexp.MustCompile(`\b([a-z0-9]{6})\.([a-z0-9]{16})\b`)
 //
 // The issued certificate is kept beside the key, and a kubelet that has
 // one still valid skips the bootstrap: a machine woken from sleep
-// registers its Node again as system:node:<name> with it, as a kubelet
-// restarts with the client certificate it holds (its --kubeconfig)
-// instead of the bootstrap kubeconfig. Once that certificate has expired
-// the kubelet falls back to the bootstrap, whose token is revoked by then,
-// and the machine never registers: the certificate's lifetime bounds how
-// long a machine may sleep.
+// registers its Node again as system:node:<name> with it. That is what a
+// kubelet does on start: kubernetes pkg/kubelet/certificate/bootstrap
+// (LoadClientCert, isClientConfigStillValid, v1.37.0) uses the --kubeconfig
+// whose client certificate has not expired (now not after NotAfter) and
+// goes to the bootstrap kubeconfig only otherwise. Once the certificate
+// has expired the simulated kubelet falls back to the bootstrap, whose
+// token is revoked by then, and the machine never registers: the
+// certificate's lifetime bounds how long a machine may sleep. Assumption:
+// the simulated kubelet never rotates its certificate while it runs (a
+// real one with rotateCertificates renews it at 70 to 90% of its
+// lifetime), so here the bound counts from its first join, not from when
+// it went to sleep.
 type bootstrapKubelet struct {
 	kube   client.Client
 	config *rest.Config
@@ -138,7 +144,7 @@ func (k *bootstrapKubelet) keptCertificate() ([]byte, bool) {
 		return nil, false
 	}
 	cert, err := x509.ParseCertificate(block.Bytes)
-	if err != nil || !k.now.Before(cert.NotAfter) {
+	if err != nil || k.now.After(cert.NotAfter) {
 		return nil, false
 	}
 	return kept, true
