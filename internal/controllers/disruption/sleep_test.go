@@ -1,7 +1,6 @@
 package disruption
 
 import (
-	"context"
 	"testing"
 	"time"
 
@@ -19,33 +18,37 @@ import (
 
 // Machines that sleep instead of dying, against the real API server: what
 // a round writes to the claims (the mark, the suspend annotation, a
-// deletion) and to the pool (SleepAllowed). The lifecycle's part (drain,
-// stop, Suspended) is not run here: a claim asleep is written as the
-// lifecycle leaves it.
+// deletion) and to the pool (SleepAllowed), on pkg/provider/fake's power.
+// The lifecycle's part (drain, stop, Suspended) is not run here: a claim
+// asleep is written as the lifecycle leaves it.
 
-// powered is the fake provider able to stop and start machines, and
-// unpowered the same without: the test says which, whatever
-// pkg/provider/fake implements.
-type (
-	powered   struct{ provider.Provider }
-	unpowered struct{ provider.Provider }
+// unpowered is the fake provider without the power calls at all, as a
+// provider built before them.
+type unpowered struct{ provider.Provider }
+
+// power says what the scenario's provider can do.
+type power int
+
+const (
+	// withPower: pkg/provider/fake manages power.
+	withPower power = iota
+	// powerDisabled: the fake says at run time that it cannot
+	// (CanManagePower false), as a plugin without the power calls.
+	powerDisabled
+	// withoutPowerCalls: the provider has no Suspend or Resume.
+	withoutPowerCalls
 )
-
-func (powered) Suspend(context.Context, string) error { return nil }
-func (powered) Resume(context.Context, string) error  { return nil }
-
-var _ provider.PowerManager = powered{}
 
 // newSleepScenario is a scenario whose provider can manage power or not,
 // and whose controller keeps decision records.
-func newSleepScenario(t *testing.T, power bool) *scenario {
+func newSleepScenario(t *testing.T, can power) *scenario {
 	s := newScenario(t)
-	base := s.c.Providers.(fake.Resolver).Provider
-	var p provider.Provider = unpowered{base}
-	if power {
-		p = powered{base}
+	switch can {
+	case powerDisabled:
+		s.infra.DisablePower()
+	case withoutPowerCalls:
+		s.c.Providers = fake.Resolver{Provider: unpowered{s.c.Providers.(fake.Resolver).Provider}}
 	}
-	s.c.Providers = fake.Resolver{Provider: p}
 	s.c.Decisions = decisions.NewStore(false)
 	s.c.wire()
 	return s
@@ -103,7 +106,7 @@ func (s *scenario) sleepAllowed(name string) string {
 }
 
 func TestSleepSuspendsAnEmptyNodeInsteadOfDeletingIt(t *testing.T) {
-	s := newSleepScenario(t, true)
+	s := newSleepScenario(t, withPower)
 	pool := s.sleepPool("sleep-empty", "2", nil)
 	s.node(pool, "sleep-empty-idle", small, s.emptyFor(time.Hour))
 	s.node(pool, "sleep-empty-busy", small)
@@ -134,7 +137,7 @@ func TestSleepSuspendsAnEmptyNodeInsteadOfDeletingIt(t *testing.T) {
 }
 
 func TestSleepDeletesWhenTheSleepBudgetIsUsedUp(t *testing.T) {
-	s := newSleepScenario(t, true)
+	s := newSleepScenario(t, withPower)
 	pool := s.sleepPool("sleep-full", "1", nil)
 	s.asleep(pool, "sleep-full-asleep", nil)
 	s.node(pool, "sleep-full-idle", small, s.emptyFor(time.Hour))
@@ -154,17 +157,28 @@ func TestSleepDeletesWhenTheSleepBudgetIsUsedUp(t *testing.T) {
 }
 
 func TestSleepDeletesWhenTheProviderCannotManagePower(t *testing.T) {
-	s := newSleepScenario(t, false)
-	pool := s.sleepPool("sleep-nopower", "2", nil)
-	s.node(pool, "sleep-nopower-idle", small, s.emptyFor(time.Hour))
+	for i, tt := range []struct {
+		name string
+		can  power
+	}{
+		{"a provider that says it cannot manage power", powerDisabled},
+		{"a provider without the power calls", withoutPowerCalls},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			s := newSleepScenario(t, tt.can)
+			name := []string{"sleep-nopower", "sleep-nocalls"}[i]
+			pool := s.sleepPool(name, "2", nil)
+			s.node(pool, name+"-idle", small, s.emptyFor(time.Hour))
 
-	s.round()
+			s.round()
 
-	idle := s.claim("sleep-nopower-idle")
-	s.g.Expect(idle.DeletionTimestamp).NotTo(BeNil())
-	s.g.Expect(idle.Annotations).NotTo(HaveKey(v1alpha1.AnnotationSuspend))
-	s.g.Expect(s.sleepAllowed("sleep-nopower")).To(Equal("False " + v1alpha1.ReasonPowerNotSupported))
-	s.g.Expect(s.events(v1alpha1.ReasonPowerNotSupported, "cannot stop and start machines")).NotTo(BeEmpty())
+			idle := s.claim(name + "-idle")
+			s.g.Expect(idle.DeletionTimestamp).NotTo(BeNil())
+			s.g.Expect(idle.Annotations).NotTo(HaveKey(v1alpha1.AnnotationSuspend))
+			s.g.Expect(s.sleepAllowed(name)).To(Equal("False " + v1alpha1.ReasonPowerNotSupported))
+			s.g.Expect(s.events(v1alpha1.ReasonPowerNotSupported, "cannot stop and start machines")).NotTo(BeEmpty())
+		})
+	}
 }
 
 // A drifted or expired node of a pool that sleeps is deleted: only
@@ -189,7 +203,7 @@ func TestSleepNeverForDriftOrExpiry(t *testing.T) {
 	}
 	for i, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			s := newSleepScenario(t, true)
+			s := newSleepScenario(t, withPower)
 			name := []string{"sleep-drift", "sleep-expiry"}[i]
 			pool := s.sleepPool(name, "2", tt.disruption)
 			conditions := []metav1.Condition{s.emptyFor(time.Hour)}
@@ -241,7 +255,7 @@ func TestSleepDeletesADriftedOrExpiredSleepingClaim(t *testing.T) {
 	}
 	for i, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			s := newSleepScenario(t, true)
+			s := newSleepScenario(t, withPower)
 			name := []string{"sleep-stale-0", "sleep-stale-1"}[i]
 			// No disruption at all: budgets do not hold sleeping claims.
 			pool := s.pool(name, "0", func(d *v1alpha1.Disruption) {
