@@ -6,6 +6,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/clock"
@@ -341,7 +342,14 @@ func (e *executor) deleteStaleSleepers(ctx context.Context, s *state) (bool, err
 		log.FromContext(ctx).Info("deleting a sleeping claim instead of waking it", "reason", reason, "nodeClaim", claim.Name, "why", why)
 		e.teller.eventf(claim, nil, corev1.EventTypeNormal, "Disrupting", "Disrupt", "deleting: "+why)
 		incDecision(reason, "delete", 1)
-		if err := e.writer.deleteClaim(ctx, claim); err != nil {
+		claim = s.current(claim)
+		if err := e.writer.deleteAsMarked(ctx, claim); err != nil {
+			if apierrors.IsConflict(err) {
+				// Woken (or changed) since the mark: a running drifted or
+				// expired node is replaced the usual way.
+				log.FromContext(ctx).Info("a sleeping claim changed before its deletion; deciding again next round", "nodeClaim", claim.Name)
+				continue
+			}
 			return true, err
 		}
 		deleted = append(deleted, claim)
@@ -350,6 +358,19 @@ func (e *executor) deleteStaleSleepers(ctx context.Context, s *state) (bool, err
 		return false, nil
 	}
 	return true, e.writer.waitForDeletions(ctx, deleted)
+}
+
+// deleteAsMarked deletes a claim on condition that it is still as the
+// round last wrote it: provisioning may wake a sleeping claim (removing
+// its suspend annotation) at any time, and a woken claim is not deleted
+// from the copy that thought it asleep.
+func (wr *writer) deleteAsMarked(ctx context.Context, claim *v1alpha1.NodeClaim) error {
+	wr.writes.Add(1)
+	uid, version := claim.UID, claim.ResourceVersion
+	if err := wr.kube.Delete(ctx, claim, client.Preconditions{UID: &uid, ResourceVersion: &version}); client.IgnoreNotFound(err) != nil {
+		return fmt.Errorf("deleting sleeping claim %s: %w", claim.Name, err)
+	}
+	return nil
 }
 
 // staleSleeper says whether an asleep claim is to be deleted rather than
