@@ -137,6 +137,10 @@ func TestTargetSizeFollowsClaims(t *testing.T) {
 	w.deleting(first)
 	w.g.Expect(targetSize()).To(BeEquivalentTo(1), "a claim being deleted no longer counts")
 
+	asleep := w.claim(pool, asleepStatus)
+	w.suspend(asleep)
+	w.g.Expect(targetSize()).To(BeEquivalentTo(1), "a claim whose machine sleeps is no instance of the group")
+
 	_, err := ca.NodeGroupTargetSize(w.ctx, &protos.NodeGroupTargetSizeRequest{Id: "target-none/c2"})
 	w.g.Expect(status.Code(err)).To(Equal(codes.NotFound))
 }
@@ -335,6 +339,12 @@ func TestNodeGroupNodesReportEachClaimsState(t *testing.T) {
 	leaving := w.claim(pool, registeredStatus)
 	w.deleting(leaving)
 	otherShape := w.claimOf(pool, "c4", registeredStatus)
+	// Left from native mode: a machine asleep and one being put to sleep
+	// are no instances cluster-autoscaler could time out and delete.
+	asleep := w.claim(pool, asleepStatus)
+	w.suspend(asleep)
+	suspending := w.claim(pool, registeredStatus)
+	w.suspend(suspending)
 
 	response, err := ca.NodeGroupNodes(w.ctx, &protos.NodeGroupNodesRequest{Id: pool.Name + "/c2"})
 	w.g.Expect(err).NotTo(HaveOccurred())
@@ -358,7 +368,7 @@ func TestNodeGroupNodesReportEachClaimsState(t *testing.T) {
 		PlaceholderPrefix + keptNoCapacity.Name: {protos.InstanceStatus_instanceCreating, "insufficient-capacity", 1},
 		leaving.Status.ProviderID:               {protos.InstanceStatus_instanceDeleting, "", 0},
 		neverReady.Status.ProviderID:            {protos.InstanceStatus_instanceCreating, "node-never-ready", 99},
-	}), "every claim of the group's shape, none of %s", otherShape.Name)
+	}), "every claim of the group's shape, none of %s, not the sleeping %s and %s", otherShape.Name, asleep.Name, suspending.Name)
 }
 
 func TestTemplateNodeIsTheSchedulingCoresTemplate(t *testing.T) {

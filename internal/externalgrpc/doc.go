@@ -9,4 +9,10 @@
 // and returns at once; shrinking it deletes claims, whose termination
 // drains and deprovisions the nodes. Every answer is read from the
 // controller-runtime cache, never by an API call per request.
+//
+// This mode never puts machines to sleep: cluster-autoscaler decides, and
+// it deletes. A claim whose machine sleeps, or is being put to sleep (left
+// from native mode), is no instance of its group and counts in no target
+// size: it has no Node, and cluster-autoscaler would time it out as
+// unregistered and delete it.
 package externalgrpc

@@ -132,6 +132,27 @@ func (w *world) deleting(claim *v1alpha1.NodeClaim) {
 	}).Should(BeTrue(), "cache sees claim %s deleting", claim.Name)
 }
 
+// suspend gives a claim the suspend annotation, as native mode's
+// disruption did before the switch to externalgrpc: its machine is being
+// put to sleep, or sleeps once the status says Suspended (asleepStatus).
+func (w *world) suspend(claim *v1alpha1.NodeClaim) {
+	patch := client.MergeFrom(claim.DeepCopy())
+	if claim.Annotations == nil {
+		claim.Annotations = map[string]string{}
+	}
+	claim.Annotations[v1alpha1.AnnotationSuspend] = string(v1alpha1.DisruptionReasonEmpty)
+	w.g.Expect(env.Client.Patch(w.ctx, claim, patch)).To(Succeed())
+	w.synced(claim)
+}
+
+// asleepStatus is a claim whose machine sleeps, as the lifecycle leaves
+// it: its providerID kept, Suspended=True, no Node.
+func asleepStatus(claim *v1alpha1.NodeClaim) {
+	registeredStatus(claim)
+	claim.Status.NodeName = ""
+	setCondition(claim, v1alpha1.ConditionSuspended, metav1.ConditionTrue, v1alpha1.ReasonSuspended)
+}
+
 // node writes the Node of a claim, labelled as the lifecycle controller
 // labels it.
 func (w *world) node(claim *v1alpha1.NodeClaim) *corev1.Node {

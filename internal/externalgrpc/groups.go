@@ -3,6 +3,7 @@ package externalgrpc
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 
@@ -110,7 +111,7 @@ func (c *cloudProvider) usageOf(ctx context.Context, pool string) (poolUsage, er
 	usage := poolUsage{byShape: map[string]int32{}}
 	for i := range list.Items {
 		claim := &list.Items[i]
-		if !claim.DeletionTimestamp.IsZero() {
+		if !claim.DeletionTimestamp.IsZero() || sleeping(claim) {
 			continue
 		}
 		usage.nodes++
@@ -159,12 +160,14 @@ func (c *cloudProvider) group(ctx context.Context, poolName, shapeName string) (
 }
 
 // claimsOf lists a pool's claims, deleted ones included, oldest first.
-// Every shape's: the pool's limits span its groups.
+// Every shape's: the pool's limits span its groups. The claims whose
+// machine sleeps or is being put to sleep are left out (sleeping).
 func (c *cloudProvider) claimsOf(ctx context.Context, pool string) ([]v1alpha1.NodeClaim, error) {
 	var list v1alpha1.NodeClaimList
 	if err := c.kube.List(ctx, &list, client.MatchingFields{index.NodeClaimNodePool: pool}); err != nil {
 		return nil, fmt.Errorf("listing claims of NodePool %s: %w", pool, err)
 	}
+	list.Items = slices.DeleteFunc(list.Items, func(claim v1alpha1.NodeClaim) bool { return sleeping(&claim) })
 	sort.Slice(list.Items, func(i, j int) bool {
 		a, b := &list.Items[i], &list.Items[j]
 		if !a.CreationTimestamp.Equal(&b.CreationTimestamp) {
@@ -173,6 +176,19 @@ func (c *cloudProvider) claimsOf(ctx context.Context, pool string) ([]v1alpha1.N
 		return a.Name < b.Name
 	})
 	return list.Items, nil
+}
+
+// sleeping says whether a claim's machine sleeps, or is being put to
+// sleep, in native mode before the switch to externalgrpc (this mode
+// never suspends: cluster-autoscaler decides, and it deletes). Such a
+// claim is no instance of its group: it has, or soon has, no Node, and
+// cluster-autoscaler would count an instance without a Node as
+// unregistered and delete it after its max-node-provision-time. Nor is it
+// part of the target size or the pool's usage, as a sleeping machine is
+// not part of the pool's InUse. The claim lifecycle deletes it after the
+// pool's sleep.deleteAfter.
+func sleeping(claim *v1alpha1.NodeClaim) bool {
+	return claim.SleepRequested()
 }
 
 // ofShape keeps the claims of one shape.

@@ -49,13 +49,15 @@ func (e *executor) release(ctx context.Context, s *state, group *replacementGrou
 // releaseStaleMarks releases the claims marked Disrupting more than
 // staleMark ago that no replacement in flight names (named) and nobody
 // deleted: nothing acts on them any more. It says whether it released
-// any.
+// any. A claim to be put to sleep is no such claim: its lifecycle is
+// draining its node and stopping its machine, however long that takes,
+// and once asleep its mark is the observer's (observeSleeper).
 func (e *executor) releaseStaleMarks(ctx context.Context, s *state, named map[string]bool) bool {
 	released := false
 	for _, name := range sortedNames(s.claims) {
 		claim := s.claims[name]
 		marked := meta.FindStatusCondition(claim.Status.Conditions, v1alpha1.ConditionDisrupting)
-		if named[name] || !claim.DeletionTimestamp.IsZero() || marked == nil || marked.Status != metav1.ConditionTrue ||
+		if named[name] || !claim.DeletionTimestamp.IsZero() || claim.SleepRequested() || marked == nil || marked.Status != metav1.ConditionTrue ||
 			s.now.Sub(marked.LastTransitionTime.Time) < staleMark {
 			continue
 		}

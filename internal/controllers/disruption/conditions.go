@@ -47,6 +47,12 @@ func (o *observer) updateClaims(ctx context.Context, s *state) {
 			}
 			claim = s.current(claim)
 		}
+		if claim.Asleep() {
+			o.observeSleeper(s, claim, providerName)
+			continue
+		}
+		o.observeWoken(s, claim)
+		claim = s.current(claim)
 		node, ok := s.nodes[claim.Status.NodeName]
 		if !ok || !meta.IsStatusConditionTrue(claim.Status.Conditions, v1alpha1.ConditionInitialized) {
 			continue

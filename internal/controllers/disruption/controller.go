@@ -5,7 +5,9 @@
 // drifted from their pool's template. A replacement is Ready before the
 // node it replaces drains; budgets, minNodes, do-not-disrupt and
 // PodDisruptionBudgets hold throughout, and the claim's deletion goes the
-// lifecycle's way (cordon, evict, grace period).
+// lifecycle's way (cordon, evict, grace period). Where a pool lets machines
+// sleep, an empty or underused node removed without a replacement is
+// suspended instead of deleted (sleep.go).
 package disruption
 
 import (
@@ -50,7 +52,8 @@ const (
 //
 // The controller only wires a round's parts and runs rounds. A reader
 // (gather.go) reads the cluster; an observer (conditions.go) keeps the
-// claims' Empty and Drifted conditions; a round (round.go) decides, one
+// claims' Empty and Drifted conditions, and a sleep observer (sleep.go)
+// the SleepAllowed condition of the pools whose machines may sleep; a round (round.go) decides, one
 // file per method (expiration.go, drift.go, emptiness.go, consolidation.go,
 // with consolidateafter.go for the wait they share); an executor carries
 // the decision out (validate.go, execute.go, replace.go, cancel.go)
@@ -98,6 +101,7 @@ type Controller struct {
 	reader    *reader
 	writer    *writer
 	observer  *observer
+	sleep     *sleepObserver
 	stability *stability
 	memory    *memory
 	executor  *executor
@@ -142,6 +146,7 @@ func (c *Controller) wire() {
 	c.memory = newMemory(memoryBackoff)
 	tell := &teller{recorder: c.Recorder, dryRun: c.DryRun, memo: newEventMemo(eventRepeat)}
 	c.observer = &observer{providers: c.Providers, clock: c.Clock, stability: c.stability, writer: c.writer, teller: tell}
+	c.sleep = &sleepObserver{kube: c.Kube, providers: c.Providers, clock: c.Clock, teller: tell}
 	c.executor = &executor{kube: c.Kube, writer: c.writer, teller: tell}
 	c.reporter = &reporter{teller: tell, writer: c.writer, store: c.Decisions,
 		verdicts: map[types.UID]verdictCondition{}, metricPools: map[string]bool{}}
@@ -234,6 +239,7 @@ func (c *Controller) decideAndAct(ctx context.Context, s *state) (outcome, error
 	c.observer.providerDriftAsked = false
 	stableSince := c.stability.observeRound(s)
 	c.observer.updateClaims(ctx, s)
+	c.sleep.observe(ctx, s)
 	if acted, err := c.executor.orchestrate(ctx, s); err != nil || acted {
 		return outcome{busy: true}, err
 	}

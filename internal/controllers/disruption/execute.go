@@ -34,32 +34,59 @@ const cacheWait = 10 * time.Second
 // replacements first (replace) and leaving the deletion to orchestrate
 // once the replacements are Ready.
 func (e *executor) execute(ctx context.Context, s *state, cmd *command) error {
-	incDecision(cmd.reason, cmd.action(), len(cmd.candidates))
+	incDecision(cmd.reason, cmd.action(), len(cmd.candidates)-len(cmd.sleeps))
+	if len(cmd.sleeps) > 0 {
+		incDecision(cmd.reason, actionSuspend, len(cmd.sleeps))
+	}
 	if len(cmd.replacements) > 0 {
 		return e.replace(ctx, s, cmd)
 	}
 	return e.deleteAll(ctx, s, cmd)
 }
 
+// actionSuspend is the decision metric's action of a node put to sleep
+// instead of deleted.
+const actionSuspend = "suspend"
+
 // deleteAll marks and deletes the candidates of a decision without
 // replacements, in parallel, and waits until the cache has seen them go.
+// The candidates chosen to sleep (cmd.sleeps) are marked the same way and
+// then annotated to be suspended instead of deleted: the claim lifecycle
+// drains their nodes as for termination and stops their machines.
 func (e *executor) deleteAll(ctx context.Context, s *state, cmd *command) error {
 	// The budget allows these all at once (two hundred empty nodes
 	// of a thousand, say): one after the other, each waiting for the
 	// cache, would spread them over many seconds.
 	work := make(chan *candidate)
 	var (
-		wg      sync.WaitGroup
-		mu      sync.Mutex
-		errs    []error
-		deleted []*v1alpha1.NodeClaim
+		wg        sync.WaitGroup
+		mu        sync.Mutex
+		errs      []error
+		deleted   []*v1alpha1.NodeClaim
+		suspended []*v1alpha1.NodeClaim
 	)
 	for range min(parallelStatusWrites, len(cmd.candidates)) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			for candidate := range work {
-				if !e.mark(ctx, s, candidate.claim, cmd.reason, cmd.message) {
+				message := cmd.candidateMessage(candidate.claim)
+				if !e.mark(ctx, s, candidate.claim, cmd.reason, message) {
+					continue
+				}
+				if cmd.sleeps[candidate.claim.Name] {
+					log.FromContext(ctx).Info("suspending node instead of deleting it", "reason", cmd.reason, "nodeClaim", candidate.claim.Name, "node", candidate.node.Name, "why", cmd.message)
+					e.teller.eventf(candidate.claim, candidate.node, corev1.EventTypeNormal, "Disrupting", "Suspend", message)
+					err := e.writer.suspend(ctx, s, candidate.claim, cmd.reason)
+					mu.Lock()
+					if err != nil {
+						// The mark is released as stale and the next
+						// rounds decide again.
+						errs = append(errs, err)
+					} else {
+						suspended = append(suspended, s.current(candidate.claim))
+					}
+					mu.Unlock()
 					continue
 				}
 				log.FromContext(ctx).Info("deleting node", "reason", cmd.reason, "nodeClaim", candidate.claim.Name, "node", candidate.node.Name, "why", cmd.message)
@@ -83,7 +110,7 @@ func (e *executor) deleteAll(ctx context.Context, s *state, cmd *command) error 
 	// Waiting for the cache once all are deleted, not after each
 	// deletion, keeps the writers writing: on a busy API server the
 	// watch runs a second or more behind.
-	return errors.Join(append(errs, e.writer.waitForDeletions(ctx, deleted))...)
+	return errors.Join(append(errs, e.writer.waitForDeletions(ctx, deleted), e.writer.waitForSuspensions(ctx, suspended))...)
 }
 
 // mark sets a claim's Disrupting condition (and, for consolidation,

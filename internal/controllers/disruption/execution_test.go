@@ -47,6 +47,7 @@ type scenario struct {
 	ctx      context.Context
 	clock    *clocktesting.FakeClock
 	recorder *events.FakeRecorder
+	infra    *fake.Infrastructure
 	c        *Controller
 }
 
@@ -63,7 +64,7 @@ func newScenario(t *testing.T) *scenario {
 		Recorder: recorder, Clock: clk,
 	}
 	c.wire()
-	s := &scenario{t: t, g: NewWithT(t), ctx: context.Background(), clock: clk, recorder: recorder, c: c}
+	s := &scenario{t: t, g: NewWithT(t), ctx: context.Background(), clock: clk, recorder: recorder, infra: infra, c: c}
 	expect.Applied(t, env.Client, expect.Provider("sim"))
 	return s
 }

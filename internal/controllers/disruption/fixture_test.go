@@ -170,7 +170,9 @@ func (f *fixture) state() *state {
 	}
 	for i := range f.claims {
 		claim := &f.claims[i]
-		if !isRegistered(claim) {
+		// A sleeping machine is no node in flight: provisioning may wake
+		// it, nothing places pods on it before.
+		if !isRegistered(claim) && !claim.Asleep() {
 			input.InFlight = append(input.InFlight, scheduling.InFlight{Name: claim.Name, Pool: claim.Spec.NodePoolRef.Name,
 				Shape: scheduling.Shape{Name: claim.Spec.Shape.Name, CPU: claim.Spec.Shape.CPU, Memory: claim.Spec.Shape.Memory}})
 		}

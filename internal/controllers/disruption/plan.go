@@ -186,6 +186,10 @@ func notCandidateNote(s *state, claim *v1alpha1.NodeClaim) string {
 		return "being deleted"
 	case claim.Annotations[AnnotationReplaces] != "":
 		return "a replacement for " + claim.Annotations[AnnotationReplaces]
+	case claim.Asleep():
+		return "its machine sleeps (" + sleepNotePrefix + "); provisioning may wake it"
+	case claim.Suspending():
+		return "its node is leaving: " + sleepNotePrefix
 	case s.disrupting[claim.Name]:
 		return "already chosen to go"
 	case !meta.IsStatusConditionTrue(claim.Status.Conditions, v1alpha1.ConditionInitialized):

@@ -34,7 +34,8 @@ func (e *executor) orchestrate(ctx context.Context, s *state) (bool, error) {
 		}
 	}
 	released := e.releaseStaleMarks(ctx, s, named)
-	return acted || released, nil
+	deleted, err := e.deleteStaleSleepers(ctx, s)
+	return acted || released || deleted, err
 }
 
 // replace makes a decision's replacements and marks the claims they

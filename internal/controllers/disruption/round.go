@@ -117,11 +117,14 @@ func (r *round) classify(c *candidate, reason v1alpha1.DisruptionReason, into *[
 }
 
 // decide tries the methods in order; the first that decides something
-// wins the round.
+// wins the round. Which of its nodes sleep instead of being deleted is
+// decided with it (chooseSleepers), so the records, events and plan say
+// what the executor does.
 func (r *round) decide(ctx context.Context) (*command, error) {
 	for _, method := range []func(context.Context) (*command, error){r.expiration, r.drift, r.emptiness, r.multiNode, r.singleNode} {
 		cmd, err := method(ctx)
 		if err != nil || cmd != nil {
+			chooseSleepers(cmd)
 			return cmd, err
 		}
 	}
@@ -190,7 +193,7 @@ func (r *round) hold(c *candidate, reason, message string) {
 func (r *round) eachVerdict(cmd *command, verdict func(cand *candidate, outcome, reason, message string)) {
 	if cmd != nil {
 		for _, cand := range cmd.candidates {
-			verdict(cand, decisions.NodeDisrupting, string(cmd.reason), cmd.message)
+			verdict(cand, decisions.NodeDisrupting, string(cmd.reason), cmd.candidateMessage(cand.claim))
 		}
 	}
 	for _, refused := range r.refusals {

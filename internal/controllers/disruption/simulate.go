@@ -32,6 +32,9 @@ type command struct {
 	replacements []scheduling.NewNode
 	// message says why, for events and the Disrupting condition.
 	message string
+	// sleeps names the candidates put to sleep instead of deleted
+	// (chooseSleepers); nil when all are deleted.
+	sleeps map[string]bool
 }
 
 // action is the decision's action label: delete, or replace.

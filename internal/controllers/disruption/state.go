@@ -47,9 +47,16 @@ type poolInfo struct {
 	// sched is the pool as provisioning sees it; nil when the pool cannot
 	// provision now (provider not ready, shapes unreadable).
 	sched *scheduling.Pool
-	// live counts the pool's claims not being deleted, deleting those
-	// being deleted, and marked the live ones already chosen to go.
-	live, deleting, marked int
+	// live counts the pool's claims not being deleted and not asleep,
+	// deleting those being deleted (asleep ones aside), and marked the live ones
+	// already chosen to go, suspending (live and marked) those whose
+	// machine is being put to sleep. asleep counts the claims whose
+	// machine sleeps, not being deleted: no node, so neither live nor
+	// part of the pool's size for budgets and minNodes (sleep.go).
+	live, deleting, marked, suspending, asleep int
+	// power says whether the pool's provider can stop and start machines,
+	// asked only of pools with a sleep policy (sleepObserver).
+	power powerCapability
 	// target is the pool's warm capacity now, after its schedules.
 	target warmcapacity.Target
 }
@@ -302,7 +309,12 @@ func newState(now time.Time, o objects) *state {
 		}
 	}
 	for name, claim := range s.claims {
-		if !claim.DeletionTimestamp.IsZero() || meta.IsStatusConditionTrue(claim.Status.Conditions, v1alpha1.ConditionDisrupting) {
+		// An asleep claim's Disrupting mark is its removed node's, until
+		// the observer says it sleeps (observeSleeper); a suspending
+		// claim is going even where the cache lacks its mark.
+		asleep := claim.Asleep()
+		if !claim.DeletionTimestamp.IsZero() || claim.Suspending() ||
+			(!asleep && meta.IsStatusConditionTrue(claim.Status.Conditions, v1alpha1.ConditionDisrupting)) {
 			s.disrupting[name] = true
 		}
 		info, ok := s.pools[claim.Spec.NodePoolRef.Name]
@@ -310,11 +322,18 @@ func newState(now time.Time, o objects) *state {
 			continue
 		}
 		switch {
+		case asleep && claim.DeletionTimestamp.IsZero():
+			info.asleep++
+		case asleep:
+			// A sleeping machine being deleted takes no node away.
 		case !claim.DeletionTimestamp.IsZero():
 			info.deleting++
 		case s.disrupting[name]:
 			info.live++
 			info.marked++
+			if claim.Suspending() {
+				info.suspending++
+			}
 		default:
 			info.live++
 		}
@@ -351,9 +370,11 @@ func splitNames(value string) []string {
 
 // candidate returns the claim as a candidate for any method, or nil: its
 // node is Initialized and in service, its pool exists, and nothing is
-// already taking it away or waiting for it to be Ready.
+// already taking it away or waiting for it to be Ready. A claim whose
+// machine sleeps or is being put to sleep is none: it has, or soon has,
+// no node.
 func (s *state) candidate(claim *v1alpha1.NodeClaim) *candidate {
-	if !claim.DeletionTimestamp.IsZero() || s.disrupting[claim.Name] || claim.Annotations[AnnotationReplaces] != "" ||
+	if !claim.DeletionTimestamp.IsZero() || s.disrupting[claim.Name] || claim.SleepRequested() || claim.Annotations[AnnotationReplaces] != "" ||
 		!meta.IsStatusConditionTrue(claim.Status.Conditions, v1alpha1.ConditionInitialized) {
 		return nil
 	}

@@ -21,7 +21,7 @@ func (e *executor) stillValid(ctx context.Context, cmd *command) string {
 		if err := e.kube.Get(ctx, client.ObjectKeyFromObject(candidate.claim), &claim); err != nil {
 			return fmt.Sprintf("reading claim %s: %v", candidate.claim.Name, err)
 		}
-		if !claim.DeletionTimestamp.IsZero() || meta.IsStatusConditionTrue(claim.Status.Conditions, v1alpha1.ConditionDisrupting) {
+		if !claim.DeletionTimestamp.IsZero() || claim.SleepRequested() || meta.IsStatusConditionTrue(claim.Status.Conditions, v1alpha1.ConditionDisrupting) {
 			return "claim " + claim.Name + " is already going"
 		}
 		var node corev1.Node

@@ -50,8 +50,16 @@ func wakeAt(s *state, candidates []*candidate, stableSince map[string]time.Time,
 		at(entry.at.Add(memory.backoff))
 	}
 	for _, claim := range s.claims {
-		if marked := meta.FindStatusCondition(claim.Status.Conditions, v1alpha1.ConditionDisrupting); marked != nil && marked.Status == metav1.ConditionTrue {
+		if marked := meta.FindStatusCondition(claim.Status.Conditions, v1alpha1.ConditionDisrupting); marked != nil && marked.Status == metav1.ConditionTrue &&
+			!claim.SleepRequested() {
 			at(marked.LastTransitionTime.Add(staleMark))
+		}
+		// A sleeping machine past its pool's expireAfter is deleted
+		// (deleteStaleSleepers).
+		if info, ok := s.pools[claim.Spec.NodePoolRef.Name]; ok && claim.Asleep() {
+			if expireAfter := info.pool.Spec.Disruption.ExpireAfter; expireAfter != nil && expireAfter.Duration > 0 {
+				at(claim.CreationTimestamp.Add(expireAfter.Duration))
+			}
 		}
 	}
 	for _, info := range s.pools {

@@ -159,7 +159,10 @@ func (c *Controller) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		if underRepair(claim) {
 			inRepair = append(inRepair, claim)
 		}
-		if claim.DeletionTimestamp.IsZero() {
+		// A machine put to sleep is no sick node: its node goes NotReady
+		// as it stops and is then deleted. Repair only ever deletes; it
+		// never puts a machine to sleep.
+		if claim.DeletionTimestamp.IsZero() && !claim.SleepRequested() {
 			live = append(live, claim)
 		}
 	}

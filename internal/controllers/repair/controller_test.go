@@ -286,3 +286,21 @@ func TestRepairAllowedIsRepairsAloneAndGoesWithRepair(t *testing.T) {
 	s.g.Expect(env.Client.Get(s.ctx, client.ObjectKeyFromObject(s.pool), pool)).To(Succeed())
 	s.g.Expect(pool.Status.Conditions).To(ConsistOf(HaveField("Type", v1alpha1.ConditionReady)), "the nodepool controller's condition stays")
 }
+
+// A node whose machine is being put to sleep goes NotReady as it stops:
+// that is no sickness, and repair leaves it to the lifecycle.
+func TestNodeBeingPutToSleepIsNotRepaired(t *testing.T) {
+	s := newScenario(t, "sleeping", repairAfter(10*time.Minute, "100%", "1"))
+	now := s.clock.Now()
+	s.node("sleeping-a", corev1.ConditionTrue, now.Add(-time.Hour))
+	s.node("sleeping-stopped", corev1.ConditionFalse, now.Add(-11*time.Minute))
+	claim := s.claim("sleeping-stopped")
+	patch := client.MergeFrom(claim.DeepCopy())
+	claim.Annotations = map[string]string{v1alpha1.AnnotationSuspend: string(v1alpha1.DisruptionReasonEmpty)}
+	s.g.Expect(env.Client.Patch(s.ctx, claim, patch)).To(Succeed())
+
+	s.reconcile()
+
+	s.g.Expect(s.deleted()).To(BeEmpty())
+	s.g.Expect(s.replacements()).To(BeEmpty())
+}
