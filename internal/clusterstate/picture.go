@@ -58,10 +58,15 @@ type Picture struct {
 	// Input is the scheduling input: nodes not leaving, the pods bound
 	// to nodes, the pods provisioning should find room for (Pending),
 	// claims not yet registered (and claims waking, until their Node is
-	// back) as in-flight phantom nodes, asleep claims as sleeping
-	// machines provisioning may wake, the DaemonSets, and the pools open
+	// back) as in-flight phantom nodes, the DaemonSets, and the pools open
 	// or closed.
 	scheduling.Input
+	// Asleep are the sleeping machines provisioning may wake, for
+	// Input.Sleeping when it solves for pending pods. They are not in
+	// Input: the other decisions taken on the picture (disruption's
+	// replacements, the externalgrpc shim) would take a wake for a new
+	// node to create.
+	Asleep []scheduling.Sleeping
 	// Open are the pools that can get claims now, by name.
 	Open map[string]*v1alpha1.NodePool
 	// Pools and Claims are every pool and claim, the claims with the
@@ -183,7 +188,7 @@ func (c *Cluster) Picture(ctx context.Context, pools PoolUsability) (*Picture, e
 		}
 		if claim.Asleep() {
 			if sleeping, ok := sleepingMachine(claim, poolByName[claim.Spec.NodePoolRef.Name]); ok && simulated[claim.Spec.NodePoolRef.Name] {
-				input.Sleeping = append(input.Sleeping, sleeping)
+				picture.Asleep = append(picture.Asleep, sleeping)
 			}
 			continue
 		}

@@ -57,7 +57,7 @@ func (s *pictureScenario) asleep(name string, change func(*v1alpha1.NodeClaim)) 
 
 func sleepingNames(picture *Picture) []string {
 	var names []string
-	for _, sleeping := range picture.Sleeping {
+	for _, sleeping := range picture.Asleep {
 		names = append(names, sleeping.Name)
 	}
 	return names
@@ -70,6 +70,7 @@ func (s *pictureScenario) wakes(picture *Picture, cpu string) string {
 	pod := testPod("pending-"+s.pool.Name, cpu)
 	pod.Spec.NodeSelector = map[string]string{v1alpha1.LabelNodePool: s.pool.Name}
 	input := scheduling.Input{Cluster: picture.Cluster, Pending: []*corev1.Pod{pod}}
+	input.Sleeping = picture.Asleep
 	mine := func(pool string) bool { return pool == s.pool.Name }
 	input.Pools = slices.DeleteFunc(slices.Clone(input.Pools), func(p scheduling.Pool) bool { return !mine(p.NodePool.Name) })
 	input.InFlight = slices.DeleteFunc(slices.Clone(input.InFlight), func(f scheduling.InFlight) bool { return !mine(f.Pool) })

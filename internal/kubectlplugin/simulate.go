@@ -209,6 +209,8 @@ func simulate(ctx context.Context, kube client.Reader, offers []decisions.PoolOf
 		return nil, fmt.Errorf("reading the cluster: %w", err)
 	}
 	input, pools := picture.Input, picture.Open
+	// What the controller would wake, it wakes before it buys.
+	input.Sleeping = picture.Asleep
 	report := &SimulationReport{Skipped: w.skipped}
 	// Pools the controller could not resolve are left out by gathering,
 	// as the controller leaves them out of its rounds; say which.

@@ -124,6 +124,7 @@ func (p *Provisioner) Provision(ctx context.Context) error {
 		return err
 	}
 	input, pools := picture.Input, picture.Open
+	input.Sleeping = picture.Asleep
 	targets := p.targets(ctx, pools)
 	// Warm nodes first, so the headroom counts them and is not bought
 	// twice.
