@@ -198,3 +198,16 @@ func TestSolveWakesSleepingMachines(t *testing.T) {
 		})
 	}
 }
+
+// BenchmarkMixed10kWaking is Mixed10k with 100 machines asleep in the
+// general pool (a third of each of its shapes per zone): what waking them
+// first costs a decision.
+func BenchmarkMixed10kWaking(b *testing.B) {
+	c, p := mixedWorkload(10000, 100)
+	general := c.Pools[0]
+	for i := 0; i < 100; i++ {
+		sh := general.Shapes.Fixed[i%len(general.Shapes.Fixed)]
+		c.Sleeping = append(c.Sleeping, asleep(fmt.Sprintf("general-sleepy-%03d", i), "general", sh, general.Zones[i%len(general.Zones)]))
+	}
+	benchmarkSolve(b, c, p)
+}
