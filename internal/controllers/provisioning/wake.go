@@ -64,7 +64,7 @@ func (p *Provisioner) wakeFor(ctx context.Context, pool *v1alpha1.NodePool, clai
 		return true
 	}
 	logger.Info("woke sleeping claim", "nodeClaim", woken.Name, "nodePool", pool.Name, "shape", newNode.Shape.Name, "zone", newNode.Zone, "pods", len(workload))
-	p.Recorder.Eventf(woken, nil, corev1.EventTypeNormal, "Woken", "Wake", "%s for %d pending pods", note, len(workload))
+	p.Recorder.Eventf(woken, nil, corev1.EventTypeNormal, "Woken", "Wake", "%s (pool %s, shape %s) for pending pods: %d", note, pool.Name, newNode.Shape.Name, len(workload))
 	for _, pod := range workload {
 		if *events++; *events > maxPodEvents {
 			break
