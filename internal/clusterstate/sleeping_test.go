@@ -9,6 +9,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	clocktesting "k8s.io/utils/clock/testing"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/claimscale/claimscale/api/v1alpha1"
 	"github.com/claimscale/claimscale/internal/scheduling"
@@ -150,8 +151,9 @@ func TestASuspendingClaimsNodeIsLeaving(t *testing.T) {
 	if s.needsNewNode(s.picture(nil), "1") {
 		t.Fatal("a pod that fits on the empty node buys a new node: the test proves nothing")
 	}
+	suspend := client.MergeFrom(claim.DeepCopy())
 	claim.Annotations = map[string]string{v1alpha1.AnnotationSuspend: string(v1alpha1.DisruptionReasonEmpty)}
-	must(t, env.Client.Update(s.ctx, claim))
+	must(t, env.Client.Patch(s.ctx, claim, suspend))
 	picture := s.picture(nil)
 	if slices.Contains(nodeNames(picture), node.Name) {
 		t.Errorf("the node of a suspending claim is in the picture: %v", nodeNames(picture))
@@ -182,7 +184,7 @@ func TestAWakingClaimIsInFlightUntilItsNodeIsBack(t *testing.T) {
 		t.Fatal("without the record, the claim is not sleeping anyway: the test proves nothing")
 	}
 
-	must(t, env.Client.Update(s.ctx, woken))
+	must(t, env.Client.Patch(s.ctx, woken, client.MergeFrom(claim)))
 	picture = s.picture(writes)
 	if writes.Pending(claim.Name) {
 		t.Error("the wake the cache shows is still recorded")

@@ -79,7 +79,7 @@ func TestAWakeThatConflictsIsNotReplacedInTheSameRound(t *testing.T) {
 	// Someone else writes the claim after the round read it.
 	changed := claim.DeepCopy()
 	changed.Labels["example.com/touched"] = "yes"
-	r.g.Expect(env.Client.Update(r.ctx, changed)).To(Succeed())
+	r.g.Expect(env.Client.Patch(r.ctx, changed, client.MergeFrom(claim))).To(Succeed())
 
 	newNode := scheduling.NewNode{Name: "general-new-1", Pool: "general", Shape: scheduling.Shape{Name: "c2"}, Pods: []*corev1.Pod{pod}, Wake: stale.Name}
 	r.provisioner.createClaims(r.ctx, map[string]*v1alpha1.NodePool{"general": pool},
