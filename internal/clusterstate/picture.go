@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strconv"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -56,9 +57,16 @@ type Cluster struct {
 type Picture struct {
 	// Input is the scheduling input: nodes not leaving, the pods bound
 	// to nodes, the pods provisioning should find room for (Pending),
-	// claims not yet registered as in-flight phantom nodes, the
-	// DaemonSets, and the pools open or closed.
+	// claims not yet registered (and claims waking, until their Node is
+	// back) as in-flight phantom nodes, the DaemonSets, and the pools open
+	// or closed.
 	scheduling.Input
+	// Asleep are the sleeping machines provisioning may wake, for
+	// Input.Sleeping when it solves for pending pods. They are not in
+	// Input: the other decisions taken on the picture (disruption's
+	// replacements, the externalgrpc shim) would take a wake for a new
+	// node to create.
+	Asleep []scheduling.Sleeping
 	// Open are the pools that can get claims now, by name.
 	Open map[string]*v1alpha1.NodePool
 	// Pools and Claims are every pool and claim, the claims with the
@@ -71,11 +79,14 @@ type Picture struct {
 }
 
 // Picture reads the cluster from the caches: nodes whose claim is going
-// away, nodes being deleted and nodes tainted for disruption are left out
-// (they hold nothing new), every other node is matched to its claim by
-// providerID (else by name) and simulated as that claim makes it, claims
-// not yet registered are in flight, and pods are bound or pending. pools
-// says which pools can provision; nil: none can.
+// away or being suspended, nodes being deleted and nodes tainted for
+// disruption are left out (they hold nothing new), every other node is
+// matched to its claim by providerID (else by name) and simulated as that
+// claim makes it, claims not yet registered and claims waking are in
+// flight, asleep claims of simulated pools are sleeping machines unless
+// their pool's template moved on since (disruption deletes those), and
+// pods are bound or pending. An asleep claim counts against no pool's
+// limits. pools says which pools can provision; nil: none can.
 func (c *Cluster) Picture(ctx context.Context, pools PoolUsability) (*Picture, error) {
 	picture := &Picture{}
 	pods, nodes, err := PodsAndNodes(ctx, c.Objects, c.Kube)
@@ -102,13 +113,13 @@ func (c *Cluster) Picture(ctx context.Context, pools PoolUsability) (*Picture, e
 	claims := c.Writes.overlay(claimList.Items)
 	picture.Claims, picture.Pools = claims, poolList.Items
 
-	// Nodes whose claim is going away, and nodes being drained, hold
-	// nothing new.
+	// Nodes whose claim is going away or to sleep, and nodes being
+	// drained, hold nothing new.
 	leaving := map[string]bool{}
 	claimOfNode := newClaimIndex(claims)
 	for i := range claims {
 		claim := &claims[i]
-		if claim.Status.NodeName != "" && !claim.DeletionTimestamp.IsZero() {
+		if claim.Status.NodeName != "" && (!claim.DeletionTimestamp.IsZero() || claim.Suspending()) {
 			leaving[claim.Status.NodeName] = true
 		}
 	}
@@ -135,9 +146,14 @@ func (c *Cluster) Picture(ctx context.Context, pools PoolUsability) (*Picture, e
 	}
 
 	// By pointer: a claim is a kilobyte, and a round reads every one.
+	// What the pools are given counts against their limits, which an
+	// asleep machine does not.
 	claimsByPool := map[string][]*v1alpha1.NodeClaim{}
 	for i := range claims {
 		claim := &claims[i]
+		if claim.Asleep() {
+			continue
+		}
 		claimsByPool[claim.Spec.NodePoolRef.Name] = append(claimsByPool[claim.Spec.NodePoolRef.Name], claim)
 	}
 	var open, closed map[string]scheduling.Pool
@@ -155,9 +171,34 @@ func (c *Cluster) Picture(ctx context.Context, pools PoolUsability) (*Picture, e
 			simulated[name] = true
 		}
 	}
+	poolByName := make(map[string]*v1alpha1.NodePool, len(poolList.Items))
+	for i := range poolList.Items {
+		poolByName[poolList.Items[i].Name] = &poolList.Items[i]
+	}
+	withProviderID := make(map[string]bool, len(nodes))
+	for _, node := range nodes {
+		if node.Spec.ProviderID != "" {
+			withProviderID[node.Spec.ProviderID] = true
+		}
+	}
 	for i := range claims {
 		claim := &claims[i]
-		if !claim.DeletionTimestamp.IsZero() || meta.IsStatusConditionTrue(claim.Status.Conditions, v1alpha1.ConditionRegistered) {
+		if !claim.DeletionTimestamp.IsZero() {
+			continue
+		}
+		if claim.Asleep() {
+			if sleeping, ok := sleepingMachine(claim, poolByName[claim.Spec.NodePoolRef.Name]); ok && simulated[claim.Spec.NodePoolRef.Name] {
+				picture.Asleep = append(picture.Asleep, sleeping)
+			}
+			continue
+		}
+		if claim.Suspending() {
+			continue // its node is leaving, and it is no offering yet
+		}
+		if waking := claim.Waking(); waking && withProviderID[claim.Status.ProviderID] ||
+			!waking && meta.IsStatusConditionTrue(claim.Status.Conditions, v1alpha1.ConditionRegistered) {
+			// Registered (a woken machine again once its Node, matched by
+			// providerID only, is back): the real node counts.
 			continue
 		}
 		if !simulated[claim.Spec.NodePoolRef.Name] {
@@ -240,8 +281,39 @@ func Provisionable(pod *corev1.Pod) bool {
 	return false
 }
 
+// sleepingMachine is an asleep claim as a machine provisioning may wake:
+// not when its pool is gone, its template or shape changed since the claim
+// was made, or disruption found it drifted (the provider's settings
+// moved): such a machine is deleted, never woken.
+func sleepingMachine(claim *v1alpha1.NodeClaim, pool *v1alpha1.NodePool) (scheduling.Sleeping, bool) {
+	if pool == nil || meta.IsStatusConditionTrue(claim.Status.Conditions, v1alpha1.ConditionDrifted) {
+		return scheduling.Sleeping{}, false
+	}
+	if recorded := claim.Annotations[v1alpha1.AnnotationTemplateHash]; recorded != "" && recorded != pool.TemplateHash(claim.Spec.Shape) {
+		return scheduling.Sleeping{}, false
+	}
+	return scheduling.Sleeping{
+		Name: claim.Name,
+		Pool: claim.Spec.NodePoolRef.Name,
+		Shape: scheduling.Shape{
+			Name: claim.Spec.Shape.Name, CPU: claim.Spec.Shape.CPU, Memory: claim.Spec.Shape.Memory, Price: priceOf(claim),
+		},
+		Zone: zoneOf(claim.Spec.Requirements.NodeSelector),
+	}, true
+}
+
+// priceOf is the price the claim recorded for its shape, zero when none.
+func priceOf(claim *v1alpha1.NodeClaim) float64 {
+	price, err := strconv.ParseFloat(claim.Spec.Shape.Price, 64)
+	if err != nil {
+		return 0
+	}
+	return price
+}
+
 // claimIndex finds the live claim a node belongs to, the way registration
-// will match them: by providerID, else by name.
+// will match them: by providerID, else by name; a claim whose machine
+// slept by providerID only (its old node name may be another's now).
 type claimIndex struct {
 	byProviderID map[string]*v1alpha1.NodeClaim
 	byName       map[string]*v1alpha1.NodeClaim
@@ -256,6 +328,9 @@ func newClaimIndex(claims []v1alpha1.NodeClaim) claimIndex {
 		}
 		if claim.Status.ProviderID != "" {
 			index.byProviderID[claim.Status.ProviderID] = claim
+		}
+		if claim.SleepRequested() || claim.Waking() {
+			continue
 		}
 		index.byName[claim.Name] = claim
 		if claim.Status.NodeName != "" {

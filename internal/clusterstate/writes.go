@@ -14,10 +14,11 @@ import (
 	"github.com/claimscale/claimscale/api/v1alpha1"
 )
 
-// Writes records the controller's own writes to claims (created, deleted)
-// until the cache shows them, so a picture read before the informer caught
-// up counts them anyway: a claim just created is in flight, a claim just
-// deleted is leaving, and no decision is taken twice on a cache a write
+// Writes records the controller's own writes to claims (created, deleted,
+// woken) until the cache shows them, so a picture read before the informer
+// caught up counts them anyway: a claim just created is in flight, a claim
+// just deleted is leaving, a sleeping claim just woken is in flight and no
+// longer an offering, and no decision is taken twice on a cache a write
 // ahead of it. It is also the one place that waits for the cache to show a
 // write (Await), on the claim informer's events rather than by looking
 // again and again.
@@ -30,6 +31,9 @@ type Writes struct {
 	mu      sync.Mutex
 	created map[string]ownWrite
 	deleted map[string]ownWrite
+	// woken are sleeping claims whose suspend annotation the controller
+	// removed, as the API server returned them.
+	woken map[string]ownWrite
 	// changed is closed, and replaced, on every claim event the informer
 	// hands over; nil until Watch.
 	changed chan struct{}
@@ -54,7 +58,7 @@ const awaitInterval = 10 * time.Millisecond
 
 // NewWrites returns Writes that has recorded none; clock times the records.
 func NewWrites(clock clock.PassiveClock) *Writes {
-	return &Writes{clock: clock, created: map[string]ownWrite{}, deleted: map[string]ownWrite{}}
+	return &Writes{clock: clock, created: map[string]ownWrite{}, deleted: map[string]ownWrite{}, woken: map[string]ownWrite{}}
 }
 
 // Watch wakes Await on every claim event, and forgets the writes the
@@ -112,11 +116,27 @@ func (w *Writes) Deleted(claim *v1alpha1.NodeClaim) {
 	w.expire()
 }
 
+// Woken records a sleeping claim the controller woke (as the API server
+// returned it, without the suspend annotation).
+func (w *Writes) Woken(claim *v1alpha1.NodeClaim) {
+	if w == nil {
+		return
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.woken[claim.Name] = ownWrite{claim: claim.DeepCopy(), at: w.clock.Now()}
+	w.expire()
+}
+
 // forgetSeen forgets the writes to the named claim the cache shows: a
 // create once the claim is there, a deletion once the claim is being
-// deleted or gone. cached is the claim as the cache has it, nil when it
-// has none.
+// deleted or gone, a wake once the claim has no suspend annotation (or is
+// another claim, or gone). cached is the claim as the cache has it, nil
+// when it has none.
 func (w *Writes) forgetSeen(name string, cached *v1alpha1.NodeClaim, gone bool) {
+	if woken, ok := w.woken[name]; ok && (gone || cached == nil || cached.UID != woken.claim.UID || !cached.SleepRequested()) {
+		delete(w.woken, name)
+	}
 	if created, ok := w.created[name]; ok && cached != nil && (created.claim.UID == "" || created.claim.UID == cached.UID) {
 		delete(w.created, name)
 	}
@@ -131,7 +151,7 @@ func (w *Writes) forgetSeen(name string, cached *v1alpha1.NodeClaim, gone bool) 
 // expire forgets the writes older than ownWriteMemory.
 func (w *Writes) expire() {
 	horizon := w.clock.Now().Add(-ownWriteMemory)
-	for _, records := range []map[string]ownWrite{w.created, w.deleted} {
+	for _, records := range []map[string]ownWrite{w.created, w.deleted, w.woken} {
 		for name, write := range records {
 			if write.at.Before(horizon) {
 				delete(records, name)
@@ -142,8 +162,9 @@ func (w *Writes) expire() {
 
 // overlay returns the cache's claims with the writes it does not show
 // yet: claims created and not yet listed are added, claims deleted and
-// still listed live are marked deleted (on a copy; the cache's claim is
-// shared). The writes the cache shows are forgotten.
+// still listed live are marked deleted, claims woken and still listed with
+// the suspend annotation are listed as written (on a copy; the cache's
+// claim is shared). The writes the cache shows are forgotten.
 func (w *Writes) overlay(cached []v1alpha1.NodeClaim) []v1alpha1.NodeClaim {
 	if w == nil {
 		return cached
@@ -151,7 +172,7 @@ func (w *Writes) overlay(cached []v1alpha1.NodeClaim) []v1alpha1.NodeClaim {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	w.expire()
-	if len(w.created) == 0 && len(w.deleted) == 0 {
+	if w.none() {
 		return cached
 	}
 	index := make(map[string]int, len(cached))
@@ -170,7 +191,14 @@ func (w *Writes) overlay(cached []v1alpha1.NodeClaim) []v1alpha1.NodeClaim {
 			w.forgetSeen(name, nil, true)
 		}
 	}
-	if len(w.created) == 0 && len(w.deleted) == 0 {
+	for name := range w.woken {
+		if i, ok := index[name]; ok {
+			w.forgetSeen(name, &cached[i], false)
+		} else {
+			w.forgetSeen(name, nil, true)
+		}
+	}
+	if w.none() {
 		return cached
 	}
 	// A list of our own: the cache's is shared with every reader.
@@ -193,7 +221,19 @@ func (w *Writes) overlay(cached []v1alpha1.NodeClaim) []v1alpha1.NodeClaim {
 		deletedAt := metav1.NewTime(write.at)
 		claims[i].DeletionTimestamp = &deletedAt
 	}
+	for name, write := range w.woken {
+		if i, ok := index[name]; ok && claims[i].DeletionTimestamp.IsZero() {
+			// A copy of its own, as written: a caller of Claims may
+			// write to it.
+			claims[i] = *write.claim.DeepCopy()
+		}
+	}
 	return claims
+}
+
+// none says whether no write is recorded.
+func (w *Writes) none() bool {
+	return len(w.created) == 0 && len(w.deleted) == 0 && len(w.woken) == 0
 }
 
 // Pending says whether a write to the named claim is recorded and not yet
@@ -206,7 +246,8 @@ func (w *Writes) Pending(name string) bool {
 	defer w.mu.Unlock()
 	_, created := w.created[name]
 	_, deleted := w.deleted[name]
-	return created || deleted
+	_, woken := w.woken[name]
+	return created || deleted || woken
 }
 
 // Await waits, for at most limit, until seen says the cache shows the

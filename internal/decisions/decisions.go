@@ -20,9 +20,16 @@ import (
 const (
 	// PodNewNode: a new node was (or, in dry-run, would be) bought for it.
 	PodNewNode = "NewNode"
+	// PodWoken: a sleeping machine was (or, in dry-run, would be) woken
+	// for it instead of a new one; NodeClaim names the woken claim.
+	PodWoken = "Woken"
 	// PodUnschedulable: no pool can open a node that holds it.
 	PodUnschedulable = "Unschedulable"
 )
+
+// WokenReason is how a pod's decision, its events and `kubectl claimscale
+// why` say that a sleeping machine was woken for it.
+func WokenReason(claim string) string { return "woken: sleeping claim " + claim }
 
 // PodRecord is the latest provisioning decision about a pending pod.
 type PodRecord struct {
@@ -121,6 +128,7 @@ const (
 	NodeReasonHeadroom       = "Headroom"
 	NodeReasonOther          = "Other"
 	podReasonNewNode         = "NewNode"
+	podReasonSleepingMachine = "SleepingMachine"
 	podReasonNoPool          = "NoPool"
 	podReasonNoRemainingNode = "NoRoom"
 )

@@ -8,7 +8,8 @@ import (
 var (
 	// PodDecisions counts provisioning decisions about pending pods, by
 	// outcome, reason and whether the controller runs dry. The reason is
-	// NewNode for a pod that got a node; for an unschedulable pod, each
+	// NewNode for a pod that got a new node, SleepingMachine for one a
+	// sleeping machine was woken for; for an unschedulable pod, each
 	// pool's refusal kind (Filter, TooSmall, Limit, Backoff) is counted
 	// once, NoPool when there is no pool, NoRoom when the reason concerns
 	// no pool.
@@ -38,6 +39,8 @@ func dryRunLabel(dryRun bool) string {
 func countPod(record PodRecord, dryRun bool) {
 	label := dryRunLabel(dryRun)
 	switch {
+	case record.Outcome == PodWoken:
+		PodDecisions.WithLabelValues(record.Outcome, podReasonSleepingMachine, label).Inc()
 	case record.Outcome != PodUnschedulable:
 		PodDecisions.WithLabelValues(record.Outcome, podReasonNewNode, label).Inc()
 	case len(record.Pools) == 0 && record.Reason == noPoolReason:

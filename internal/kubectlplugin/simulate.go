@@ -133,6 +133,9 @@ type SimulationReport struct {
 	// NewNodeCount and PricePerHour sum NewNodes.
 	NewNodeCount int     `json:"newNodeCount"`
 	PricePerHour float64 `json:"pricePerHour"`
+	// Woken are the sleeping machines it would wake instead of buying
+	// nodes, by claim.
+	Woken []SimulatedWake `json:"woken,omitempty"`
 	// Placed counts the pods that would go on existing or booting nodes.
 	Placed int `json:"placed"`
 	// Pending are the pods that would stay pending, with the reason.
@@ -147,6 +150,16 @@ type SimulationReport struct {
 	LeftOut []string `json:"leftOut,omitempty"`
 	// Skipped are the objects of the files that make no pods.
 	Skipped []string `json:"skipped,omitempty"`
+}
+
+// SimulatedWake is a sleeping machine the simulation would wake.
+type SimulatedWake struct {
+	NodeClaim string `json:"nodeClaim"`
+	Pool      string `json:"pool"`
+	Shape     string `json:"shape"`
+	Zone      string `json:"zone,omitempty"`
+	// Pods it would be woken for, namespace/name.
+	Pods []string `json:"pods,omitempty"`
 }
 
 // SimulatedNodes is a count of new nodes of one pool, shape and zone.
@@ -196,6 +209,8 @@ func simulate(ctx context.Context, kube client.Reader, offers []decisions.PoolOf
 		return nil, fmt.Errorf("reading the cluster: %w", err)
 	}
 	input, pools := picture.Input, picture.Open
+	// What the controller would wake, it wakes before it buys.
+	input.Sleeping = picture.Asleep
 	report := &SimulationReport{Skipped: w.skipped}
 	// Pools the controller could not resolve are left out by gathering,
 	// as the controller leaves them out of its rounds; say which.
@@ -269,6 +284,14 @@ func (r *SimulationReport) add(result scheduling.Result) {
 	type key struct{ pool, shape, zone string }
 	index := map[key]int{}
 	for _, n := range result.NewNodes {
+		if n.Wake != "" {
+			wake := SimulatedWake{NodeClaim: n.Wake, Pool: n.Pool, Shape: n.Shape.Name, Zone: n.Zone}
+			for _, pod := range n.Pods {
+				wake.Pods = append(wake.Pods, pod.Namespace+"/"+pod.Name)
+			}
+			r.Woken = append(r.Woken, wake)
+			continue
+		}
 		k := key{n.Pool, n.Shape.Name, n.Zone}
 		i, ok := index[k]
 		if !ok {
@@ -383,6 +406,13 @@ func writeSimulation(w io.Writer, r *SimulationReport) error {
 	} else {
 		fmt.Fprintf(w, "would buy %d %s for %s/h; %d %s would go on existing or booting nodes\n", r.NewNodeCount, plural(r.NewNodeCount, "node", "nodes"),
 			formatPrice(r.PricePerHour), r.Placed, plural(r.Placed, "pod", "pods"))
+	}
+	for _, wake := range r.Woken {
+		fmt.Fprintf(w, "would wake sleeping claim %s (pool %s, shape %s", wake.NodeClaim, wake.Pool, wake.Shape)
+		if wake.Zone != "" {
+			fmt.Fprintf(w, ", zone %s", wake.Zone)
+		}
+		fmt.Fprintf(w, ") for %d %s\n", len(wake.Pods), plural(len(wake.Pods), "pod", "pods"))
 	}
 	for _, ds := range r.DaemonSets {
 		fmt.Fprintf(w, "DaemonSet %s: a pod (%s) on each of %d existing %s and on every new node it selects",

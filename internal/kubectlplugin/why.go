@@ -165,6 +165,14 @@ func writePod(w io.Writer, r decisions.PodRecord, now time.Time) {
 		fmt.Fprintln(w)
 		return
 	}
+	if r.Outcome == decisions.PodWoken {
+		fmt.Fprintf(w, "  %s (pool %s, shape %s", decisions.WokenReason(r.NodeClaim), r.Pool, r.Shape)
+		if r.Zone != "" {
+			fmt.Fprintf(w, ", zone %s", r.Zone)
+		}
+		fmt.Fprintln(w, "), instead of a new node")
+		return
+	}
 	fmt.Fprintf(w, "  no pool can hold the pod: %s\n", r.Reason)
 	for _, p := range r.Pools {
 		fmt.Fprintf(w, "  pool %s: %s", p.Pool, p.Kind)
@@ -289,6 +297,9 @@ func (o *options) whyPendingPods(ctx context.Context, all bool, output string) e
 				if r.NodeClaim != "" {
 					reason += ": claim " + r.NodeClaim
 				}
+			}
+			if r.Outcome == decisions.PodWoken {
+				reason = decisions.WokenReason(r.NodeClaim)
 			}
 		}
 		fmt.Fprintf(table, "%s\t%s\t%s\t%s\t%s\t%s\n", row.Namespace, row.Name, row.Age, decided, outcome, reason)

@@ -6,7 +6,11 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
 	"github.com/claimscale/claimscale/internal/decisions"
+	"github.com/claimscale/claimscale/internal/scheduling"
 )
 
 func TestWhyNodeAnswersFromTheLatestRoundOrFromNow(t *testing.T) {
@@ -75,5 +79,40 @@ func TestWhyPodSaysWhenThePodIsGoneOrNeverWas(t *testing.T) {
 	}
 	if err := writePodAnswer(&out, PodAnswer{Namespace: "shop", Name: "ghost"}, true, now); err == nil || err.Error() != "pod shop/ghost not found" {
 		t.Errorf("a pod that never was: %v", err)
+	}
+}
+
+func TestWhyPodSaysWhichSleepingClaimWasWokenForIt(t *testing.T) {
+	now := time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
+	record := decisions.PodRecord{
+		Namespace: "shop", Name: "web", Time: now.Add(-time.Minute), Outcome: decisions.PodWoken,
+		Pool: "general", Shape: "c2", Zone: "a", NodeClaim: "general-x7k2p", Reason: decisions.WokenReason("general-x7k2p"),
+	}
+	var out bytes.Buffer
+	if err := writePodAnswer(&out, PodAnswer{Namespace: "shop", Name: "web", Exists: true, Record: &record}, true, now); err != nil {
+		t.Fatal(err)
+	}
+	want := "pod shop/web: Woken, decided 60s ago\n  woken: sleeping claim general-x7k2p (pool general, shape c2, zone a), instead of a new node\n"
+	if out.String() != want {
+		t.Errorf("why for a pod a sleeping machine was woken for:\n%s\nwant:\n%s", out.String(), want)
+	}
+}
+
+func TestSimulateCountsAWokenMachineApartFromNewNodes(t *testing.T) {
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "web"}}
+	var report SimulationReport
+	report.add(scheduling.Result{NewNodes: []scheduling.NewNode{
+		{Pool: "general", Shape: scheduling.Shape{Name: "c2", Price: 0.1}, Pods: []*corev1.Pod{pod}, Wake: "general-x7k2p"},
+		{Pool: "general", Shape: scheduling.Shape{Name: "c2", Price: 0.1}, Pods: []*corev1.Pod{pod}},
+	}})
+	if report.NewNodeCount != 1 || len(report.Woken) != 1 || report.Woken[0].NodeClaim != "general-x7k2p" {
+		t.Fatalf("new nodes %d, woken %+v: want one of each", report.NewNodeCount, report.Woken)
+	}
+	var out bytes.Buffer
+	if err := writeSimulation(&out, &report); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(out.String(), "would buy 1 node") || !strings.Contains(out.String(), "would wake sleeping claim general-x7k2p (pool general, shape c2) for 1 pod\n") {
+		t.Errorf("simulate printed:\n%s", out.String())
 	}
 }

@@ -439,7 +439,7 @@ func (r *round) openFor(run *classRun, pod *corev1.Pod) (*simNode, string, []Poo
 
 func (r *round) slotFor(o option) *simNode {
 	for _, n := range r.slots {
-		if n.pool == o.pool && n.zone == o.zone {
+		if n.pool == o.pool && n.zone == o.zone && n.wake == o.sleeping {
 			return n
 		}
 	}
@@ -456,15 +456,18 @@ func (r *round) takeSlot(run *classRun, n *simNode) error {
 		}
 	}
 	// The slot is about to count against the pool, so the replacement must
-	// fit the limits with it.
+	// fit the limits with it, and a sleeping machine wakes once.
 	n.pool.used.nodes++
+	if n.wake != nil {
+		r.woken[n.wake] = true
+	}
 	opts, _, err := r.options(run.cls)
 	n.pool.used.nodes--
 	if err != nil {
 		return err
 	}
 	for _, o := range opts {
-		if o.pool != n.pool || o.zone != n.zone {
+		if o.pool != n.pool || o.zone != n.zone || o.sleeping != nil {
 			continue
 		}
 		s, err := r.createNode(o)

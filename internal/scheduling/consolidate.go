@@ -480,6 +480,9 @@ func (r *round) dropOpened(x *simNode) {
 	p.used.cpu -= x.contrib.cpu
 	p.used.mem -= x.contrib.mem
 	r.openedIn[zoneKey{p, x.zone}]--
+	if x.wake != nil {
+		delete(r.woken, x.wake)
+	}
 	r.opened = slices.DeleteFunc(r.opened, func(n *simNode) bool { return n == x })
 	r.nodes = slices.DeleteFunc(r.nodes, func(n *simNode) bool { return n == x })
 }

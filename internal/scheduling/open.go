@@ -18,12 +18,14 @@ type option struct {
 	zone  string
 	cands []*shapeInfo
 	price float64
+	// sleeping is the machine the option wakes; nil for a new one.
+	sleeping *sleepingMachine
 }
 
 // options lists where the class could open a node, best first: by pool
-// weight, then by the price of the cheapest shape holding one pod, then
-// by the fewest nodes opened in the zone. Pools
-// with no option get a reason.
+// weight, then the pool's sleeping machines before new ones, then by the
+// price of the cheapest shape holding one pod, then by the fewest nodes
+// opened in the zone. Pools with no option get a reason.
 func (r *round) options(cls *podClass) ([]option, map[*poolState]PoolRefusal, error) {
 	// Without limits, what a class may open never changes in a round:
 	// only the order does, by the nodes opened per zone.
@@ -36,7 +38,10 @@ func (r *round) options(cls *podClass) ([]option, map[*poolState]PoolRefusal, er
 		key.cls = cls
 	}
 	if c, ok := r.optCache[key]; ok && cacheable {
-		return r.sortOptions(append([]option(nil), c.opts...)), maps.Clone(c.reasons), nil
+		// The sleeping machines are not cached: each is woken once.
+		reasons := maps.Clone(c.reasons)
+		opts, err := r.sleepingOptions(cls, append([]option(nil), c.opts...), reasons)
+		return r.sortOptions(opts), reasons, err
 	}
 	reasons := map[*poolState]PoolRefusal{}
 	var opts []option
@@ -76,7 +81,8 @@ func (r *round) options(cls *podClass) ([]option, map[*poolState]PoolRefusal, er
 	if cacheable {
 		r.optCache[key] = cachedOptions{append([]option(nil), opts...), maps.Clone(reasons)}
 	}
-	return r.sortOptions(opts), reasons, nil
+	opts, err := r.sleepingOptions(cls, opts, reasons)
+	return r.sortOptions(opts), reasons, err
 }
 
 // optionKey names the classes with equal options: static twins of one
@@ -97,6 +103,11 @@ func (r *round) sortOptions(opts []option) []option {
 	sort.SliceStable(opts, func(i, j int) bool {
 		if opts[i].pool.weight != opts[j].pool.weight {
 			return opts[i].pool.weight > opts[j].pool.weight
+		}
+		// A machine that sleeps is there already: it wakes in seconds
+		// where a new one takes minutes, whatever either costs.
+		if sleepI, sleepJ := opts[i].sleeping != nil, opts[j].sleeping != nil; sleepI != sleepJ {
+			return sleepI
 		}
 		if opts[i].price != opts[j].price {
 			return opts[i].price < opts[j].price
@@ -241,10 +252,10 @@ func limitReason(p *poolState) PoolRefusal {
 func (r *round) createNode(o option) (*simNode, error) {
 	p := o.pool
 	name := r.nextName(p)
-	n := &simNode{name: name, kind: newNode, pool: p, zone: o.zone, cands: append([]*shapeInfo(nil), o.cands...)}
+	n := &simNode{name: name, kind: newNode, pool: p, zone: o.zone, cands: append([]*shapeInfo(nil), o.cands...), wake: o.sleeping}
 	r.version++
 	n.addedAt = r.version
-	if p.flex != nil {
+	if n.flexible() {
 		t, err := r.s.template(r.ctx, p, p.flexMax, o.zone)
 		if err != nil {
 			return nil, err
@@ -277,7 +288,10 @@ func (r *round) createNode(o option) (*simNode, error) {
 // for later pods and counts against its pool.
 func (r *round) activate(n *simNode) {
 	p := n.pool
-	if p.flex != nil {
+	if n.wake != nil {
+		r.woken[n.wake] = true
+	}
+	if n.flexible() {
 		ci, mi, _ := p.flexFit(n.tmpl.dsReq, -1, -1)
 		n.flex = [2]int{ci, mi}
 		n.contrib = p.flexCapAt(ci, mi)

@@ -41,6 +41,8 @@ type round struct {
 	tallies map[tallyKey]*tally
 	// rooms memoises room on new nodes by the node's version.
 	rooms map[roomKey]roomEntry
+	// woken are the sleeping machines the round opened.
+	woken map[*sleepingMachine]bool
 }
 
 type zoneKey struct {
@@ -52,7 +54,7 @@ func (s *Simulator) newRound(ctx context.Context, nodes []*simNode, allowOpen bo
 	for _, p := range s.pools {
 		p.used = p.inUse
 	}
-	return &round{s: s, ctx: ctx, nodes: append([]*simNode(nil), nodes...), allowOpen: allowOpen, openedIn: map[zoneKey]int{}, rooms: map[roomKey]roomEntry{}, optCache: map[optionKey]cachedOptions{}}
+	return &round{s: s, ctx: ctx, nodes: append([]*simNode(nil), nodes...), allowOpen: allowOpen, openedIn: map[zoneKey]int{}, rooms: map[roomKey]roomEntry{}, optCache: map[optionKey]cachedOptions{}, woken: map[*sleepingMachine]bool{}}
 }
 
 func (r *round) pack(items []item) error {
@@ -193,7 +195,7 @@ func (r *round) staticOK(cls *podClass, n *simNode) (bool, error) {
 		st, err := r.s.staticVerdict(r.ctx, cls, n, r.s.snap.lookup(n.name))
 		return st.IsSuccess(), err
 	}
-	if n.pool.flex != nil {
+	if n.flexible() {
 		st, err := r.s.templateVerdict(r.ctx, cls, n.tmpl)
 		return st.IsSuccess(), err
 	}
@@ -253,7 +255,7 @@ type roomEntry struct {
 func (r *round) newNodeRoom(cls *podClass, n *simNode) int {
 	p := n.pool
 	bc, bm := p.budget(n.contrib)
-	if p.flex != nil {
+	if n.flexible() {
 		ci, mi, ok := p.flexLargest(bc, bm)
 		if !ok {
 			return 0
@@ -311,6 +313,10 @@ func (r *round) bestRoom(cls *podClass, n *simNode, shapes []*shapeInfo, bc, bm 
 // that is a handful. The pool's shapes are sorted for this once per zone;
 // a node sweeps that order over its own shapes.
 func (r *round) frontier(n *simNode) []*shapeInfo {
+	if n.wake != nil {
+		// One shape, and maybe one the pool no longer lists.
+		return n.cands
+	}
 	order, err := r.effOrder(n.pool, n.zone)
 	if err != nil {
 		return n.cands
@@ -429,7 +435,7 @@ func (r *round) narrow(cls *podClass, n *simNode) error {
 	p := n.pool
 	bc, bm := p.budget(n.contrib)
 	var contrib vec
-	if p.flex != nil {
+	if n.flexible() {
 		ci, mi, ok := p.flexFit(n.podReq.add(n.tmpl.dsReq), bc, bm)
 		if !ok || n.nPods+n.tmpl.dsCount > p.maxPods {
 			return fmt.Errorf("node %s of pool %s outgrew its shapes", n.name, p.name)
@@ -471,7 +477,7 @@ func (r *round) narrow(cls *podClass, n *simNode) error {
 // remaining shape changed: the node object (with the largest allocatable of
 // its shapes) and its DaemonSet pods.
 func (r *round) refreshNode(n *simNode) error {
-	if n.pool.flex != nil {
+	if n.flexible() {
 		return nil
 	}
 	largest, maxAlloc := n.cands[0], vec{}

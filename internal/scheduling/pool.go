@@ -44,6 +44,9 @@ type poolState struct {
 	nShapes int
 	// effOrder sorts shapes per zone for the room frontier.
 	effOrder map[string][]effShape
+	// sleeping are the pool's sleeping machines, cheapest first, then by
+	// name: the order they are woken in.
+	sleeping []*sleepingMachine
 }
 
 type usage struct{ nodes, cpu, mem int64 }

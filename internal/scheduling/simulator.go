@@ -43,6 +43,8 @@ type Simulator struct {
 	boundOn       map[*podClass][]string
 	// staticIDs number distinct node signatures for the static cache.
 	staticIDs map[string]int
+	// sleeping counts the sleeping machines of every pool.
+	sleeping int
 	// pluginsOnly sends every class with constraints through the
 	// framework, none through the counts (for tests that compare them).
 	pluginsOnly bool
@@ -86,7 +88,15 @@ type simNode struct {
 	// frontier of its shapes (nil: to compute).
 	ver   int
 	front []*shapeInfo
+	// wake is the sleeping machine a new node is, nil for a new machine:
+	// its one shape and zone are fixed.
+	wake *sleepingMachine
 }
+
+// flexible reports whether a new node takes any size of its pool's
+// flexible range: a sleeping machine of a flexible pool has the one size
+// it was made with.
+func (n *simNode) flexible() bool { return n.pool.flex != nil && n.wake == nil }
 
 // podSeg is a run of a new node's pods of one class.
 type podSeg struct {
@@ -145,6 +155,9 @@ func New(ctx context.Context, c Cluster) (*Simulator, error) {
 		return nil, err
 	}
 	if err := s.addInFlight(ctx, c.InFlight); err != nil {
+		return nil, err
+	}
+	if err := s.addSleeping(c.Sleeping); err != nil {
 		return nil, err
 	}
 	s.ref = s.referenceSize()

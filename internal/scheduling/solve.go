@@ -291,7 +291,10 @@ func (r *round) result() (Result, error) {
 	for _, n := range r.opened {
 		p := n.pool
 		nn := NewNode{Name: n.name, Pool: p.name, Zone: n.zone, Pods: n.pods, Requests: n.podReq.list()}
-		if p.flex != nil {
+		if n.wake != nil {
+			nn.Wake = n.wake.claim
+		}
+		if n.flexible() {
 			nn.Shape = p.flex.at(n.flex[0], n.flex[1])
 			nn.DaemonSetRequests = n.tmpl.dsReq.list()
 		} else {

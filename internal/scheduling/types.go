@@ -28,6 +28,11 @@ type Cluster struct {
 	// pods instead of being bought twice. A claim named like one of Nodes
 	// is skipped: the real node counts.
 	InFlight []InFlight
+	// Sleeping claims: their machine is stopped and has no Node. Each is
+	// an offering of its pool with the claim's shape and zone, opened
+	// before any new node of the pool when a pod fits it; the NewNode
+	// made of it names the claim to wake.
+	Sleeping []Sleeping
 	// DaemonSets whose pods go on every template and phantom node they
 	// would run on.
 	DaemonSets []*appsv1.DaemonSet
@@ -82,6 +87,16 @@ type InFlight struct {
 	Zone  string
 }
 
+// Sleeping is a claim whose machine sleeps and may be woken: a machine of
+// fixed shape and zone that is cheaper and quicker to start than a new one.
+type Sleeping struct {
+	// Name of the claim, which is what is woken.
+	Name  string
+	Pool  string
+	Shape Shape
+	Zone  string
+}
+
 // Input is one provisioning decision's question.
 type Input struct {
 	Cluster
@@ -118,6 +133,10 @@ type NewNode struct {
 	// Requirements the machine must meet, to record on the claim (the zone
 	// the simulation put it in).
 	Requirements []corev1.NodeSelectorRequirement
+	// Wake names the sleeping claim (Cluster.Sleeping) whose machine is
+	// woken for this node instead of a new claim; empty for a new machine.
+	// Shape and Zone are then the claim's.
+	Wake string
 }
 
 // Placement puts a pod on a node.

@@ -1,10 +1,10 @@
 // Package provisioning turns pending pods into NodeClaims. A batcher decides
 // when, the provisioner reads the cluster as it is from clusterstate's
-// picture (nodes, their pods, claims still booting) with the pools it can
-// provision from and their shapes, the scheduling package
+// picture (nodes, their pods, claims still booting, machines asleep) with
+// the pools it can provision from and their shapes, the scheduling package
 // decides in memory which new nodes would hold the pods, and the provisioner
-// writes one claim per new node and tells each pod where it is going, or
-// why it can go nowhere.
+// writes one claim per new node, or wakes the sleeping claim the node is,
+// and tells each pod where it is going, or why it can go nowhere.
 package provisioning
 
 import (
@@ -119,10 +119,12 @@ type SlowProviderError = poolusability.SlowProviderError
 // minNodes, then for pending pods and for headroom that does not fit.
 func (p *Provisioner) Provision(ctx context.Context) error {
 	logger := log.FromContext(ctx)
-	input, pools, err := p.gather(ctx)
+	picture, err := p.picture(ctx)
 	if err != nil {
 		return err
 	}
+	input, pools := picture.Input, picture.Open
+	input.Sleeping = picture.Asleep
 	targets := p.targets(ctx, pools)
 	// Warm nodes first, so the headroom counts them and is not bought
 	// twice.
@@ -157,7 +159,7 @@ func (p *Provisioner) Provision(ctx context.Context) error {
 		logger.Info("scheduled pending pods", "pending", workload, "headroomPods", len(input.Pending)-workload, "inFlight", len(input.InFlight), "nodes", len(input.Nodes), "newNodes", len(result.NewNodes),
 			"placedOnExisting", len(result.Placements), "unschedulable", len(result.Unschedulable), "duration", time.Since(started))
 	}
-	p.createClaims(ctx, pools, result)
+	p.createClaims(ctx, pools, asleepClaims(picture.Claims), result)
 	p.reportUnschedulable(ctx, result.Unschedulable)
 	return nil
 }
@@ -251,11 +253,17 @@ func (f freshPools) UsablePools(ctx context.Context, pools []v1alpha1.NodePool, 
 // this provisioner's pool usability, and returns its scheduling input and
 // the open pools by name.
 func (p *Provisioner) gather(ctx context.Context) (scheduling.Input, map[string]*v1alpha1.NodePool, error) {
-	picture, err := (&clusterstate.Cluster{Kube: p.Kube, Objects: p.Objects, Writes: p.Writes}).Picture(ctx, p)
+	picture, err := p.picture(ctx)
 	if err != nil {
 		return scheduling.Input{}, nil, err
 	}
 	return picture.Input, picture.Open, nil
+}
+
+// picture reads the round's cluster picture with this provisioner's pool
+// usability and own writes.
+func (p *Provisioner) picture(ctx context.Context) (*clusterstate.Picture, error) {
+	return (&clusterstate.Cluster{Kube: p.Kube, Objects: p.Objects, Writes: p.Writes}).Picture(ctx, p)
 }
 
 // UsablePools works out, concurrently and under the provider call timeout,
@@ -398,11 +406,12 @@ func (p *Provisioner) schedulingPool(ctx context.Context, pool *v1alpha1.NodePoo
 	}, nil
 }
 
-// createClaims writes one claim per new node and tells its pods. A node
-// opened only for headroom is made with reason "headroom". A pool whose
-// claim is refused gets no more claims this round and is backed off; the
-// other pools' claims are still written.
-func (p *Provisioner) createClaims(ctx context.Context, pools map[string]*v1alpha1.NodePool, result scheduling.Result) {
+// createClaims writes one claim per new node, or wakes the sleeping claim
+// the node is (asleep, by name, as the round's picture had them), and
+// tells its pods. A node opened only for headroom is made with reason
+// "headroom". A pool whose claim is refused gets no more claims this round
+// and is backed off; the other pools' claims are still written.
+func (p *Provisioner) createClaims(ctx context.Context, pools map[string]*v1alpha1.NodePool, asleep map[string]*v1alpha1.NodeClaim, result scheduling.Result) {
 	events := 0
 	refused := map[string]bool{}
 	for _, newNode := range result.NewNodes {
@@ -415,6 +424,12 @@ func (p *Provisioner) createClaims(ctx context.Context, pools map[string]*v1alph
 			if !warmcapacity.IsPlaceholder(pod) {
 				workload = append(workload, pod)
 			}
+		}
+		if newNode.Wake != "" {
+			if woken := p.wakeFor(ctx, pool, asleep[newNode.Wake], newNode, workload, &events); woken {
+				continue
+			}
+			// The claim is gone: the pods get a new machine instead.
 		}
 		reason := metrics.ReasonProvisioning
 		if len(workload) == 0 {
