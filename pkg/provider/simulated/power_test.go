@@ -85,7 +85,7 @@ func TestAResumedMachineRegistersTheSameNodeAfterTheStartDelay(t *testing.T) {
 		delay time.Duration
 	}{
 		{"the default start delay is one second, shorter than the boot delay", nil, time.Second},
-		{"the NodeProvider's startDelay", &v1alpha1.SimulatedSettings{BootDelay: durationPtr(time.Minute), StartDelay: durationPtr(10 * time.Second)}, 10 * time.Second},
+		{"the startDelay the NodeProvider sets", &v1alpha1.SimulatedSettings{BootDelay: durationPtr(time.Minute), StartDelay: durationPtr(10 * time.Second)}, 10 * time.Second},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			f := newPowerFixture(t, tt.sim)
