@@ -38,7 +38,10 @@ type Harness struct {
 	Provider    provider.Provider
 	ClusterName string
 	// Foreign is a provider of the same infrastructure built for another
-	// cluster: its machines are the ones Provider must not list or delete.
+	// cluster: its machines are the ones Provider must not list, delete,
+	// stop or start. When it can manage power too, the sleep checks put
+	// one of its machines to sleep and see that Provider's Resume leaves
+	// it asleep.
 	Foreign provider.Provider
 	// Pool is a NodePool Provider serves; claims are made of its shapes.
 	Pool *v1alpha1.NodePool

@@ -85,7 +85,7 @@ func TestAResumedMachineRegistersTheSameNodeAfterTheStartDelay(t *testing.T) {
 		delay time.Duration
 	}{
 		{"the default start delay is one second, shorter than the boot delay", nil, time.Second},
-		{"the NodeProvider's startDelay", &v1alpha1.SimulatedSettings{BootDelay: durationPtr(time.Minute), StartDelay: durationPtr(10 * time.Second)}, 10 * time.Second},
+		{"the startDelay the NodeProvider sets", &v1alpha1.SimulatedSettings{BootDelay: durationPtr(time.Minute), StartDelay: durationPtr(10 * time.Second)}, 10 * time.Second},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			f := newPowerFixture(t, tt.sim)
@@ -246,4 +246,25 @@ func TestAWokenMachineRegistersWithItsOwnCertificate(t *testing.T) {
 			g.Expect(getNode(g, t, claim.Name)).To(gomega.BeNil())
 		})
 	}
+}
+
+func TestAMachineStoppedBeforeItBootedDoesNotRegister(t *testing.T) {
+	g := gomega.NewWithT(t)
+	ns := newNamespace(t)
+	clk := clocktesting.NewFakeClock(time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC))
+	p := newTestProvider(t, ns, "c1", nil, Config{Clock: clk})
+	claim := newClaim(uniqueName(t, "a"), "pool")
+	made, err := p.Create(t.Context(), claim, provider.CreateOptions{})
+	g.Expect(err).NotTo(gomega.HaveOccurred())
+	g.Expect(p.Suspend(t.Context(), made.ProviderID)).To(gomega.Succeed())
+
+	clk.Step(time.Hour)
+	registrar := NewRegistrar(env.Client, ns, "c1", Config{Clock: clk})
+	g.Expect(registrar.RegisterDue(t.Context())).To(gomega.Succeed())
+	g.Expect(getNode(g, t, claim.Name)).To(gomega.BeNil())
+
+	g.Expect(p.Resume(t.Context(), made.ProviderID)).To(gomega.Succeed())
+	clk.Step(DefaultStartDelay)
+	g.Expect(registrar.RegisterDue(t.Context())).To(gomega.Succeed())
+	g.Expect(getNode(g, t, claim.Name)).NotTo(gomega.BeNil())
 }
