@@ -1,0 +1,410 @@
+package nodeclaim
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	. "github.com/onsi/gomega"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	dto "github.com/prometheus/client_model/go"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/claimscale/claimscale/api/v1alpha1"
+	"github.com/claimscale/claimscale/internal/metrics"
+	"github.com/claimscale/claimscale/pkg/provider"
+	"github.com/claimscale/claimscale/pkg/provider/fake"
+)
+
+// powerFake adds the provider.PowerManager contract (pkg/provider/power.go)
+// to pkg/provider/fake, minimally, until the fake has power state of its
+// own: Suspend and Resume put a machine into the state a stop or start
+// would, are idempotent, refuse a machine without this cluster's tag
+// (Terminal), answer NotFound for one that is gone, and answer an error a
+// test queued first.
+type powerFake struct {
+	*fake.Provider
+	mu    sync.Mutex
+	next  map[string][]error // by operation: suspend, resume
+	calls []string
+}
+
+func newPowerFake() *powerFake {
+	return &powerFake{Provider: fake.New("test"), next: map[string][]error{}}
+}
+
+func (p *powerFake) failNext(operation string, errs ...error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.next[operation] = append(p.next[operation], errs...)
+}
+
+func (p *powerFake) Suspend(ctx context.Context, providerID string) error {
+	return p.power(ctx, "suspend", providerID, provider.InstanceSuspended)
+}
+
+func (p *powerFake) Resume(ctx context.Context, providerID string) error {
+	return p.power(ctx, "resume", providerID, provider.InstanceRunning)
+}
+
+func (p *powerFake) power(ctx context.Context, operation, providerID string, state provider.InstanceState) error {
+	p.mu.Lock()
+	p.calls = append(p.calls, operation+" "+providerID)
+	var err error
+	if queue := p.next[operation]; len(queue) > 0 {
+		err, p.next[operation] = queue[0], queue[1:]
+	}
+	p.mu.Unlock()
+	if err != nil {
+		return err
+	}
+	machine, err := p.Get(ctx, providerID)
+	if err != nil {
+		return err
+	}
+	if machine.Tags[v1alpha1.TagCluster] != p.ClusterName {
+		return provider.NewTerminal(fmt.Errorf("machine %s is not ours", providerID))
+	}
+	p.SetState(providerID, state)
+	return nil
+}
+
+func (p *powerFake) powerCalls() []string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return append([]string(nil), p.calls...)
+}
+
+// state is where the machine stands; "" once it is gone.
+func (p *powerFake) state(providerID string) provider.InstanceState {
+	for _, machine := range p.Machines() {
+		if machine.ProviderID == providerID {
+			return machine.State
+		}
+	}
+	return ""
+}
+
+// newSleepScenario is a pool whose machines may sleep for an hour, on a
+// provider that can stop and start them.
+func newSleepScenario(t *testing.T, name string) (*scenario, *powerFake) {
+	s := newScenario(t, name, func(pool *v1alpha1.NodePool) {
+		pool.Spec.Disruption.Sleep = &v1alpha1.Sleep{Machines: "5", DeleteAfter: &metav1.Duration{Duration: time.Hour}}
+		pool.Spec.RegistrationTimeout = &metav1.Duration{Duration: 10 * time.Minute}
+	})
+	machines := newPowerFake()
+	s.resolver.wrapped = machines
+	return s, machines
+}
+
+func fakeID(claim string) string { return fake.ProviderIDPrefix + "test/" + claim }
+
+// ready brings a claim of the power fake to an initialized node.
+func (s *scenario) ready(name string) {
+	s.t.Helper()
+	s.newClaim(name)
+	s.mustReconcile(name)
+	s.node(name, fakeID(name), corev1.ConditionTrue)
+	s.mustReconcile(name)
+	s.g.Expect(condition(s.claim(name), v1alpha1.ConditionInitialized)).To(HaveField("Status", metav1.ConditionTrue))
+}
+
+// askToSleep sets the suspend annotation, as disruption does.
+func (s *scenario) askToSleep(name string) {
+	s.t.Helper()
+	claim := s.claim(name)
+	patch := client.MergeFrom(claim.DeepCopy())
+	if claim.Annotations == nil {
+		claim.Annotations = map[string]string{}
+	}
+	claim.Annotations[v1alpha1.AnnotationSuspend] = string(v1alpha1.DisruptionReasonEmpty)
+	s.g.Expect(env.Client.Patch(s.ctx, claim, patch)).To(Succeed())
+}
+
+// askToWake removes the suspend annotation, as provisioning does.
+func (s *scenario) askToWake(name string) {
+	s.t.Helper()
+	claim := s.claim(name)
+	patch := client.MergeFrom(claim.DeepCopy())
+	delete(claim.Annotations, v1alpha1.AnnotationSuspend)
+	s.g.Expect(env.Client.Patch(s.ctx, claim, patch)).To(Succeed())
+}
+
+// asleep brings a claim to sleep.
+func (s *scenario) asleep(name string) {
+	s.t.Helper()
+	s.ready(name)
+	s.askToSleep(name)
+	s.mustReconcile(name)
+	s.g.Expect(s.claim(name).Asleep()).To(BeTrue(), "the claim sleeps")
+}
+
+func suspends(pool, result string) float64 {
+	return testutil.ToFloat64(metrics.NodeClaimSuspends.WithLabelValues(pool, result))
+}
+
+func wakes(pool, result string) float64 {
+	return testutil.ToFloat64(metrics.NodeClaimWakes.WithLabelValues(pool, result))
+}
+
+func TestAClaimAskedToSleepIsDrainedThenItsMachineStoppedThenItsNodeDeleted(t *testing.T) {
+	s, machines := newSleepScenario(t, "suspend")
+	s.ready("suspend-a")
+	pod := s.pod("suspend-app", "suspend-a")
+	before := suspends("suspend", metrics.SleepResultSuccess)
+	s.askToSleep("suspend-a")
+
+	s.mustReconcile("suspend-a")
+	s.g.Expect(s.getNode("suspend-a").Spec.Taints).To(ContainElement(HaveField("Key", v1alpha1.TaintDisrupted)), "cordoned as for termination")
+	s.g.Expect(s.getPod(pod).DeletionTimestamp).NotTo(BeNil(), "evicted as for termination")
+	s.g.Expect(condition(s.claim("suspend-a"), v1alpha1.ConditionSuspended)).To(And(
+		HaveField("Status", metav1.ConditionFalse), HaveField("Reason", v1alpha1.ReasonSuspending), HaveField("Message", ContainSubstring("1 pods left"))))
+	s.g.Expect(machines.powerCalls()).To(BeEmpty(), "the machine runs while its pods drain")
+
+	// The kubelet stops the pod.
+	s.g.Expect(env.Client.Delete(s.ctx, pod, client.GracePeriodSeconds(0))).To(Succeed())
+	s.g.Eventually(func() error { return cached.Get(s.ctx, client.ObjectKeyFromObject(pod), &corev1.Pod{}) }).ShouldNot(Succeed())
+	s.mustReconcile("suspend-a")
+
+	claim := s.claim("suspend-a")
+	s.g.Expect(machines.powerCalls()).To(Equal([]string{"suspend " + fakeID("suspend-a")}))
+	s.g.Expect(machines.state(fakeID("suspend-a"))).To(Equal(provider.InstanceSuspended))
+	s.g.Expect(s.getNode("suspend-a")).To(BeNil(), "a sleeping machine has no Node")
+	s.g.Expect(claim.Status.ProviderID).To(Equal(fakeID("suspend-a")), "the claim keeps its machine")
+	s.g.Expect(claim.Status.NodeName).To(BeEmpty())
+	s.g.Expect(condition(claim, v1alpha1.ConditionSuspended)).To(And(HaveField("Status", metav1.ConditionTrue), HaveField("Reason", v1alpha1.ReasonSuspended)))
+	s.g.Expect(condition(claim, v1alpha1.ConditionReady)).To(And(HaveField("Status", metav1.ConditionFalse), HaveField("Reason", v1alpha1.ReasonSuspended)))
+	s.g.Expect(condition(claim, v1alpha1.ConditionRegistered)).To(HaveField("Reason", v1alpha1.ReasonSuspended))
+	s.g.Expect(condition(claim, v1alpha1.ConditionLaunched)).To(HaveField("Status", metav1.ConditionTrue))
+	s.g.Expect(s.recorded()).To(ContainElement(ContainSubstring("Suspended")))
+	s.g.Expect(suspends("suspend", metrics.SleepResultSuccess)).To(Equal(before + 1))
+	s.g.Expect(machines.Calls(fake.Create)).To(HaveLen(1))
+}
+
+func TestAClaimAskedToSleepOnAProviderThatCannotStopMachinesIsDeletedInstead(t *testing.T) {
+	s := newScenario(t, "nopower")
+	s.registered("nopower-a", corev1.ConditionTrue)
+	s.askToSleep("nopower-a")
+
+	s.mustReconcile("nopower-a")
+	claim := s.claim("nopower-a")
+	s.g.Expect(condition(claim, v1alpha1.ConditionSuspended)).To(And(
+		HaveField("Status", metav1.ConditionFalse), HaveField("Reason", v1alpha1.ReasonSuspendNotSupported)))
+	s.g.Expect(claim.DeletionTimestamp).NotTo(BeNil(), "deleted as without sleep")
+	s.g.Expect(s.recorded()).To(ContainElement(ContainSubstring(v1alpha1.ReasonSuspendNotSupported)))
+
+	s.g.Eventually(func() *v1alpha1.NodeClaim { _, _ = s.reconcile("nopower-a"); return s.claim("nopower-a") }).Should(BeNil())
+	s.g.Expect(s.provider.recorded()).To(ContainElement("delete test://nopower-a"))
+	s.g.Expect(s.getNode("nopower-a")).To(BeNil())
+}
+
+func TestASuspendErrorIsAConditionAndAnEventAndIsRetriedWithBackoff(t *testing.T) {
+	s, machines := newSleepScenario(t, "suspendfail")
+	s.ready("suspendfail-a")
+	machines.failNext("suspend", errors.New("hypervisor busy"), errors.New("hypervisor busy"))
+	s.askToSleep("suspendfail-a")
+
+	first := s.mustReconcile("suspendfail-a")
+	claim := s.claim("suspendfail-a")
+	s.g.Expect(condition(claim, v1alpha1.ConditionSuspended)).To(And(
+		HaveField("Status", metav1.ConditionFalse), HaveField("Reason", v1alpha1.ReasonSuspendFailed), HaveField("Message", ContainSubstring("hypervisor busy"))))
+	s.g.Expect(s.recorded()).To(ContainElement(And(ContainSubstring(v1alpha1.ReasonSuspendFailed), ContainSubstring("hypervisor busy"))))
+	s.g.Expect(first.RequeueAfter).To(BeNumerically(">", 0))
+	s.g.Expect(s.getNode("suspendfail-a")).NotTo(BeNil(), "the Node stays until its machine is stopped")
+	second := s.mustReconcile("suspendfail-a")
+	s.g.Expect(second.RequeueAfter).To(BeNumerically(">", first.RequeueAfter), "backs off")
+
+	s.mustReconcile("suspendfail-a")
+	s.g.Expect(s.claim("suspendfail-a").Asleep()).To(BeTrue())
+	s.g.Expect(s.getNode("suspendfail-a")).To(BeNil())
+}
+
+func TestAnAsleepClaimOutlivesTheRegistrationTimeoutAndIsDeletedAtTheSleepLimit(t *testing.T) {
+	s, machines := newSleepScenario(t, "sleeplimit")
+	s.asleep("sleeplimit-a")
+	since := s.claim("sleeplimit-a").AsleepSince()
+	s.clock.SetTime(since.Add(20 * time.Minute))
+	before := testutil.ToFloat64(metrics.NodeClaimsTerminated.WithLabelValues("sleeplimit", metrics.ReasonSleepLimit))
+
+	result := s.mustReconcile("sleeplimit-a")
+	s.g.Expect(s.claim("sleeplimit-a").DeletionTimestamp).To(BeNil(), "a sleeping machine's missing Node is no lost machine")
+	s.g.Expect(result.RequeueAfter).To(Equal(40*time.Minute), "looks again at the sleep limit")
+
+	s.clock.SetTime(since.Add(time.Hour))
+	s.mustReconcile("sleeplimit-a")
+	claim := s.claim("sleeplimit-a")
+	s.g.Expect(claim.DeletionTimestamp).NotTo(BeNil())
+	s.g.Expect(condition(claim, v1alpha1.ConditionSuspended)).To(HaveField("Message", ContainSubstring("sleep.deleteAfter is 1h0m0s")))
+	s.g.Expect(s.recorded()).To(ContainElement(ContainSubstring(metrics.ReasonSleepLimit)))
+
+	// Termination has no node to drain: it deletes the machine.
+	s.g.Eventually(func() *v1alpha1.NodeClaim { _, _ = s.reconcile("sleeplimit-a"); return s.claim("sleeplimit-a") }).Should(BeNil())
+	s.g.Expect(machines.state(fakeID("sleeplimit-a"))).To(BeEmpty(), "the machine is deleted")
+	s.g.Expect(machines.powerCalls()).To(Equal([]string{"suspend " + fakeID("sleeplimit-a")}), "never woken")
+	s.g.Expect(testutil.ToFloat64(metrics.NodeClaimsTerminated.WithLabelValues("sleeplimit", metrics.ReasonSleepLimit))).To(Equal(before + 1))
+}
+
+func TestWakingStartsTheMachineAndAdoptsOnlyTheNodeWithItsProviderID(t *testing.T) {
+	s, machines := newSleepScenario(t, "wake")
+	s.asleep("wake-a")
+	s.clock.Step(30 * time.Minute)
+	before := wakes("wake", metrics.SleepResultSuccess)
+	s.askToWake("wake-a")
+
+	s.mustReconcile("wake-a")
+	claim := s.claim("wake-a")
+	s.g.Expect(machines.state(fakeID("wake-a"))).To(Equal(provider.InstanceRunning))
+	s.g.Expect(condition(claim, v1alpha1.ConditionSuspended)).To(And(
+		HaveField("Status", metav1.ConditionFalse), HaveField("Reason", v1alpha1.ReasonWaking),
+		HaveField("LastTransitionTime.Time", BeTemporally("==", s.clock.Now()))))
+	s.g.Expect(condition(claim, v1alpha1.ConditionRegistered)).To(HaveField("Reason", v1alpha1.ReasonWaitingForNode))
+
+	// A node named as the machine's was, but another machine's: not ours.
+	s.node("wake-a", "fake://test/someone-else", corev1.ConditionTrue)
+	s.mustReconcile("wake-a")
+	s.g.Expect(condition(s.claim("wake-a"), v1alpha1.ConditionRegistered)).To(HaveField("Reason", v1alpha1.ReasonWaitingForNode))
+
+	s.clock.Step(3 * time.Second)
+	s.node("wake-a-again", fakeID("wake-a"), corev1.ConditionTrue)
+	s.mustReconcile("wake-a")
+	claim = s.claim("wake-a")
+	s.g.Expect(claim.Status.NodeName).To(Equal("wake-a-again"))
+	s.g.Expect(condition(claim, v1alpha1.ConditionSuspended)).To(And(
+		HaveField("Reason", v1alpha1.ReasonAwake), HaveField("Message", ContainSubstring("3s"))))
+	s.g.Expect(condition(claim, v1alpha1.ConditionReady)).To(HaveField("Status", metav1.ConditionTrue))
+	s.g.Expect(wakes("wake", metrics.SleepResultSuccess)).To(Equal(before + 1))
+	latency := &dto.Metric{}
+	s.g.Expect(metrics.WakeToRegisteredSeconds.WithLabelValues("wake").(prometheus.Histogram).Write(latency)).To(Succeed())
+	s.g.Expect(latency.GetHistogram().GetSampleCount()).To(Equal(uint64(1)))
+	s.g.Expect(latency.GetHistogram().GetSampleSum()).To(Equal(3.0), "from the wake to the Node")
+	s.g.Expect(machines.Calls(fake.Create)).To(HaveLen(1), "woken, not made")
+	s.g.Expect(s.recorded()).To(ContainElement(ContainSubstring(v1alpha1.ReasonAwake)))
+}
+
+func TestAWokenMachineWithoutANodeWithinTheRegistrationTimeoutFromTheWakeIsDeleted(t *testing.T) {
+	s, machines := newSleepScenario(t, "waketimeout")
+	s.asleep("waketimeout-a")
+	// Long past the registration timeout counted from the claim's creation.
+	s.clock.Step(30 * time.Minute)
+	before := wakes("waketimeout", metrics.SleepResultRegistrationTimeout)
+	s.askToWake("waketimeout-a")
+	s.mustReconcile("waketimeout-a")
+
+	s.clock.Step(9 * time.Minute)
+	s.mustReconcile("waketimeout-a")
+	s.g.Expect(s.claim("waketimeout-a").DeletionTimestamp).To(BeNil(), "counted from the wake")
+
+	s.clock.Step(time.Minute + time.Second)
+	s.mustReconcile("waketimeout-a")
+	claim := s.claim("waketimeout-a")
+	s.g.Expect(claim.DeletionTimestamp).NotTo(BeNil())
+	s.g.Expect(condition(claim, v1alpha1.ConditionRegistered)).To(And(
+		HaveField("Reason", v1alpha1.ReasonRegistrationTimeout), HaveField("Message", ContainSubstring("after its machine was woken"))))
+	s.g.Expect(wakes("waketimeout", metrics.SleepResultRegistrationTimeout)).To(Equal(before + 1))
+	s.g.Eventually(func() *v1alpha1.NodeClaim { _, _ = s.reconcile("waketimeout-a"); return s.claim("waketimeout-a") }).Should(BeNil())
+	s.g.Expect(machines.Machines()).To(BeEmpty())
+}
+
+func TestAWakeWithoutCapacityDeletesTheClaimAndBacksOffItsPoolAndShape(t *testing.T) {
+	s, machines := newSleepScenario(t, "wakecapacity")
+	s.asleep("wakecapacity-a")
+	machines.failNext("resume", provider.NewInsufficientCapacity(errors.New("no memory free on host pve2")))
+	s.askToWake("wakecapacity-a")
+
+	s.mustReconcile("wakecapacity-a")
+	claim := s.claim("wakecapacity-a")
+	s.g.Expect(s.capacity.entries()).To(Equal([]string{"wakecapacity/c2/"}))
+	s.g.Expect(claim.DeletionTimestamp).NotTo(BeNil(), "provisioning makes a new machine for the pods")
+	s.g.Expect(condition(claim, v1alpha1.ConditionLaunched)).To(And(
+		HaveField("Reason", v1alpha1.ReasonInsufficientCapacity), HaveField("Message", ContainSubstring("no memory free on host pve2"))))
+
+	s.g.Eventually(func() *v1alpha1.NodeClaim { _, _ = s.reconcile("wakecapacity-a"); return s.claim("wakecapacity-a") }).Should(BeNil())
+	s.g.Expect(machines.Calls(fake.Create)).To(HaveLen(1), "the claim had a machine: never made again")
+	s.g.Expect(machines.Machines()).To(BeEmpty())
+}
+
+// failingNodeDeletes fails the next Node deletions: a controller killed
+// after its machine was stopped and before its Node was deleted.
+type failingNodeDeletes struct {
+	client.Client
+	left atomic.Int32
+}
+
+func (c *failingNodeDeletes) Delete(ctx context.Context, obj client.Object, opts ...client.DeleteOption) error {
+	if _, ok := obj.(*corev1.Node); ok && c.left.Add(-1) >= 0 {
+		return errors.New("killed")
+	}
+	return c.Client.Delete(ctx, obj, opts...)
+}
+
+func TestACrashBetweenSuspendAndTheNodesDeletionEndsAsleepWithOneMachine(t *testing.T) {
+	s, machines := newSleepScenario(t, "crashsuspend")
+	s.ready("crashsuspend-a")
+	crashing := &failingNodeDeletes{Client: cached}
+	crashing.left.Store(1)
+	s.c.Kube = crashing
+	s.askToSleep("crashsuspend-a")
+
+	_, err := s.reconcile("crashsuspend-a")
+	s.g.Expect(err).To(HaveOccurred())
+	s.g.Expect(machines.state(fakeID("crashsuspend-a"))).To(Equal(provider.InstanceSuspended))
+	s.g.Expect(s.getNode("crashsuspend-a")).NotTo(BeNil())
+	s.g.Expect(s.claim("crashsuspend-a").Asleep()).To(BeFalse(), "not asleep until the Node is gone")
+
+	s.mustReconcile("crashsuspend-a")
+	s.g.Expect(s.claim("crashsuspend-a").Asleep()).To(BeTrue())
+	s.g.Expect(s.getNode("crashsuspend-a")).To(BeNil())
+	s.g.Expect(machines.Machines()).To(HaveLen(1), "one machine per claim")
+	s.g.Expect(machines.Calls(fake.Create)).To(HaveLen(1))
+}
+
+func TestACrashBetweenResumeAndRegistrationEndsAwakeWithOneMachine(t *testing.T) {
+	s, machines := newSleepScenario(t, "crashwake")
+	s.asleep("crashwake-a")
+	s.askToWake("crashwake-a")
+	// The controller that woke the machine was killed before it wrote
+	// Waking: the claim still says Suspended=True.
+	s.g.Expect(machines.Resume(s.ctx, fakeID("crashwake-a"))).To(Succeed())
+	s.node("crashwake-a", fakeID("crashwake-a"), corev1.ConditionTrue)
+
+	s.mustReconcile("crashwake-a")
+	s.g.Expect(condition(s.claim("crashwake-a"), v1alpha1.ConditionSuspended)).To(HaveField("Reason", v1alpha1.ReasonWaking))
+	s.mustReconcile("crashwake-a")
+	s.g.Expect(condition(s.claim("crashwake-a"), v1alpha1.ConditionSuspended)).To(HaveField("Reason", v1alpha1.ReasonAwake))
+	s.g.Expect(machines.Machines()).To(HaveLen(1), "one machine per claim")
+	s.g.Expect(machines.Calls(fake.Create)).To(HaveLen(1), "never made again")
+	s.g.Expect(machines.state(fakeID("crashwake-a"))).To(Equal(provider.InstanceRunning))
+}
+
+func TestASleepCancelledBeforeTheMachineSleptUncordonsTheNode(t *testing.T) {
+	s, machines := newSleepScenario(t, "cancel")
+	s.ready("cancel-a")
+	s.pod("cancel-app", "cancel-a")
+	s.askToSleep("cancel-a")
+	s.mustReconcile("cancel-a")
+	s.g.Expect(s.getNode("cancel-a").Spec.Taints).To(ContainElement(HaveField("Key", v1alpha1.TaintDisrupted)))
+
+	s.askToWake("cancel-a")
+	s.mustReconcile("cancel-a")
+	s.g.Expect(s.getNode("cancel-a").Spec.Taints).NotTo(ContainElement(HaveField("Key", v1alpha1.TaintDisrupted)))
+	s.g.Expect(condition(s.claim("cancel-a"), v1alpha1.ConditionSuspended)).To(HaveField("Reason", v1alpha1.ReasonAwake))
+	s.g.Expect(machines.state(fakeID("cancel-a"))).To(Equal(provider.InstanceRunning))
+}
+
+// A person deleting a sleeping claim deletes its machine without a drain
+// and without waking it.
+func TestDeletingAnAsleepClaimDeletesItsMachineWithoutWakingIt(t *testing.T) {
+	s, machines := newSleepScenario(t, "deleteasleep")
+	s.asleep("deleteasleep-a")
+	s.deleteClaim("deleteasleep-a")
+	s.g.Eventually(func() *v1alpha1.NodeClaim { _, _ = s.reconcile("deleteasleep-a"); return s.claim("deleteasleep-a") }).Should(BeNil())
+	s.g.Expect(machines.Machines()).To(BeEmpty())
+	s.g.Expect(machines.powerCalls()).NotTo(ContainElement(HavePrefix("resume")))
+}
