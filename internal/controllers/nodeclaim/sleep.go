@@ -86,7 +86,7 @@ func (s *sleep) suspend(ctx context.Context, claim *v1alpha1.NodeClaim) (reconci
 	case provider.IsNotFound(err):
 		message := fmt.Sprintf("stopping machine %s: %v; the machine is gone, deleting the claim", providerID, err)
 		s.setSuspending(claim, v1alpha1.ReasonSuspendFailed, message)
-		s.eventf(ctx, claim, node, corev1.EventTypeWarning, "MachineGone", "Suspend", "%s", message)
+		s.eventf(ctx, claim, nil, corev1.EventTypeWarning, "MachineGone", "Suspend", "%s", message)
 		s.countSuspend(ctx, claim, metrics.SleepResultMachineGone)
 		deleteAfterStatus(ctx)
 		return reconcile.Result{}, nil
@@ -97,7 +97,7 @@ func (s *sleep) suspend(ctx context.Context, claim *v1alpha1.NodeClaim) (reconci
 		}
 		wait := s.retryAfter(claim, err, maxWait)
 		s.setSuspending(claim, v1alpha1.ReasonSuspendFailed, fmt.Sprintf("stopping machine %s: %v (retrying in %s)", providerID, err, wait.Round(time.Second)))
-		s.eventf(ctx, claim, node, corev1.EventTypeWarning, v1alpha1.ReasonSuspendFailed, "Suspend", "stopping machine %s: %v", providerID, err)
+		s.eventf(ctx, claim, nil, corev1.EventTypeWarning, v1alpha1.ReasonSuspendFailed, "Suspend", "stopping machine %s: %v", providerID, err)
 		s.countSuspend(ctx, claim, metrics.SleepResultFailed)
 		log.FromContext(ctx).Info("suspend failed, retrying", "error", err.Error(), "after", wait)
 		return reconcile.Result{RequeueAfter: wait}, nil

@@ -116,6 +116,12 @@ func (s *scenario) ready(name string) {
 	s.g.Expect(condition(s.claim(name), v1alpha1.ConditionInitialized)).To(HaveField("Status", metav1.ConditionTrue))
 }
 
+// cachedPod waits until the cache the drain reads has the pod.
+func (s *scenario) cachedPod(pod *corev1.Pod) {
+	s.t.Helper()
+	s.g.Eventually(func() error { return cached.Get(s.ctx, client.ObjectKeyFromObject(pod), &corev1.Pod{}) }).Should(Succeed())
+}
+
 // askToSleep sets the suspend annotation, as disruption does.
 func (s *scenario) askToSleep(name string) {
 	s.t.Helper()
@@ -158,6 +164,7 @@ func TestAClaimAskedToSleepIsDrainedThenItsMachineStoppedThenItsNodeDeleted(t *t
 	s, machines := newSleepScenario(t, "suspend")
 	s.ready("suspend-a")
 	pod := s.pod("suspend-app", "suspend-a")
+	s.cachedPod(pod)
 	before := suspends("suspend", metrics.SleepResultSuccess)
 	s.askToSleep("suspend-a")
 
@@ -372,10 +379,10 @@ func TestACrashBetweenResumeAndRegistrationEndsAwakeWithOneMachine(t *testing.T)
 	// The controller that woke the machine was killed before it wrote
 	// Waking: the claim still says Suspended=True.
 	s.g.Expect(machines.Resume(s.ctx, fakeID("crashwake-a"))).To(Succeed())
-	s.node("crashwake-a", fakeID("crashwake-a"), corev1.ConditionTrue)
 
 	s.mustReconcile("crashwake-a")
 	s.g.Expect(condition(s.claim("crashwake-a"), v1alpha1.ConditionSuspended)).To(HaveField("Reason", v1alpha1.ReasonWaking))
+	s.node("crashwake-a", fakeID("crashwake-a"), corev1.ConditionTrue)
 	s.mustReconcile("crashwake-a")
 	s.g.Expect(condition(s.claim("crashwake-a"), v1alpha1.ConditionSuspended)).To(HaveField("Reason", v1alpha1.ReasonAwake))
 	s.g.Expect(machines.Machines()).To(HaveLen(1), "one machine per claim")
@@ -386,7 +393,7 @@ func TestACrashBetweenResumeAndRegistrationEndsAwakeWithOneMachine(t *testing.T)
 func TestASleepCancelledBeforeTheMachineSleptUncordonsTheNode(t *testing.T) {
 	s, machines := newSleepScenario(t, "cancel")
 	s.ready("cancel-a")
-	s.pod("cancel-app", "cancel-a")
+	s.cachedPod(s.pod("cancel-app", "cancel-a"))
 	s.askToSleep("cancel-a")
 	s.mustReconcile("cancel-a")
 	s.g.Expect(s.getNode("cancel-a").Spec.Taints).To(ContainElement(HaveField("Key", v1alpha1.TaintDisrupted)))
