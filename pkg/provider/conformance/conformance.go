@@ -4,7 +4,9 @@
 // ownership tags are on the machine from its create on, List sees only this
 // cluster's machines, Delete refuses a machine without our cluster tag and
 // takes "already gone" as done, Get of an unknown machine is not-found,
-// errors keep their kinds, and Create makes what Shapes promised.
+// errors keep their kinds, and Create makes what Shapes promised. A
+// provider that can manage power (provider.CanManagePower) is also held to
+// the sleep clauses (power.go); one that cannot skips them with a note.
 //
 // A provider's tests run the kit with Run, giving it a Harness: the
 // provider on its test infrastructure (a fake API, a plugin), and a second
@@ -65,6 +67,7 @@ const (
 	InsufficientCapacity Kind = "InsufficientCapacity"
 	Terminal             Kind = "Terminal"
 	Retryable            Kind = "Retryable"
+	NotSupported         Kind = "NotSupported"
 )
 
 // KindOf says which kind err is.
@@ -78,6 +81,8 @@ func KindOf(err error) Kind {
 		return InsufficientCapacity
 	case provider.IsTerminal(err):
 		return Terminal
+	case provider.IsNotSupported(err):
+		return NotSupported
 	default:
 		return Retryable
 	}
@@ -96,9 +101,10 @@ type Check struct {
 	Run  func(ctx context.Context, h Harness) error
 }
 
-// Checks are the clauses of the contract, in the order Run checks them.
+// Checks are the clauses of the contract, in the order Run checks them;
+// the sleep clauses come last.
 func Checks() []Check {
-	return []Check{
+	return append([]Check{
 		{"Shapes are well-formed", checkShapes},
 		{"Create is idempotent by claim", checkIdempotent},
 		{"concurrent Creates of one claim make one machine", checkConcurrent},
@@ -109,16 +115,23 @@ func Checks() []Check {
 		{"Delete of a machine already gone is success", checkDeleteGone},
 		{"Get of an unknown machine is not-found", checkGetUnknown},
 		{"errors keep their kinds", checkErrorKinds},
-	}
+	}, powerChecks()...)
 }
 
 // Run runs every check as a subtest, each with a harness from newHarness
-// (which registers its own cleanup with t).
+// (which registers its own cleanup with t). A check that does not apply
+// (the sleep checks of a provider that cannot manage power) is skipped
+// with its note.
 func Run(t *testing.T, newHarness func(t *testing.T) Harness) {
 	t.Helper()
 	for _, check := range Checks() {
 		t.Run(check.Name, func(t *testing.T) {
-			if err := RunCheck(t.Context(), check, newHarness(t)); err != nil {
+			err := RunCheck(t.Context(), check, newHarness(t))
+			var skipped *Skipped
+			switch {
+			case errors.As(err, &skipped):
+				t.Skip(skipped.Note)
+			case err != nil:
 				t.Error(err)
 			}
 		})

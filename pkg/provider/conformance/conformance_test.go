@@ -33,6 +33,7 @@ type flaws struct {
 	// Not a flaw: a new machine answers InProgress on the Create that
 	// makes it, as a Proxmox clone or a Cluster API Machine does.
 	slowCreates bool
+	power       powerFlaws
 }
 
 // infrastructure is an in-memory machine service shared by the clusters
@@ -128,6 +129,9 @@ func (m *memory) Delete(_ context.Context, providerID string) error {
 	if machine.Tags[v1alpha1.TagCluster] != m.cluster && !m.flaws.deletesForeign {
 		return m.err(provider.NewTerminal(fmt.Errorf("refusing to delete %s: not tagged for cluster %s", providerID, m.cluster)))
 	}
+	if machine.State == provider.InstanceSuspended && m.flaws.power.keepsSuspended {
+		return m.err(provider.NewTerminal(fmt.Errorf("machine %s is stopped: start it before deleting it", providerID)))
+	}
 	delete(m.infra.machines, providerID)
 	return nil
 }
@@ -147,7 +151,7 @@ func (m *memory) List(context.Context) ([]*provider.Instance, error) {
 	defer m.infra.mu.Unlock()
 	var out []*provider.Instance
 	for _, machine := range m.infra.machines {
-		if machine.Tags[v1alpha1.TagCluster] == m.cluster {
+		if machine.Tags[v1alpha1.TagCluster] == m.cluster && !(machine.State == provider.InstanceSuspended && m.flaws.power.hidesSuspended) {
 			out = append(out, copyOf(machine))
 		}
 	}
@@ -226,8 +230,20 @@ func claimOf(name, cpu string) *v1alpha1.NodeClaim {
 // harness is a plugin with flaws over an in-memory infrastructure, and a
 // well-behaved provider of another cluster on the same infrastructure.
 func harness(t *testing.T, f flaws) conformance.Harness {
+	return harnessOver(t, f, func(t *testing.T, p provider.Provider, cluster string) provider.Provider {
+		return servePlugin(t, p, cluster)
+	})
+}
+
+// harnessOver is harness with the provider under test reached through
+// connect (served as a plugin, or called directly).
+func harnessOver(t *testing.T, f flaws, connect func(t *testing.T, p provider.Provider, cluster string) provider.Provider) conformance.Harness {
 	infra := &infrastructure{machines: map[string]*provider.Instance{}, madeWith: map[string]map[string]string{}}
-	p := servePlugin(t, &memory{infra: infra, cluster: "ours", flaws: f, making: map[string]bool{}}, "ours")
+	var ours provider.Provider = &memory{infra: infra, cluster: "ours", flaws: f, making: map[string]bool{}}
+	if f.power.none {
+		ours = powerless{ours}
+	}
+	p := connect(t, ours, "ours")
 	h := conformance.Harness{
 		Provider: p, ClusterName: "ours",
 		Foreign:           &memory{infra: infra, cluster: "theirs"},

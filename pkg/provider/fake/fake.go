@@ -11,9 +11,13 @@
 // machine is not-found.
 //
 // Machines carry a state (Creating while a create is in progress, Running
-// after); SetState changes it the way a provider's power operations would,
-// so power management can be tested on the same fake when the provider
-// interface grows it.
+// after, Suspended while asleep). The fake manages power
+// (provider.PowerManager, power.go) as the contract says: Suspend and
+// Resume are idempotent, refuse a machine without this cluster's tag and
+// answer NotFound for one that is gone; their errors are injected like any
+// other call's (FailNext(fake.Resume, provider.NewInsufficientCapacity(…)),
+// provider.NewNotSupported), and DisablePower makes a provider that cannot
+// manage power at all. SetState changes a machine's state directly.
 package fake
 
 import (
@@ -40,6 +44,9 @@ const (
 	Get    Method = "Get"
 	List   Method = "List"
 	Shapes Method = "Shapes"
+	// Suspend and Resume are the power calls (provider.PowerManager).
+	Suspend Method = "Suspend"
+	Resume  Method = "Resume"
 )
 
 // ProviderIDPrefix begins every providerID the fake makes.
@@ -51,7 +58,7 @@ type Call struct {
 	// Cluster is the cluster of the provider that was called.
 	Cluster string
 	// Claim is the claim of a Create; Pool the pool of a Create or Shapes;
-	// ProviderID the machine of a Delete or Get.
+	// ProviderID the machine of a Delete, Get, Suspend or Resume.
 	Claim, Pool, ProviderID string
 	// UserData is what a Create was given to deliver.
 	UserData []byte
@@ -78,6 +85,8 @@ type Infrastructure struct {
 	// creating counts the InProgress answers given per claim.
 	creating map[string]int
 	now      func() time.Time
+	// powerless: the providers cannot manage power (DisablePower).
+	powerless bool
 }
 
 // NewInfrastructure makes an empty infrastructure offering shapes to every
