@@ -3,8 +3,8 @@ package nodeclaim
 import (
 	"context"
 	"errors"
-	"fmt"
-	"sync"
+	"strconv"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -23,67 +23,21 @@ import (
 	"github.com/claimscale/claimscale/pkg/provider/fake"
 )
 
-// powerFake adds the provider.PowerManager contract (pkg/provider/power.go)
-// to pkg/provider/fake, minimally, until the fake has power state of its
-// own: Suspend and Resume put a machine into the state a stop or start
-// would, are idempotent, refuse a machine without this cluster's tag
-// (Terminal), answer NotFound for one that is gone, and answer an error a
-// test queued first.
-type powerFake struct {
-	*fake.Provider
-	mu    sync.Mutex
-	next  map[string][]error // by operation: suspend, resume
-	calls []string
-}
+// powered is pkg/provider/fake, which manages power as the contract says,
+// with what these tests read of it.
+type powered struct{ *fake.Provider }
 
-func newPowerFake() *powerFake {
-	return &powerFake{Provider: fake.New("test"), next: map[string][]error{}}
-}
-
-func (p *powerFake) failNext(operation string, errs ...error) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.next[operation] = append(p.next[operation], errs...)
-}
-
-func (p *powerFake) Suspend(ctx context.Context, providerID string) error {
-	return p.power(ctx, "suspend", providerID, provider.InstanceSuspended)
-}
-
-func (p *powerFake) Resume(ctx context.Context, providerID string) error {
-	return p.power(ctx, "resume", providerID, provider.InstanceRunning)
-}
-
-func (p *powerFake) power(ctx context.Context, operation, providerID string, state provider.InstanceState) error {
-	p.mu.Lock()
-	p.calls = append(p.calls, operation+" "+providerID)
-	var err error
-	if queue := p.next[operation]; len(queue) > 0 {
-		err, p.next[operation] = queue[0], queue[1:]
+// powerCalls lists the Suspend and Resume calls, as "suspend ID".
+func (p powered) powerCalls() []string {
+	var calls []string
+	for _, call := range p.Calls(fake.Suspend, fake.Resume) {
+		calls = append(calls, strings.ToLower(string(call.Method))+" "+call.ProviderID)
 	}
-	p.mu.Unlock()
-	if err != nil {
-		return err
-	}
-	machine, err := p.Get(ctx, providerID)
-	if err != nil {
-		return err
-	}
-	if machine.Tags[v1alpha1.TagCluster] != p.ClusterName {
-		return provider.NewTerminal(fmt.Errorf("machine %s is not ours", providerID))
-	}
-	p.SetState(providerID, state)
-	return nil
-}
-
-func (p *powerFake) powerCalls() []string {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return append([]string(nil), p.calls...)
+	return calls
 }
 
 // state is where the machine stands; "" once it is gone.
-func (p *powerFake) state(providerID string) provider.InstanceState {
+func (p powered) state(providerID string) provider.InstanceState {
 	for _, machine := range p.Machines() {
 		if machine.ProviderID == providerID {
 			return machine.State
@@ -94,13 +48,13 @@ func (p *powerFake) state(providerID string) provider.InstanceState {
 
 // newSleepScenario is a pool whose machines may sleep for an hour, on a
 // provider that can stop and start them.
-func newSleepScenario(t *testing.T, name string) (*scenario, *powerFake) {
+func newSleepScenario(t *testing.T, name string) (*scenario, powered) {
 	s := newScenario(t, name, func(pool *v1alpha1.NodePool) {
 		pool.Spec.Disruption.Sleep = &v1alpha1.Sleep{Machines: "5", DeleteAfter: &metav1.Duration{Duration: time.Hour}}
 		pool.Spec.RegistrationTimeout = &metav1.Duration{Duration: 10 * time.Minute}
 	})
-	machines := newPowerFake()
-	s.resolver.wrapped = machines
+	machines := powered{fake.New("test")}
+	s.resolver.wrapped = machines.Provider
 	return s, machines
 }
 
@@ -196,26 +150,57 @@ func TestAClaimAskedToSleepIsDrainedThenItsMachineStoppedThenItsNodeDeleted(t *t
 }
 
 func TestAClaimAskedToSleepOnAProviderThatCannotStopMachinesIsDeletedInstead(t *testing.T) {
-	s := newScenario(t, "nopower")
-	s.registered("nopower-a", corev1.ConditionTrue)
-	s.askToSleep("nopower-a")
+	for _, tc := range []struct {
+		name string
+		// powerless makes the scenario's provider one that cannot stop
+		// machines and returns how to read its deletes.
+		powerless func(s *scenario) (deleted func() []string)
+	}{
+		{"a provider without the power calls", func(s *scenario) func() []string {
+			return func() []string { return s.provider.recorded() }
+		}},
+		{"a provider that says at run time it has none (a plugin without the RPCs)", func(s *scenario) func() []string {
+			machines := fake.New("test")
+			machines.DisablePower()
+			s.resolver.wrapped = machines
+			return func() []string {
+				var deletes []string
+				for _, call := range machines.Calls(fake.Delete) {
+					deletes = append(deletes, "delete "+call.ProviderID)
+				}
+				return deletes
+			}
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			name := "nopower" + strconv.Itoa(len(tc.name))
+			s := newScenario(t, name)
+			deleted := tc.powerless(s)
+			s.newClaim(name + "-a")
+			s.mustReconcile(name + "-a")
+			providerID := s.claim(name + "-a").Status.ProviderID
+			s.node(name+"-a", providerID, corev1.ConditionTrue)
+			s.mustReconcile(name + "-a")
+			s.askToSleep(name + "-a")
 
-	s.mustReconcile("nopower-a")
-	claim := s.claim("nopower-a")
-	s.g.Expect(condition(claim, v1alpha1.ConditionSuspended)).To(And(
-		HaveField("Status", metav1.ConditionFalse), HaveField("Reason", v1alpha1.ReasonSuspendNotSupported)))
-	s.g.Expect(claim.DeletionTimestamp).NotTo(BeNil(), "deleted as without sleep")
-	s.g.Expect(s.recorded()).To(ContainElement(ContainSubstring(v1alpha1.ReasonSuspendNotSupported)))
+			s.mustReconcile(name + "-a")
+			claim := s.claim(name + "-a")
+			s.g.Expect(condition(claim, v1alpha1.ConditionSuspended)).To(And(
+				HaveField("Status", metav1.ConditionFalse), HaveField("Reason", v1alpha1.ReasonSuspendNotSupported)))
+			s.g.Expect(claim.DeletionTimestamp).NotTo(BeNil(), "deleted as without sleep")
+			s.g.Expect(s.recorded()).To(ContainElement(ContainSubstring(v1alpha1.ReasonSuspendNotSupported)))
 
-	s.g.Eventually(func() *v1alpha1.NodeClaim { _, _ = s.reconcile("nopower-a"); return s.claim("nopower-a") }).Should(BeNil())
-	s.g.Expect(s.provider.recorded()).To(ContainElement("delete test://nopower-a"))
-	s.g.Expect(s.getNode("nopower-a")).To(BeNil())
+			s.g.Eventually(func() *v1alpha1.NodeClaim { _, _ = s.reconcile(name + "-a"); return s.claim(name + "-a") }).Should(BeNil())
+			s.g.Expect(deleted()).To(ContainElement("delete " + providerID))
+			s.g.Expect(s.getNode(name + "-a")).To(BeNil())
+		})
+	}
 }
 
 func TestASuspendErrorIsAConditionAndAnEventAndIsRetriedWithBackoff(t *testing.T) {
 	s, machines := newSleepScenario(t, "suspendfail")
 	s.ready("suspendfail-a")
-	machines.failNext("suspend", errors.New("hypervisor busy"), errors.New("hypervisor busy"))
+	machines.FailNext(fake.Suspend, errors.New("hypervisor busy"), errors.New("hypervisor busy"))
 	s.askToSleep("suspendfail-a")
 
 	first := s.mustReconcile("suspendfail-a")
@@ -322,7 +307,7 @@ func TestAWokenMachineWithoutANodeWithinTheRegistrationTimeoutFromTheWakeIsDelet
 func TestAWakeWithoutCapacityDeletesTheClaimAndBacksOffItsPoolAndShape(t *testing.T) {
 	s, machines := newSleepScenario(t, "wakecapacity")
 	s.asleep("wakecapacity-a")
-	machines.failNext("resume", provider.NewInsufficientCapacity(errors.New("no memory free on host pve2")))
+	machines.FailNext(fake.Resume, provider.NewInsufficientCapacity(errors.New("no memory free on host pve2")))
 	s.askToWake("wakecapacity-a")
 
 	s.mustReconcile("wakecapacity-a")
