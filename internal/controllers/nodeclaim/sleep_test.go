@@ -229,6 +229,11 @@ func TestAnAsleepClaimOutlivesTheRegistrationTimeoutAndIsDeletedAtTheSleepLimit(
 	s.g.Expect(s.claim("sleeplimit-a").DeletionTimestamp).To(BeNil(), "a sleeping machine's missing Node is no lost machine")
 	s.g.Expect(result.RequeueAfter).To(Equal(40*time.Minute), "looks again at the sleep limit")
 
+	// Disruption's mark from when it put the machine to sleep may still
+	// be there: the sleep limit is still why the claim goes.
+	marked := s.claim("sleeplimit-a")
+	marked.SetCondition(v1alpha1.ConditionDisrupting, metav1.ConditionTrue, string(v1alpha1.DisruptionReasonEmpty), "empty", s.clock.Now())
+	s.g.Expect(env.Client.Status().Update(s.ctx, marked)).To(Succeed())
 	s.clock.SetTime(since.Add(time.Hour))
 	s.mustReconcile("sleeplimit-a")
 	claim := s.claim("sleeplimit-a")

@@ -114,14 +114,16 @@ func (c *Controller) terminate(ctx context.Context, claim *v1alpha1.NodeClaim) (
 }
 
 // terminationReason is why a claim went, for the termination counter:
-// the reason it was disrupted for, else that it slept too long, else why
+// that it slept too long, else the reason it was disrupted for, else why
 // it failed (a registration timeout, no capacity), else Deleted (by a person, or with its node).
 func terminationReason(claim *v1alpha1.NodeClaim) string {
-	if condition := meta.FindStatusCondition(claim.Status.Conditions, v1alpha1.ConditionDisrupting); condition != nil && condition.Status == metav1.ConditionTrue {
-		return condition.Reason
-	}
+	// First: the Disrupting mark that put the machine to sleep may still
+	// be on the claim the sleep limit deletes.
 	if sleptTooLong(claim) {
 		return metrics.ReasonSleepLimit
+	}
+	if condition := meta.FindStatusCondition(claim.Status.Conditions, v1alpha1.ConditionDisrupting); condition != nil && condition.Status == metav1.ConditionTrue {
+		return condition.Reason
 	}
 	for _, conditionType := range []string{v1alpha1.ConditionFailed, v1alpha1.ConditionRegistered, v1alpha1.ConditionLaunched} {
 		condition := meta.FindStatusCondition(claim.Status.Conditions, conditionType)
