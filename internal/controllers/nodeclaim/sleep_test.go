@@ -327,6 +327,42 @@ func TestAWakeWithoutCapacityDeletesTheClaimAndBacksOffItsPoolAndShape(t *testin
 	s.g.Expect(machines.Machines()).To(BeEmpty())
 }
 
+// failingClaimDeletes fails the next claim deletions: a controller
+// killed after it wrote why a claim goes and before it deleted it.
+type failingClaimDeletes struct {
+	client.Client
+	left atomic.Int32
+}
+
+func (c *failingClaimDeletes) Delete(ctx context.Context, obj client.Object, opts ...client.DeleteOption) error {
+	if _, ok := obj.(*v1alpha1.NodeClaim); ok && c.left.Add(-1) >= 0 {
+		return errors.New("killed")
+	}
+	return c.Client.Delete(ctx, obj, opts...)
+}
+
+// A claim left Launched=False by a wake without capacity, and not deleted
+// after all, still has its machine: it is woken again, never launched.
+func TestAClaimThatSleptIsNeverLaunchedAgain(t *testing.T) {
+	s, machines := newSleepScenario(t, "neverrelaunch")
+	s.asleep("neverrelaunch-a")
+	crashing := &failingClaimDeletes{Client: cached}
+	crashing.left.Store(1)
+	s.c.Kube = crashing
+	machines.FailNext(fake.Resume, provider.NewInsufficientCapacity(errors.New("no memory free on host pve2")))
+	s.askToWake("neverrelaunch-a")
+	_, err := s.reconcile("neverrelaunch-a")
+	s.g.Expect(err).To(HaveOccurred())
+	s.g.Expect(condition(s.claim("neverrelaunch-a"), v1alpha1.ConditionLaunched)).To(HaveField("Status", metav1.ConditionFalse))
+
+	s.mustReconcile("neverrelaunch-a")
+	s.g.Expect(machines.Calls(fake.Create)).To(HaveLen(1), "one machine per claim")
+	s.g.Expect(condition(s.claim("neverrelaunch-a"), v1alpha1.ConditionSuspended)).To(HaveField("Reason", v1alpha1.ReasonWaking), "the capacity came back: woken")
+	s.node("neverrelaunch-a", fakeID("neverrelaunch-a"), corev1.ConditionTrue)
+	s.mustReconcile("neverrelaunch-a")
+	s.g.Expect(condition(s.claim("neverrelaunch-a"), v1alpha1.ConditionReady)).To(HaveField("Status", metav1.ConditionTrue))
+}
+
 // failingNodeDeletes fails the next Node deletions: a controller killed
 // after its machine was stopped and before its Node was deleted.
 type failingNodeDeletes struct {

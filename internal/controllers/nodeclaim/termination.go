@@ -57,14 +57,11 @@ func (c *Controller) reconcileDelete(ctx context.Context, claim *v1alpha1.NodeCl
 }
 
 func (c *Controller) terminate(ctx context.Context, claim *v1alpha1.NodeClaim) (reconcile.Result, error) {
-	var node *corev1.Node
-	// A sleeping machine has no Node to drain; a Node that carries its
-	// providerID now is not its own.
-	if !machineStopped(claim) {
-		var err error
-		if node, err = c.nodeFor(ctx, claim); err != nil {
-			return reconcile.Result{}, err
-		}
+	// A sleeping machine has no Node, so nothing is drained: its machine
+	// is deleted.
+	node, err := c.nodeFor(ctx, claim)
+	if err != nil {
+		return reconcile.Result{}, err
 	}
 	if node != nil {
 		left, err := c.cordonAndDrain(ctx, claim, node, claim.DeletionTimestamp.Time)

@@ -91,6 +91,11 @@ func (w *wake) resume(ctx context.Context, claim *v1alpha1.NodeClaim) (reconcile
 		return reconcile.Result{RequeueAfter: wait}, nil
 	}
 	w.forgetRetries(claim)
+	if !meta.IsStatusConditionTrue(claim.Status.Conditions, v1alpha1.ConditionLaunched) {
+		// An earlier start without capacity said otherwise, and the
+		// claim's deletion did not follow: the machine runs after all.
+		w.setCondition(claim, v1alpha1.ConditionLaunched, metav1.ConditionTrue, v1alpha1.ReasonLaunched, fmt.Sprintf("machine %s started from its sleep", providerID))
+	}
 	message := fmt.Sprintf("machine %s started, waiting for its node to register again", providerID)
 	w.setCondition(claim, v1alpha1.ConditionSuspended, metav1.ConditionFalse, v1alpha1.ReasonWaking, message)
 	w.eventf(ctx, claim, nil, corev1.EventTypeNormal, v1alpha1.ReasonWaking, "Wake", "%s", message)
