@@ -441,3 +441,27 @@ func TestDeletingAnAsleepClaimDeletesItsMachineWithoutWakingIt(t *testing.T) {
 	s.g.Expect(machines.Machines()).To(BeEmpty())
 	s.g.Expect(machines.powerCalls()).NotTo(ContainElement(HavePrefix("resume")))
 }
+
+// A start that fails is retried with backoff, the machine still asleep:
+// no registration timeout runs before the machine was started, however
+// old the claim.
+func TestAFailedWakeIsRetriedWithoutTheRegistrationTimeoutRunning(t *testing.T) {
+	s, machines := newSleepScenario(t, "wakefail")
+	s.asleep("wakefail-a")
+	s.clock.Step(30 * time.Minute)
+	before := wakes("wakefail", metrics.SleepResultFailed)
+	machines.FailNext(fake.Resume, errors.New("host pve2 unreachable"))
+	s.askToWake("wakefail-a")
+
+	result := s.mustReconcile("wakefail-a")
+	claim := s.claim("wakefail-a")
+	s.g.Expect(claim.DeletionTimestamp).To(BeNil(), "the registration timeout counts from the start, which has not happened")
+	s.g.Expect(condition(claim, v1alpha1.ConditionSuspended)).To(And(
+		HaveField("Status", metav1.ConditionTrue), HaveField("Message", ContainSubstring("host pve2 unreachable"))))
+	s.g.Expect(result.RequeueAfter).To(BeNumerically(">", 0))
+	s.g.Expect(s.recorded()).To(ContainElement(And(ContainSubstring("WakeFailed"), ContainSubstring("host pve2 unreachable"))))
+	s.g.Expect(wakes("wakefail", metrics.SleepResultFailed)).To(Equal(before + 1))
+
+	s.mustReconcile("wakefail-a")
+	s.g.Expect(condition(s.claim("wakefail-a"), v1alpha1.ConditionSuspended)).To(HaveField("Reason", v1alpha1.ReasonWaking))
+}
