@@ -1,7 +1,10 @@
 // Package providerexample is the reference provider plugin: the simulated
 // provider served over the claimscale.provider.v1 protocol, so claimscale
-// can run with its provider out of process. cmd/claimscale-provider-example
-// is its command; the end-to-end tests run it in process.
+// can run with its provider out of process. It manages power as the
+// simulated provider does (Suspend, Resume, and power in its
+// Capabilities), so its pools' machines may sleep.
+// cmd/claimscale-provider-example is its command; the end-to-end tests run
+// it in process.
 package providerexample
 
 import (
@@ -36,7 +39,8 @@ type Options struct {
 	ClusterName string
 	// Namespace keeps the simulated machines' records.
 	Namespace string
-	// Simulated configures the machines (boot delay, zones, failures).
+	// Simulated configures the machines (boot and start delays, zones,
+	// failures).
 	Simulated v1alpha1.SimulatedSettings
 	// RESTConfig reaches the cluster's API server: the simulated machines
 	// are records there and their Nodes register there.
@@ -84,6 +88,8 @@ func Serve(ctx context.Context, listener net.Listener, opts Options) error {
 		return fmt.Errorf("building the simulated provider: %w", err)
 	}
 	server := grpc.NewServer(serverOptions...)
+	// Power is answered from the simulated provider, a PowerManager: the
+	// server forwards Suspend and Resume to it.
 	plugin.NewServer(machines, opts.ClusterName, &pluginpb.CapabilitiesResponse{
 		FlexibleSizes: true,
 		Zones:         opts.Simulated.Zones,

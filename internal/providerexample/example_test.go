@@ -9,9 +9,11 @@ import (
 
 	"github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/claimscale/claimscale/api/v1alpha1"
 	"github.com/claimscale/claimscale/internal/externalgrpc/testcerts"
@@ -260,4 +262,47 @@ func TestAnUnreachablePluginIsUnreachable(t *testing.T) {
 		_, err := c.List(t.Context())
 		return err
 	}).WithTimeout(20*time.Second).WithPolling(100*time.Millisecond).Should(gomega.Succeed(), "the client reaches the plugin once it is up")
+}
+
+// TestASleepingMachineWakesOverTheProtocol: the reference plugin says it
+// manages power, and a machine suspended through it loses its Node for
+// good until it is resumed; then its kubelet registers the same Node
+// again after the start delay.
+func TestASleepingMachineWakesOverTheProtocol(t *testing.T) {
+	g := gomega.NewWithT(t)
+	p := newPKI(t, "plugin-ca")
+	ns := newNamespace(t)
+	sim := v1alpha1.SimulatedSettings{BootDelay: &metav1.Duration{}, StartDelay: &metav1.Duration{Duration: 500 * time.Millisecond}}
+	c := newClient(t, startPlugin(t, p, "c1", ns, sim), "c1", p.credentials())
+	g.Expect(provider.CanManagePower(t.Context(), c)).To(gomega.BeTrue(), "the reference plugin says it cannot manage power")
+
+	made, err := c.Create(t.Context(), claim("example-sleepy", "2"), provider.CreateOptions{})
+	g.Expect(err).NotTo(gomega.HaveOccurred())
+	node := func(g gomega.Gomega) *corev1.Node {
+		var n corev1.Node
+		err := env.Client.Get(t.Context(), client.ObjectKey{Name: made.Name}, &n)
+		if apierrors.IsNotFound(err) {
+			return nil
+		}
+		g.Expect(err).NotTo(gomega.HaveOccurred())
+		return &n
+	}
+	g.Eventually(node).WithTimeout(10 * time.Second).ShouldNot(gomega.BeNil())
+
+	g.Expect(c.Suspend(t.Context(), made.ProviderID)).To(gomega.Succeed())
+	// As the claim lifecycle does after the stop.
+	g.Expect(env.Client.Delete(t.Context(), node(g))).To(gomega.Succeed())
+	got, err := c.Get(t.Context(), made.ProviderID)
+	g.Expect(err).NotTo(gomega.HaveOccurred())
+	g.Expect(got.State).To(gomega.Equal(provider.InstanceSuspended))
+	g.Consistently(node).WithTimeout(time.Second).WithPolling(100 * time.Millisecond).Should(gomega.BeNil())
+
+	g.Expect(c.Resume(t.Context(), made.ProviderID)).To(gomega.Succeed())
+	var woken *corev1.Node
+	g.Eventually(func(g gomega.Gomega) *corev1.Node {
+		woken = node(g)
+		return woken
+	}).WithTimeout(10 * time.Second).ShouldNot(gomega.BeNil())
+	g.Expect(woken.Spec.ProviderID).To(gomega.Equal(made.ProviderID))
+	g.Expect(c.Delete(t.Context(), made.ProviderID)).To(gomega.Succeed())
 }

@@ -75,8 +75,8 @@ func (r redactor) string(s string) string {
 }
 
 // error returns err with every secret replaced in its message. It keeps
-// what callers classify errors by (not found, capacity, terminal,
-// retryable and its delay, unreachable), but not the original chain, whose
+// what callers classify errors by (not found, capacity, terminal, not
+// supported, retryable and its delay, unreachable), but not the original chain, whose
 // messages still carry the secret.
 func (r redactor) error(err error) error {
 	if err == nil {
@@ -100,6 +100,8 @@ func newRedactedError(message string, original error) error {
 		redacted.kind = &provider.InsufficientCapacityError{Err: base}
 	case provider.IsTerminal(original):
 		redacted.kind = &provider.TerminalError{Err: base}
+	case provider.IsNotSupported(original):
+		redacted.kind = &provider.NotSupportedError{Err: base}
 	case provider.IsRetryable(original):
 		redacted.kind = &provider.RetryableError{Err: base, After: provider.RetryAfter(original)}
 	}

@@ -69,10 +69,26 @@ const timeoutForFlaw = 2 * time.Second
 // direct calls the provider under test without a plugin in between.
 func direct(_ *testing.T, p provider.Provider, _ string) provider.Provider { return p }
 
+// overPlugin serves the provider under test as a plugin.
+func overPlugin(t *testing.T, p provider.Provider, cluster string) provider.Provider {
+	return servePlugin(t, p, cluster)
+}
+
+// connections are the two ways the power tests reach the provider: the
+// sleep clauses must hold across the wire as they do in process.
+var connections = []struct {
+	name    string
+	connect func(t *testing.T, p provider.Provider, cluster string) provider.Provider
+}{{"called directly", direct}, {"served as a plugin", overPlugin}}
+
 // TestAWellBehavedPowerManagerPasses: the baseline the broken power
 // managers below differ from by one flaw each, sleep checks included.
 func TestAWellBehavedPowerManagerPasses(t *testing.T) {
-	conformance.Run(t, func(t *testing.T) conformance.Harness { return harnessOver(t, flaws{}, direct) })
+	for _, c := range connections {
+		t.Run(c.name, func(t *testing.T) {
+			conformance.Run(t, func(t *testing.T) conformance.Harness { return harnessOver(t, flaws{}, c.connect) })
+		})
+	}
 }
 
 // TestTheSleepChecksSkipAProviderThatCannotManagePower: a provider without
@@ -86,25 +102,27 @@ func TestTheSleepChecksSkipAProviderThatCannotManagePower(t *testing.T) {
 		{"a provider without Suspend and Resume", powerFlaws{none: true}},
 		{"a provider whose CanManagePower is false", powerFlaws{saysItCannot: true}},
 	} {
-		t.Run(tc.name, func(t *testing.T) {
-			skipped := 0
-			for _, check := range conformance.Checks() {
-				err := conformance.RunCheck(t.Context(), check, harnessOver(t, flaws{power: tc.f}, direct))
-				switch {
-				case conformance.IsSkipped(err):
-					skipped++
-					if !strings.Contains(err.Error(), "cannot manage power") {
-						t.Errorf("check %q skipped with %q, want a note that the provider cannot manage power", check.Name, err)
+		for _, c := range connections {
+			t.Run(tc.name+", "+c.name, func(t *testing.T) {
+				skipped := 0
+				for _, check := range conformance.Checks() {
+					err := conformance.RunCheck(t.Context(), check, harnessOver(t, flaws{power: tc.f}, c.connect))
+					switch {
+					case conformance.IsSkipped(err):
+						skipped++
+						if !strings.Contains(err.Error(), "cannot manage power") {
+							t.Errorf("check %q skipped with %q, want a note that the provider cannot manage power", check.Name, err)
+						}
+					case err != nil:
+						t.Errorf("check %q failed: %v", check.Name, err)
 					}
-				case err != nil:
-					t.Errorf("check %q failed: %v", check.Name, err)
 				}
-			}
-			if skipped == 0 {
-				t.Fatal("no check was skipped: the sleep checks ran on a provider that cannot manage power")
-			}
-			t.Logf("%d sleep checks skipped", skipped)
-		})
+				if skipped == 0 {
+					t.Fatal("no check was skipped: the sleep checks ran on a provider that cannot manage power")
+				}
+				t.Logf("%d sleep checks skipped", skipped)
+			})
+		}
 	}
 }
 
@@ -131,24 +149,26 @@ func TestTheKitCatchesBrokenPowerManagers(t *testing.T) {
 		{"power calls on an unknown machine that succeed", flaws{power: powerFlaws{unknownIsSuccess: true}}, "Suspend and Resume of an unknown machine are not-found", "want an error of kind NotFound"},
 		{"power errors without their kind", flaws{flattensErrors: true}, "Suspend refuses a machine without our cluster tag", "failed with a Retryable error, want Terminal"},
 	} {
-		t.Run(tc.name, func(t *testing.T) {
-			check, ok := checks[tc.check]
-			if !ok {
-				t.Fatalf("no check %q", tc.check)
-			}
-			h := harnessOver(t, tc.flaws, direct)
-			h.Timeout = timeoutForFlaw
-			err := conformance.RunCheck(t.Context(), check, h)
-			if err == nil {
-				t.Fatalf("check %q passed a provider with %s", tc.check, tc.name)
-			}
-			if conformance.IsSkipped(err) {
-				t.Fatalf("check %q skipped a provider with %s: %v", tc.check, tc.name, err)
-			}
-			if !strings.Contains(err.Error(), tc.message) {
-				t.Fatalf("check %q failed with\n  %v\nwant a message containing %q", tc.check, err, tc.message)
-			}
-			t.Logf("caught: %v", err)
-		})
+		for _, c := range connections {
+			t.Run(tc.name+", "+c.name, func(t *testing.T) {
+				check, ok := checks[tc.check]
+				if !ok {
+					t.Fatalf("no check %q", tc.check)
+				}
+				h := harnessOver(t, tc.flaws, c.connect)
+				h.Timeout = timeoutForFlaw
+				err := conformance.RunCheck(t.Context(), check, h)
+				if err == nil {
+					t.Fatalf("check %q passed a provider with %s", tc.check, tc.name)
+				}
+				if conformance.IsSkipped(err) {
+					t.Fatalf("check %q skipped a provider with %s: %v", tc.check, tc.name, err)
+				}
+				if !strings.Contains(err.Error(), tc.message) {
+					t.Fatalf("check %q failed with\n  %v\nwant a message containing %q", tc.check, err, tc.message)
+				}
+				t.Logf("caught: %v", err)
+			})
+		}
 	}
 }

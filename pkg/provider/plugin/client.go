@@ -46,11 +46,15 @@ type Client struct {
 	nodeProvider string
 	endpoint     string
 	timeout      time.Duration
+	// power is what the plugin last said about managing power.
+	power powerSupport
 }
 
 var (
-	_ provider.Provider = (*Client)(nil)
-	_ provider.Zoner    = (*Client)(nil)
+	_ provider.Provider        = (*Client)(nil)
+	_ provider.Zoner           = (*Client)(nil)
+	_ provider.PowerManager    = (*Client)(nil)
+	_ provider.PowerCapability = (*Client)(nil)
 )
 
 // New is the provider.Factory for type grpc. It does not call the plugin:
@@ -202,6 +206,11 @@ func (c *Client) Close() error { return c.conn.Close() }
 // call runs one call under the call timeout and turns its error into the
 // provider error of its kind.
 func call[T any](ctx context.Context, c *Client, what string, do func(ctx context.Context) (T, error)) (T, error) {
+	return callWith(ctx, c, what, errorOf, do)
+}
+
+// callWith is call with the error mapping given.
+func callWith[T any](ctx context.Context, c *Client, what string, errorOf func(string, error, bool) error, do func(ctx context.Context) (T, error)) (T, error) {
 	ctx, cancel := context.WithTimeout(ctx, c.timeout)
 	defer cancel()
 	answer, err := do(ctx)

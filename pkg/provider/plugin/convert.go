@@ -14,10 +14,11 @@ import (
 )
 
 var statesToWire = map[provider.InstanceState]pluginpb.InstanceState{
-	provider.InstanceCreating: pluginpb.InstanceState_INSTANCE_STATE_CREATING,
-	provider.InstanceRunning:  pluginpb.InstanceState_INSTANCE_STATE_RUNNING,
-	provider.InstanceStopping: pluginpb.InstanceState_INSTANCE_STATE_STOPPING,
-	provider.InstanceDeleting: pluginpb.InstanceState_INSTANCE_STATE_DELETING,
+	provider.InstanceCreating:  pluginpb.InstanceState_INSTANCE_STATE_CREATING,
+	provider.InstanceRunning:   pluginpb.InstanceState_INSTANCE_STATE_RUNNING,
+	provider.InstanceStopping:  pluginpb.InstanceState_INSTANCE_STATE_STOPPING,
+	provider.InstanceDeleting:  pluginpb.InstanceState_INSTANCE_STATE_DELETING,
+	provider.InstanceSuspended: pluginpb.InstanceState_INSTANCE_STATE_SUSPENDED,
 }
 
 func instanceToWire(i *provider.Instance) *pluginpb.Instance {

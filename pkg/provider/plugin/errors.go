@@ -39,6 +39,8 @@ func statusOf(err error) error {
 		code = codes.ResourceExhausted
 	case provider.IsTerminal(err):
 		code = codes.FailedPrecondition
+	case provider.IsNotSupported(err):
+		code = codes.Unimplemented
 	default:
 		code = codes.Unavailable
 	}
@@ -67,11 +69,14 @@ func isProviderError(err error) bool {
 	var terminal *provider.TerminalError
 	var retryable *provider.RetryableError
 	var inProgress *provider.InProgressError
-	return errors.As(err, &notFound) || errors.As(err, &capacity) || errors.As(err, &terminal) || errors.As(err, &retryable) || errors.As(err, &inProgress)
+	var notSupported *provider.NotSupportedError
+	return errors.As(err, &notFound) || errors.As(err, &capacity) || errors.As(err, &terminal) || errors.As(err, &retryable) || errors.As(err, &inProgress) || errors.As(err, &notSupported)
 }
 
 // errorOf turns a plugin's answer into the provider error of its kind.
 // what says which call it was ("creating the machine of claim a").
+// UNIMPLEMENTED is terminal here; to the power calls it means the plugin
+// cannot manage power (powerErrorOf).
 func errorOf(what string, err error, unreachable bool) error {
 	st, _ := status.FromError(err)
 	wrapped := fmt.Errorf("%s: the plugin answered %s: %s", what, st.Code(), st.Message())
@@ -102,6 +107,16 @@ func errorOf(what string, err error, unreachable bool) error {
 		return provider.NewInProgress(wrapped, after)
 	}
 	return provider.NewRetryable(wrapped, after)
+}
+
+// powerErrorOf is errorOf for Suspend and Resume: UNIMPLEMENTED says the
+// plugin cannot manage power (provider.NotSupportedError), and claimscale
+// deletes instead.
+func powerErrorOf(what string, err error, unreachable bool) error {
+	if st, _ := status.FromError(err); st.Code() == codes.Unimplemented {
+		return provider.NewNotSupported("%s: the plugin answered %s: %s", what, st.Code(), st.Message())
+	}
+	return errorOf(what, err, unreachable)
 }
 
 // UnreachableError says the plugin did not answer: no connection, or no

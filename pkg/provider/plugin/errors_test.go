@@ -5,6 +5,8 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 
@@ -45,6 +47,22 @@ func TestErrorsKeepTheirKindAcrossTheWire(t *testing.T) {
 				t.Errorf("an answer of the plugin came back as unreachable: %v", back)
 			}
 		})
+	}
+}
+
+// A provider that cannot do a power call answers UNIMPLEMENTED, which the
+// client reads back as not supported for the power calls (claimscale then
+// deletes instead) and as terminal for the others, as before.
+func TestNotSupportedIsUnimplementedOnTheWire(t *testing.T) {
+	wire := statusOf(provider.NewNotSupported("no power calls"))
+	if code := status.Code(wire); code != codes.Unimplemented {
+		t.Fatalf("not supported went out as %s, want UNIMPLEMENTED", code)
+	}
+	if back := powerErrorOf("suspending", wire, false); !provider.IsNotSupported(back) {
+		t.Fatalf("UNIMPLEMENTED to a power call came back as %v, want not supported", back)
+	}
+	if back := errorOf("creating", wire, false); !provider.IsTerminal(back) {
+		t.Fatalf("UNIMPLEMENTED to another call came back as %v, want terminal", back)
 	}
 }
 

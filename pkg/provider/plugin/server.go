@@ -15,6 +15,7 @@ import (
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 	"sigs.k8s.io/controller-runtime/pkg/certwatcher"
 
 	"github.com/claimscale/claimscale/pkg/provider"
@@ -134,9 +135,60 @@ func (s *Server) Shapes(ctx context.Context, req *pluginpb.ShapesRequest) (*plug
 	return answer, nil
 }
 
-// Capabilities answers what the plugin can do.
-func (s *Server) Capabilities(context.Context, *pluginpb.CapabilitiesRequest) (*pluginpb.CapabilitiesResponse, error) {
-	return s.capabilities, nil
+// Capabilities answers what the plugin can do; power is whether the
+// provider served can manage power (provider.CanManagePower), whatever
+// NewServer was given.
+func (s *Server) Capabilities(ctx context.Context, _ *pluginpb.CapabilitiesRequest) (*pluginpb.CapabilitiesResponse, error) {
+	answer := proto.CloneOf(s.capabilities)
+	answer.Power = s.powerManager(ctx) != nil
+	return answer, nil
+}
+
+// powerManager is the served provider's PowerManager, or nil when it
+// cannot manage power.
+func (s *Server) powerManager(ctx context.Context) provider.PowerManager {
+	if s.provider == nil || !provider.CanManagePower(ctx, s.provider) {
+		return nil
+	}
+	power, _ := s.provider.(provider.PowerManager)
+	return power
+}
+
+// errNoPower is what Suspend and Resume answer for a provider that cannot
+// manage power: UNIMPLEMENTED, as a plugin built before the calls existed
+// answers.
+func errNoPower(call string) error {
+	return status.Errorf(codes.Unimplemented, "%s: the provider behind this plugin cannot manage power", call)
+}
+
+// Suspend stops a machine through the provider's PowerManager.
+func (s *Server) Suspend(ctx context.Context, req *pluginpb.SuspendRequest) (*pluginpb.SuspendResponse, error) {
+	if err := s.checkCluster(req.GetCluster()); err != nil {
+		return nil, err
+	}
+	power := s.powerManager(ctx)
+	if power == nil {
+		return nil, errNoPower("Suspend")
+	}
+	if err := power.Suspend(ctx, req.GetProviderId()); err != nil {
+		return nil, statusOf(err)
+	}
+	return &pluginpb.SuspendResponse{}, nil
+}
+
+// Resume starts a stopped machine through the provider's PowerManager.
+func (s *Server) Resume(ctx context.Context, req *pluginpb.ResumeRequest) (*pluginpb.ResumeResponse, error) {
+	if err := s.checkCluster(req.GetCluster()); err != nil {
+		return nil, err
+	}
+	power := s.powerManager(ctx)
+	if power == nil {
+		return nil, errNoPower("Resume")
+	}
+	if err := power.Resume(ctx, req.GetProviderId()); err != nil {
+		return nil, statusOf(err)
+	}
+	return &pluginpb.ResumeResponse{}, nil
 }
 
 // Listen opens host:port or unix:///path; a stale socket file is replaced.

@@ -32,6 +32,20 @@
 // otherwise every five seconds or when Create in the same process makes a
 // machine.
 //
+// A machine can sleep (provider.PowerManager): Suspend records in its
+// ConfigMap when it stopped, and the registrar leaves it alone, so its
+// Node, which the claim lifecycle deletes after the stop, does not come
+// back; Get and List report it Suspended, with its tags. Resume records
+// when it started, moves its boot time to now plus the NodeProvider's
+// startDelay (default 1s, shorter than the 2s bootDelay, as starting a
+// stopped machine is quicker than making one) and the registrar registers
+// the same Node again then: same name, same providerID, and for a machine
+// with user data as system:node:<name> with the certificate its bootstrap
+// was issued (see bootstrapKubelet). Both are idempotent and refuse a
+// machine of another cluster; Delete works on a sleeping machine as on
+// any. A Node the registrar made while the machine was being stopped is
+// removed again.
+//
 // The registered Node's capacity is the shape's cpu and memory, the pool's
 // maxPods (default 110) and 100Gi of ephemeral storage; its allocatable is
 // that capacity less what the pool's kubelet settings reserve (kubeReserved,

@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"regexp"
+	"time"
 
 	certificatesv1 "k8s.io/api/certificates/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -24,6 +25,11 @@ import (
 const (
 	secretUserData   = "userData"
 	secretKubeletKey = "kubeletKey"
+	// secretKubeletCert is the client certificate the machine's bootstrap
+	// was issued, kept as a kubelet keeps kubelet-client-current.pem: a
+	// machine started again after sleeping registers with it, its
+	// bootstrap token long revoked.
+	secretKubeletCert = "kubeletCert"
 )
 
 // The token a machine's user data carries, found the way a person reading
@@ -51,11 +57,27 @@ var tokenInUserData = regexp.MustCompile(`\b([a-z0-9]{6})\.([a-z0-9]{16})\b`)
 // registrar continues the same request. A token that was revoked or has
 // expired fails step 1, and the machine never registers, as a real one
 // would not.
+//
+// The issued certificate is kept beside the key, and a kubelet that has
+// one still valid skips the bootstrap: a machine woken from sleep
+// registers its Node again as system:node:<name> with it. That is what a
+// kubelet does on start: kubernetes pkg/kubelet/certificate/bootstrap
+// (LoadClientCert, isClientConfigStillValid, v1.37.0) uses the --kubeconfig
+// whose client certificate has not expired (now not after NotAfter) and
+// goes to the bootstrap kubeconfig only otherwise. Once the certificate
+// has expired the simulated kubelet falls back to the bootstrap, whose
+// token is revoked by then, and the machine never registers: the
+// certificate's lifetime bounds how long a machine may sleep. Assumption:
+// the simulated kubelet never rotates its certificate while it runs (a
+// real one with rotateCertificates renews it at 70 to 90% of its
+// lifetime), so here the bound counts from its first join, not from when
+// it went to sleep.
 type bootstrapKubelet struct {
 	kube   client.Client
 	config *rest.Config
 	secret *corev1.Secret
 	m      *machine
+	now    time.Time
 }
 
 // errWaitingForCertificate: the request is pending; try on the next pass.
@@ -66,6 +88,9 @@ var errWaitingForCertificate = errors.New("waiting for the kubelet client certif
 func (k *bootstrapKubelet) join(ctx context.Context) (client.Client, error) {
 	if k.config == nil {
 		return nil, fmt.Errorf("machine %s has user data but the registrar has no REST config to authenticate with its token", k.m.name)
+	}
+	if kept, ok := k.keptCertificate(); ok {
+		return k.nodeClient(kept)
 	}
 	token := tokenInUserData.FindStringSubmatch(string(k.secret.Data[secretUserData]))
 	if token == nil {
@@ -95,14 +120,47 @@ func (k *bootstrapKubelet) join(ctx context.Context) (client.Client, error) {
 	if len(csr.Status.Certificate) == 0 {
 		return nil, errWaitingForCertificate
 	}
-	keyDER, err := x509.MarshalECPrivateKey(key)
-	if err != nil {
+	if err := k.keepCertificate(ctx, csr.Status.Certificate); err != nil {
 		return nil, err
 	}
+	return k.nodeClient(csr.Status.Certificate)
+}
+
+// nodeClient is a client authenticated as the node with certificate and
+// the machine's kept key.
+func (k *bootstrapKubelet) nodeClient(certificate []byte) (client.Client, error) {
 	nodeConfig := rest.AnonymousClientConfig(k.config)
-	nodeConfig.CertData = csr.Status.Certificate
-	nodeConfig.KeyData = pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: keyDER})
+	nodeConfig.CertData = certificate
+	nodeConfig.KeyData = k.secret.Data[secretKubeletKey]
 	return client.New(nodeConfig, client.Options{Scheme: k.kube.Scheme(), Mapper: k.kube.RESTMapper()})
+}
+
+// keptCertificate answers the client certificate an earlier join was
+// issued, if it is still valid now.
+func (k *bootstrapKubelet) keptCertificate() ([]byte, bool) {
+	kept := k.secret.Data[secretKubeletCert]
+	block, _ := pem.Decode(kept)
+	if block == nil || len(k.secret.Data[secretKubeletKey]) == 0 {
+		return nil, false
+	}
+	cert, err := x509.ParseCertificate(block.Bytes)
+	if err != nil || k.now.After(cert.NotAfter) {
+		return nil, false
+	}
+	return kept, true
+}
+
+// keepCertificate stores the issued client certificate beside the key.
+func (k *bootstrapKubelet) keepCertificate(ctx context.Context, certificate []byte) error {
+	if string(k.secret.Data[secretKubeletCert]) == string(certificate) {
+		return nil
+	}
+	patch := client.MergeFrom(k.secret.DeepCopy())
+	k.secret.Data[secretKubeletCert] = certificate
+	if err := k.kube.Patch(ctx, k.secret, patch); err != nil {
+		return fmt.Errorf("machine %s: keeping its kubelet client certificate: %w", k.m.name, err)
+	}
+	return nil
 }
 
 // request creates (or finds) the machine's certificate signing request,

@@ -53,6 +53,11 @@ const (
 	// Secret of the machine's name: its kubelet then joins with the token
 	// in it.
 	dataUserData = "userData"
+	// dataSuspendedAt is when the machine was stopped; present while it is.
+	dataSuspendedAt = "suspendedAt"
+	// dataResumedAt is when a stopped machine was last started; its Node
+	// registers again at bootAt, which the start moved.
+	dataResumedAt = "resumedAt"
 )
 
 // machine is a simulated machine and the Node it registers.
@@ -72,6 +77,9 @@ type machine struct {
 	// userData: the machine boots with user data (in its Secret) and joins
 	// with the token in it.
 	userData bool
+	// suspendedAt is zero unless the machine is stopped; resumedAt is
+	// when it was last started again.
+	suspendedAt, resumedAt time.Time
 
 	nodeLabels      map[string]string
 	nodeTaints      []corev1.Taint
@@ -329,8 +337,10 @@ func (m *machine) configMap(namespace string) (*corev1.ConfigMap, error) {
 	if m.userData {
 		cm.Data[dataUserData] = "secret"
 	}
-	if !m.registeredAt.IsZero() {
-		cm.Data[dataRegisteredAt] = m.registeredAt.UTC().Format(time.RFC3339Nano)
+	for key, at := range map[string]time.Time{dataRegisteredAt: m.registeredAt, dataSuspendedAt: m.suspendedAt, dataResumedAt: m.resumedAt} {
+		if !at.IsZero() {
+			cm.Data[key] = at.UTC().Format(time.RFC3339Nano)
+		}
 	}
 	return cm, nil
 }
@@ -366,9 +376,11 @@ func machineFromConfigMap(cm *corev1.ConfigMap) (*machine, error) {
 	if m.bootAt, err = time.Parse(time.RFC3339Nano, d[dataBootAt]); err != nil {
 		return fail(dataBootAt, err)
 	}
-	if v, ok := d[dataRegisteredAt]; ok {
-		if m.registeredAt, err = time.Parse(time.RFC3339Nano, v); err != nil {
-			return fail(dataRegisteredAt, err)
+	for key, into := range map[string]*time.Time{dataRegisteredAt: &m.registeredAt, dataSuspendedAt: &m.suspendedAt, dataResumedAt: &m.resumedAt} {
+		if v, ok := d[key]; ok {
+			if *into, err = time.Parse(time.RFC3339Nano, v); err != nil {
+				return fail(key, err)
+			}
 		}
 	}
 	for key, into := range map[string]any{
@@ -384,13 +396,19 @@ func machineFromConfigMap(cm *corev1.ConfigMap) (*machine, error) {
 	return m, nil
 }
 
+// suspended reports whether the machine is stopped.
+func (m *machine) suspended() bool { return !m.suspendedAt.IsZero() }
+
 // instance is the machine as the provider interface shows it.
 func (m *machine) instance() *provider.Instance {
 	state := provider.InstanceCreating
 	switch {
 	case m.deleting:
 		state = provider.InstanceDeleting
-	case !m.registeredAt.IsZero():
+	case m.suspended():
+		state = provider.InstanceSuspended
+	case !m.registeredAt.IsZero(), !m.resumedAt.IsZero():
+		// A started machine runs; its kubelet registers at bootAt.
 		state = provider.InstanceRunning
 	}
 	labels := map[string]string{corev1.LabelTopologyRegion: Region}

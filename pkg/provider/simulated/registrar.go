@@ -10,6 +10,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/clock"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/log"
@@ -141,7 +142,9 @@ func (r *Registrar) registerDue(ctx context.Context) (waiting bool, err error) {
 			errs = append(errs, err)
 			continue
 		}
-		if m.deleting || m.neverRegister || !m.registeredAt.IsZero() {
+		if m.deleting || m.neverRegister || m.suspended() || !m.registeredAt.IsZero() {
+			// A stopped machine's kubelet is not running: its Node, which
+			// the claim lifecycle deletes, does not come back until Resume.
 			continue
 		}
 		// Until the cache shows it registered, and a pass more for a
@@ -170,7 +173,7 @@ func (r *Registrar) register(ctx context.Context, cm *corev1.ConfigMap, m *machi
 		if err := r.kube.Get(ctx, client.ObjectKey{Namespace: r.namespace, Name: m.name}, &secret); err != nil {
 			return fmt.Errorf("reading the user data of machine %s: %w", m.name, err)
 		}
-		kubelet := &bootstrapKubelet{kube: r.kube, config: r.config, secret: &secret, m: m}
+		kubelet := &bootstrapKubelet{kube: r.kube, config: r.config, secret: &secret, m: m, now: now}
 		nodeClient, err := kubelet.join(ctx)
 		if errors.Is(err, errWaitingForCertificate) {
 			return nil
@@ -199,13 +202,29 @@ func (r *Registrar) register(ctx context.Context, cm *corev1.ConfigMap, m *machi
 		return fmt.Errorf("registering Node %s of machine %s: %w", m.name, m.name, err)
 	}
 
-	patch := client.MergeFrom(cm.DeepCopy())
-	cm.Data[dataRegisteredAt] = now.UTC().Format(time.RFC3339Nano)
-	err = r.kube.Patch(ctx, cm, patch)
-	if apierrors.IsNotFound(err) {
-		// The machine was deleted while its Node was being made, and Delete
-		// may have looked for the Node before it existed: remove it here so
-		// it cannot outlive its machine.
+	// Locked to the record as read, so a Suspend since is seen: a stopped
+	// machine has no Node, and the lifecycle may have deleted its Node
+	// before this one was made.
+	reread := false
+	err = retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		if reread {
+			if err := r.kube.Get(ctx, client.ObjectKeyFromObject(cm), cm); err != nil {
+				return err
+			}
+		}
+		reread = true
+		if _, stopped := cm.Data[dataSuspendedAt]; stopped {
+			return errStoppedWhileRegistering
+		}
+		patch := client.MergeFromWithOptions(cm.DeepCopy(), client.MergeFromWithOptimisticLock{})
+		cm.Data[dataRegisteredAt] = now.UTC().Format(time.RFC3339Nano)
+		return r.kube.Patch(ctx, cm, patch)
+	})
+	if apierrors.IsNotFound(err) || errors.Is(err, errStoppedWhileRegistering) {
+		// The machine was deleted (or stopped) while its Node was being
+		// made, and Delete (or the lifecycle) may have looked for the Node
+		// before it existed: remove it here so it cannot outlive its
+		// machine (nor its machine's power).
 		return deleteMachineNode(ctx, r.kube, m.name)
 	}
 	if err != nil {
@@ -213,6 +232,10 @@ func (r *Registrar) register(ctx context.Context, cm *corev1.ConfigMap, m *machi
 	}
 	return nil
 }
+
+// errStoppedWhileRegistering: the machine was suspended while its Node
+// was being made.
+var errStoppedWhileRegistering = errors.New("machine stopped while its Node registered")
 
 // joinedEarlier reports whether the machine's Node exists already: an
 // earlier pass joined but could not record it, and the token it joined with

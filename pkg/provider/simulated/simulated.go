@@ -25,6 +25,11 @@ const ProviderIDPrefix = "simulated://"
 // DefaultBootDelay applies when the NodeProvider sets no bootDelay.
 const DefaultBootDelay = 2 * time.Second
 
+// DefaultStartDelay applies when the NodeProvider sets no startDelay:
+// shorter than DefaultBootDelay, as starting a stopped machine is quicker
+// than making one.
+const DefaultStartDelay = time.Second
+
 // ProviderID returns the providerID of a machine.
 func ProviderID(machine string) string { return ProviderIDPrefix + machine }
 
@@ -90,13 +95,14 @@ func (d *dice) roll(percent int32) bool {
 // settings are the NodeProvider's simulated settings, defaulted and checked.
 type settings struct {
 	bootDelay            time.Duration
+	startDelay           time.Duration
 	createFailurePercent int32
 	neverRegisterPercent int32
 	zones                []string
 }
 
 func parseSettings(np *v1alpha1.NodeProvider) (settings, error) {
-	s := settings{bootDelay: DefaultBootDelay}
+	s := settings{bootDelay: DefaultBootDelay, startDelay: DefaultStartDelay}
 	if np.Spec.Type != v1alpha1.ProviderTypeSimulated {
 		return s, fmt.Errorf("nodeprovider %s has type %q, not %q", np.Name, np.Spec.Type, v1alpha1.ProviderTypeSimulated)
 	}
@@ -109,6 +115,12 @@ func parseSettings(np *v1alpha1.NodeProvider) (settings, error) {
 			return s, fmt.Errorf("nodeprovider %s: spec.simulated.bootDelay %s is negative", np.Name, sim.BootDelay.Duration)
 		}
 		s.bootDelay = sim.BootDelay.Duration
+	}
+	if sim.StartDelay != nil {
+		if sim.StartDelay.Duration < 0 {
+			return s, fmt.Errorf("nodeprovider %s: spec.simulated.startDelay %s is negative", np.Name, sim.StartDelay.Duration)
+		}
+		s.startDelay = sim.StartDelay.Duration
 	}
 	for field, v := range map[string]int32{
 		"createFailurePercent": sim.CreateFailurePercent,

@@ -20,6 +20,10 @@
 //   INVALID_ARGUMENT     settings the infrastructure refuses, a machine
 //   PERMISSION_DENIED    without this cluster's tag asked to be deleted).
 //   UNAUTHENTICATED
+//   UNIMPLEMENTED        the plugin cannot do it: to Suspend or Resume, it
+//                        cannot manage power (claimscale deletes a machine
+//                        it would have put to sleep); to any other call,
+//                        terminal.
 //   UNAVAILABLE          retryable; with a google.rpc.RetryInfo detail
 //   (and any other code) (google/rpc/error_details.proto) whose retry_delay
 //                        is the least wait the plugin asks for.
@@ -32,7 +36,16 @@
 // Ownership. Every machine carries the tags of CreateRequest.tags, set in
 // the same call that makes it; List answers only machines whose cluster tag
 // ("claimscale.io/cluster") equals the request's cluster; Delete refuses,
-// with FAILED_PRECONDITION, a machine without it.
+// with FAILED_PRECONDITION, a machine without it; so do Suspend and
+// Resume.
+//
+// Power. A plugin that can stop a machine and start it again with its
+// disk, identity and tags sets CapabilitiesResponse.power and serves
+// Suspend and Resume; claimscale then lets pools put machines to sleep
+// instead of deleting them. A plugin that does neither (one built before
+// these calls existed answers UNIMPLEMENTED to them, and its Capabilities
+// lack the flag) cannot manage power: claimscale never calls them and
+// deletes as before.
 //
 // Regenerate the Go code with `make proto`.
 
@@ -68,6 +81,9 @@ const (
 	InstanceState_INSTANCE_STATE_RUNNING     InstanceState = 2
 	InstanceState_INSTANCE_STATE_STOPPING    InstanceState = 3
 	InstanceState_INSTANCE_STATE_DELETING    InstanceState = 4
+	// SUSPENDED: stopped by Suspend, with its disk, identity and tags; no
+	// Node.
+	InstanceState_INSTANCE_STATE_SUSPENDED InstanceState = 5
 )
 
 // Enum value maps for InstanceState.
@@ -78,6 +94,7 @@ var (
 		2: "INSTANCE_STATE_RUNNING",
 		3: "INSTANCE_STATE_STOPPING",
 		4: "INSTANCE_STATE_DELETING",
+		5: "INSTANCE_STATE_SUSPENDED",
 	}
 	InstanceState_value = map[string]int32{
 		"INSTANCE_STATE_UNSPECIFIED": 0,
@@ -85,6 +102,7 @@ var (
 		"INSTANCE_STATE_RUNNING":     2,
 		"INSTANCE_STATE_STOPPING":    3,
 		"INSTANCE_STATE_DELETING":    4,
+		"INSTANCE_STATE_SUSPENDED":   5,
 	}
 )
 
@@ -1177,7 +1195,10 @@ type CapabilitiesResponse struct {
 	// retry_info: the plugin sends google.rpc.RetryInfo with UNAVAILABLE.
 	RetryInfo bool `protobuf:"varint,4,opt,name=retry_info,json=retryInfo,proto3" json:"retry_info,omitempty"`
 	// user_data: the plugin delivers CreateRequest.user_data to the machine.
-	UserData      bool `protobuf:"varint,5,opt,name=user_data,json=userData,proto3" json:"user_data,omitempty"`
+	UserData bool `protobuf:"varint,5,opt,name=user_data,json=userData,proto3" json:"user_data,omitempty"`
+	// power: the plugin serves Suspend and Resume. Without it claimscale
+	// takes the plugin as unable to manage power and never calls them.
+	Power         bool `protobuf:"varint,6,opt,name=power,proto3" json:"power,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1245,6 +1266,189 @@ func (x *CapabilitiesResponse) GetUserData() bool {
 		return x.UserData
 	}
 	return false
+}
+
+func (x *CapabilitiesResponse) GetPower() bool {
+	if x != nil {
+		return x.Power
+	}
+	return false
+}
+
+type SuspendRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Cluster       string                 `protobuf:"bytes,1,opt,name=cluster,proto3" json:"cluster,omitempty"`
+	ProviderId    string                 `protobuf:"bytes,2,opt,name=provider_id,json=providerId,proto3" json:"provider_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SuspendRequest) Reset() {
+	*x = SuspendRequest{}
+	mi := &file_pkg_provider_plugin_pluginpb_provider_proto_msgTypes[18]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SuspendRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SuspendRequest) ProtoMessage() {}
+
+func (x *SuspendRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_pkg_provider_plugin_pluginpb_provider_proto_msgTypes[18]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SuspendRequest.ProtoReflect.Descriptor instead.
+func (*SuspendRequest) Descriptor() ([]byte, []int) {
+	return file_pkg_provider_plugin_pluginpb_provider_proto_rawDescGZIP(), []int{18}
+}
+
+func (x *SuspendRequest) GetCluster() string {
+	if x != nil {
+		return x.Cluster
+	}
+	return ""
+}
+
+func (x *SuspendRequest) GetProviderId() string {
+	if x != nil {
+		return x.ProviderId
+	}
+	return ""
+}
+
+type SuspendResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SuspendResponse) Reset() {
+	*x = SuspendResponse{}
+	mi := &file_pkg_provider_plugin_pluginpb_provider_proto_msgTypes[19]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SuspendResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SuspendResponse) ProtoMessage() {}
+
+func (x *SuspendResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_pkg_provider_plugin_pluginpb_provider_proto_msgTypes[19]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SuspendResponse.ProtoReflect.Descriptor instead.
+func (*SuspendResponse) Descriptor() ([]byte, []int) {
+	return file_pkg_provider_plugin_pluginpb_provider_proto_rawDescGZIP(), []int{19}
+}
+
+type ResumeRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Cluster       string                 `protobuf:"bytes,1,opt,name=cluster,proto3" json:"cluster,omitempty"`
+	ProviderId    string                 `protobuf:"bytes,2,opt,name=provider_id,json=providerId,proto3" json:"provider_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ResumeRequest) Reset() {
+	*x = ResumeRequest{}
+	mi := &file_pkg_provider_plugin_pluginpb_provider_proto_msgTypes[20]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ResumeRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ResumeRequest) ProtoMessage() {}
+
+func (x *ResumeRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_pkg_provider_plugin_pluginpb_provider_proto_msgTypes[20]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ResumeRequest.ProtoReflect.Descriptor instead.
+func (*ResumeRequest) Descriptor() ([]byte, []int) {
+	return file_pkg_provider_plugin_pluginpb_provider_proto_rawDescGZIP(), []int{20}
+}
+
+func (x *ResumeRequest) GetCluster() string {
+	if x != nil {
+		return x.Cluster
+	}
+	return ""
+}
+
+func (x *ResumeRequest) GetProviderId() string {
+	if x != nil {
+		return x.ProviderId
+	}
+	return ""
+}
+
+type ResumeResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ResumeResponse) Reset() {
+	*x = ResumeResponse{}
+	mi := &file_pkg_provider_plugin_pluginpb_provider_proto_msgTypes[21]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ResumeResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ResumeResponse) ProtoMessage() {}
+
+func (x *ResumeResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_pkg_provider_plugin_pluginpb_provider_proto_msgTypes[21]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ResumeResponse.ProtoReflect.Descriptor instead.
+func (*ResumeResponse) Descriptor() ([]byte, []int) {
+	return file_pkg_provider_plugin_pluginpb_provider_proto_rawDescGZIP(), []int{21}
 }
 
 var File_pkg_provider_plugin_pluginpb_provider_proto protoreflect.FileDescriptor
@@ -1339,27 +1543,41 @@ const file_pkg_provider_plugin_pluginpb_provider_proto_rawDesc = "" +
 	"\tTagsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x15\n" +
-	"\x13CapabilitiesRequest\"\xba\x01\n" +
+	"\x13CapabilitiesRequest\"\xd0\x01\n" +
 	"\x14CapabilitiesResponse\x12)\n" +
 	"\x10protocol_version\x18\x01 \x01(\rR\x0fprotocolVersion\x12%\n" +
 	"\x0eflexible_sizes\x18\x02 \x01(\bR\rflexibleSizes\x12\x14\n" +
 	"\x05zones\x18\x03 \x03(\tR\x05zones\x12\x1d\n" +
 	"\n" +
 	"retry_info\x18\x04 \x01(\bR\tretryInfo\x12\x1b\n" +
-	"\tuser_data\x18\x05 \x01(\bR\buserData*\xa2\x01\n" +
+	"\tuser_data\x18\x05 \x01(\bR\buserData\x12\x14\n" +
+	"\x05power\x18\x06 \x01(\bR\x05power\"K\n" +
+	"\x0eSuspendRequest\x12\x18\n" +
+	"\acluster\x18\x01 \x01(\tR\acluster\x12\x1f\n" +
+	"\vprovider_id\x18\x02 \x01(\tR\n" +
+	"providerId\"\x11\n" +
+	"\x0fSuspendResponse\"J\n" +
+	"\rResumeRequest\x12\x18\n" +
+	"\acluster\x18\x01 \x01(\tR\acluster\x12\x1f\n" +
+	"\vprovider_id\x18\x02 \x01(\tR\n" +
+	"providerId\"\x10\n" +
+	"\x0eResumeResponse*\xc0\x01\n" +
 	"\rInstanceState\x12\x1e\n" +
 	"\x1aINSTANCE_STATE_UNSPECIFIED\x10\x00\x12\x1b\n" +
 	"\x17INSTANCE_STATE_CREATING\x10\x01\x12\x1a\n" +
 	"\x16INSTANCE_STATE_RUNNING\x10\x02\x12\x1b\n" +
 	"\x17INSTANCE_STATE_STOPPING\x10\x03\x12\x1b\n" +
-	"\x17INSTANCE_STATE_DELETING\x10\x042\xa3\x04\n" +
+	"\x17INSTANCE_STATE_DELETING\x10\x04\x12\x1c\n" +
+	"\x18INSTANCE_STATE_SUSPENDED\x10\x052\xd8\x05\n" +
 	"\bProvider\x12W\n" +
 	"\x06Create\x12%.claimscale.provider.v1.CreateRequest\x1a&.claimscale.provider.v1.CreateResponse\x12W\n" +
 	"\x06Delete\x12%.claimscale.provider.v1.DeleteRequest\x1a&.claimscale.provider.v1.DeleteResponse\x12N\n" +
 	"\x03Get\x12\".claimscale.provider.v1.GetRequest\x1a#.claimscale.provider.v1.GetResponse\x12Q\n" +
 	"\x04List\x12#.claimscale.provider.v1.ListRequest\x1a$.claimscale.provider.v1.ListResponse\x12W\n" +
 	"\x06Shapes\x12%.claimscale.provider.v1.ShapesRequest\x1a&.claimscale.provider.v1.ShapesResponse\x12i\n" +
-	"\fCapabilities\x12+.claimscale.provider.v1.CapabilitiesRequest\x1a,.claimscale.provider.v1.CapabilitiesResponseB?Z=github.com/claimscale/claimscale/pkg/provider/plugin/pluginpbb\x06proto3"
+	"\fCapabilities\x12+.claimscale.provider.v1.CapabilitiesRequest\x1a,.claimscale.provider.v1.CapabilitiesResponse\x12Z\n" +
+	"\aSuspend\x12&.claimscale.provider.v1.SuspendRequest\x1a'.claimscale.provider.v1.SuspendResponse\x12W\n" +
+	"\x06Resume\x12%.claimscale.provider.v1.ResumeRequest\x1a&.claimscale.provider.v1.ResumeResponseB?Z=github.com/claimscale/claimscale/pkg/provider/plugin/pluginpbb\x06proto3"
 
 var (
 	file_pkg_provider_plugin_pluginpb_provider_proto_rawDescOnce sync.Once
@@ -1374,7 +1592,7 @@ func file_pkg_provider_plugin_pluginpb_provider_proto_rawDescGZIP() []byte {
 }
 
 var file_pkg_provider_plugin_pluginpb_provider_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_pkg_provider_plugin_pluginpb_provider_proto_msgTypes = make([]protoimpl.MessageInfo, 21)
+var file_pkg_provider_plugin_pluginpb_provider_proto_msgTypes = make([]protoimpl.MessageInfo, 25)
 var file_pkg_provider_plugin_pluginpb_provider_proto_goTypes = []any{
 	(InstanceState)(0),            // 0: claimscale.provider.v1.InstanceState
 	(*Resources)(nil),             // 1: claimscale.provider.v1.Resources
@@ -1395,15 +1613,19 @@ var file_pkg_provider_plugin_pluginpb_provider_proto_goTypes = []any{
 	(*Instance)(nil),              // 16: claimscale.provider.v1.Instance
 	(*CapabilitiesRequest)(nil),   // 17: claimscale.provider.v1.CapabilitiesRequest
 	(*CapabilitiesResponse)(nil),  // 18: claimscale.provider.v1.CapabilitiesResponse
-	nil,                           // 19: claimscale.provider.v1.CreateRequest.TagsEntry
-	nil,                           // 20: claimscale.provider.v1.Instance.LabelsEntry
-	nil,                           // 21: claimscale.provider.v1.Instance.TagsEntry
-	(*timestamppb.Timestamp)(nil), // 22: google.protobuf.Timestamp
+	(*SuspendRequest)(nil),        // 19: claimscale.provider.v1.SuspendRequest
+	(*SuspendResponse)(nil),       // 20: claimscale.provider.v1.SuspendResponse
+	(*ResumeRequest)(nil),         // 21: claimscale.provider.v1.ResumeRequest
+	(*ResumeResponse)(nil),        // 22: claimscale.provider.v1.ResumeResponse
+	nil,                           // 23: claimscale.provider.v1.CreateRequest.TagsEntry
+	nil,                           // 24: claimscale.provider.v1.Instance.LabelsEntry
+	nil,                           // 25: claimscale.provider.v1.Instance.TagsEntry
+	(*timestamppb.Timestamp)(nil), // 26: google.protobuf.Timestamp
 }
 var file_pkg_provider_plugin_pluginpb_provider_proto_depIdxs = []int32{
 	1,  // 0: claimscale.provider.v1.CreateRequest.shape:type_name -> claimscale.provider.v1.Resources
 	2,  // 1: claimscale.provider.v1.CreateRequest.requirements:type_name -> claimscale.provider.v1.Requirement
-	19, // 2: claimscale.provider.v1.CreateRequest.tags:type_name -> claimscale.provider.v1.CreateRequest.TagsEntry
+	23, // 2: claimscale.provider.v1.CreateRequest.tags:type_name -> claimscale.provider.v1.CreateRequest.TagsEntry
 	16, // 3: claimscale.provider.v1.CreateResponse.instance:type_name -> claimscale.provider.v1.Instance
 	16, // 4: claimscale.provider.v1.GetResponse.instance:type_name -> claimscale.provider.v1.Instance
 	16, // 5: claimscale.provider.v1.ListResponse.instances:type_name -> claimscale.provider.v1.Instance
@@ -1412,24 +1634,28 @@ var file_pkg_provider_plugin_pluginpb_provider_proto_depIdxs = []int32{
 	15, // 8: claimscale.provider.v1.ShapesResponse.shapes:type_name -> claimscale.provider.v1.Shape
 	1,  // 9: claimscale.provider.v1.Shape.capacity:type_name -> claimscale.provider.v1.Resources
 	1,  // 10: claimscale.provider.v1.Instance.capacity:type_name -> claimscale.provider.v1.Resources
-	20, // 11: claimscale.provider.v1.Instance.labels:type_name -> claimscale.provider.v1.Instance.LabelsEntry
-	21, // 12: claimscale.provider.v1.Instance.tags:type_name -> claimscale.provider.v1.Instance.TagsEntry
+	24, // 11: claimscale.provider.v1.Instance.labels:type_name -> claimscale.provider.v1.Instance.LabelsEntry
+	25, // 12: claimscale.provider.v1.Instance.tags:type_name -> claimscale.provider.v1.Instance.TagsEntry
 	0,  // 13: claimscale.provider.v1.Instance.state:type_name -> claimscale.provider.v1.InstanceState
-	22, // 14: claimscale.provider.v1.Instance.created_at:type_name -> google.protobuf.Timestamp
+	26, // 14: claimscale.provider.v1.Instance.created_at:type_name -> google.protobuf.Timestamp
 	3,  // 15: claimscale.provider.v1.Provider.Create:input_type -> claimscale.provider.v1.CreateRequest
 	5,  // 16: claimscale.provider.v1.Provider.Delete:input_type -> claimscale.provider.v1.DeleteRequest
 	7,  // 17: claimscale.provider.v1.Provider.Get:input_type -> claimscale.provider.v1.GetRequest
 	9,  // 18: claimscale.provider.v1.Provider.List:input_type -> claimscale.provider.v1.ListRequest
 	11, // 19: claimscale.provider.v1.Provider.Shapes:input_type -> claimscale.provider.v1.ShapesRequest
 	17, // 20: claimscale.provider.v1.Provider.Capabilities:input_type -> claimscale.provider.v1.CapabilitiesRequest
-	4,  // 21: claimscale.provider.v1.Provider.Create:output_type -> claimscale.provider.v1.CreateResponse
-	6,  // 22: claimscale.provider.v1.Provider.Delete:output_type -> claimscale.provider.v1.DeleteResponse
-	8,  // 23: claimscale.provider.v1.Provider.Get:output_type -> claimscale.provider.v1.GetResponse
-	10, // 24: claimscale.provider.v1.Provider.List:output_type -> claimscale.provider.v1.ListResponse
-	14, // 25: claimscale.provider.v1.Provider.Shapes:output_type -> claimscale.provider.v1.ShapesResponse
-	18, // 26: claimscale.provider.v1.Provider.Capabilities:output_type -> claimscale.provider.v1.CapabilitiesResponse
-	21, // [21:27] is the sub-list for method output_type
-	15, // [15:21] is the sub-list for method input_type
+	19, // 21: claimscale.provider.v1.Provider.Suspend:input_type -> claimscale.provider.v1.SuspendRequest
+	21, // 22: claimscale.provider.v1.Provider.Resume:input_type -> claimscale.provider.v1.ResumeRequest
+	4,  // 23: claimscale.provider.v1.Provider.Create:output_type -> claimscale.provider.v1.CreateResponse
+	6,  // 24: claimscale.provider.v1.Provider.Delete:output_type -> claimscale.provider.v1.DeleteResponse
+	8,  // 25: claimscale.provider.v1.Provider.Get:output_type -> claimscale.provider.v1.GetResponse
+	10, // 26: claimscale.provider.v1.Provider.List:output_type -> claimscale.provider.v1.ListResponse
+	14, // 27: claimscale.provider.v1.Provider.Shapes:output_type -> claimscale.provider.v1.ShapesResponse
+	18, // 28: claimscale.provider.v1.Provider.Capabilities:output_type -> claimscale.provider.v1.CapabilitiesResponse
+	20, // 29: claimscale.provider.v1.Provider.Suspend:output_type -> claimscale.provider.v1.SuspendResponse
+	22, // 30: claimscale.provider.v1.Provider.Resume:output_type -> claimscale.provider.v1.ResumeResponse
+	23, // [23:31] is the sub-list for method output_type
+	15, // [15:23] is the sub-list for method input_type
 	15, // [15:15] is the sub-list for extension type_name
 	15, // [15:15] is the sub-list for extension extendee
 	0,  // [0:15] is the sub-list for field type_name
@@ -1446,7 +1672,7 @@ func file_pkg_provider_plugin_pluginpb_provider_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_pkg_provider_plugin_pluginpb_provider_proto_rawDesc), len(file_pkg_provider_plugin_pluginpb_provider_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   21,
+			NumMessages:   25,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -20,6 +20,10 @@
 //   INVALID_ARGUMENT     settings the infrastructure refuses, a machine
 //   PERMISSION_DENIED    without this cluster's tag asked to be deleted).
 //   UNAUTHENTICATED
+//   UNIMPLEMENTED        the plugin cannot do it: to Suspend or Resume, it
+//                        cannot manage power (claimscale deletes a machine
+//                        it would have put to sleep); to any other call,
+//                        terminal.
 //   UNAVAILABLE          retryable; with a google.rpc.RetryInfo detail
 //   (and any other code) (google/rpc/error_details.proto) whose retry_delay
 //                        is the least wait the plugin asks for.
@@ -32,7 +36,16 @@
 // Ownership. Every machine carries the tags of CreateRequest.tags, set in
 // the same call that makes it; List answers only machines whose cluster tag
 // ("claimscale.io/cluster") equals the request's cluster; Delete refuses,
-// with FAILED_PRECONDITION, a machine without it.
+// with FAILED_PRECONDITION, a machine without it; so do Suspend and
+// Resume.
+//
+// Power. A plugin that can stop a machine and start it again with its
+// disk, identity and tags sets CapabilitiesResponse.power and serves
+// Suspend and Resume; claimscale then lets pools put machines to sleep
+// instead of deleting them. A plugin that does neither (one built before
+// these calls existed answers UNIMPLEMENTED to them, and its Capabilities
+// lack the flag) cannot manage power: claimscale never calls them and
+// deletes as before.
 //
 // Regenerate the Go code with `make proto`.
 
@@ -63,6 +76,8 @@ const (
 	Provider_List_FullMethodName         = "/claimscale.provider.v1.Provider/List"
 	Provider_Shapes_FullMethodName       = "/claimscale.provider.v1.Provider/Shapes"
 	Provider_Capabilities_FullMethodName = "/claimscale.provider.v1.Provider/Capabilities"
+	Provider_Suspend_FullMethodName      = "/claimscale.provider.v1.Provider/Suspend"
+	Provider_Resume_FullMethodName       = "/claimscale.provider.v1.Provider/Resume"
 )
 
 // ProviderClient is the client API for Provider service.
@@ -87,6 +102,19 @@ type ProviderClient interface {
 	// check a plugin (plugin.Client.Capabilities); claimscale does not need it
 	// to drive the plugin.
 	Capabilities(ctx context.Context, in *CapabilitiesRequest, opts ...grpc.CallOption) (*CapabilitiesResponse, error)
+	// Suspend stops a machine, keeping its disk, identity (provider_id) and
+	// tags, cleanly where the infrastructure can (a shutdown with a timeout,
+	// then a hard stop); Get and List then answer it in state SUSPENDED.
+	// Idempotent: a machine already stopped is success. A machine that is
+	// gone is NOT_FOUND; one without this cluster's tag is refused with
+	// FAILED_PRECONDITION. Only called when Capabilities says power.
+	Suspend(ctx context.Context, in *SuspendRequest, opts ...grpc.CallOption) (*SuspendResponse, error)
+	// Resume starts a stopped machine; its kubelet registers the same Node
+	// again. Idempotent: a running machine is success. A machine that cannot
+	// start where it is (its host has no memory free) is RESOURCE_EXHAUSTED:
+	// claimscale deletes it and makes a new one. NOT_FOUND and
+	// FAILED_PRECONDITION as for Suspend.
+	Resume(ctx context.Context, in *ResumeRequest, opts ...grpc.CallOption) (*ResumeResponse, error)
 }
 
 type providerClient struct {
@@ -157,6 +185,26 @@ func (c *providerClient) Capabilities(ctx context.Context, in *CapabilitiesReque
 	return out, nil
 }
 
+func (c *providerClient) Suspend(ctx context.Context, in *SuspendRequest, opts ...grpc.CallOption) (*SuspendResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(SuspendResponse)
+	err := c.cc.Invoke(ctx, Provider_Suspend_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *providerClient) Resume(ctx context.Context, in *ResumeRequest, opts ...grpc.CallOption) (*ResumeResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ResumeResponse)
+	err := c.cc.Invoke(ctx, Provider_Resume_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // ProviderServer is the server API for Provider service.
 // All implementations must embed UnimplementedProviderServer
 // for forward compatibility.
@@ -179,6 +227,19 @@ type ProviderServer interface {
 	// check a plugin (plugin.Client.Capabilities); claimscale does not need it
 	// to drive the plugin.
 	Capabilities(context.Context, *CapabilitiesRequest) (*CapabilitiesResponse, error)
+	// Suspend stops a machine, keeping its disk, identity (provider_id) and
+	// tags, cleanly where the infrastructure can (a shutdown with a timeout,
+	// then a hard stop); Get and List then answer it in state SUSPENDED.
+	// Idempotent: a machine already stopped is success. A machine that is
+	// gone is NOT_FOUND; one without this cluster's tag is refused with
+	// FAILED_PRECONDITION. Only called when Capabilities says power.
+	Suspend(context.Context, *SuspendRequest) (*SuspendResponse, error)
+	// Resume starts a stopped machine; its kubelet registers the same Node
+	// again. Idempotent: a running machine is success. A machine that cannot
+	// start where it is (its host has no memory free) is RESOURCE_EXHAUSTED:
+	// claimscale deletes it and makes a new one. NOT_FOUND and
+	// FAILED_PRECONDITION as for Suspend.
+	Resume(context.Context, *ResumeRequest) (*ResumeResponse, error)
 	mustEmbedUnimplementedProviderServer()
 }
 
@@ -206,6 +267,12 @@ func (UnimplementedProviderServer) Shapes(context.Context, *ShapesRequest) (*Sha
 }
 func (UnimplementedProviderServer) Capabilities(context.Context, *CapabilitiesRequest) (*CapabilitiesResponse, error) {
 	return nil, status.Errorf(codes.Unimplemented, "method Capabilities not implemented")
+}
+func (UnimplementedProviderServer) Suspend(context.Context, *SuspendRequest) (*SuspendResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method Suspend not implemented")
+}
+func (UnimplementedProviderServer) Resume(context.Context, *ResumeRequest) (*ResumeResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method Resume not implemented")
 }
 func (UnimplementedProviderServer) mustEmbedUnimplementedProviderServer() {}
 func (UnimplementedProviderServer) testEmbeddedByValue()                  {}
@@ -336,6 +403,42 @@ func _Provider_Capabilities_Handler(srv interface{}, ctx context.Context, dec fu
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Provider_Suspend_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(SuspendRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ProviderServer).Suspend(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Provider_Suspend_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ProviderServer).Suspend(ctx, req.(*SuspendRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Provider_Resume_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ResumeRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ProviderServer).Resume(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Provider_Resume_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ProviderServer).Resume(ctx, req.(*ResumeRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Provider_ServiceDesc is the grpc.ServiceDesc for Provider service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -366,6 +469,14 @@ var Provider_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Capabilities",
 			Handler:    _Provider_Capabilities_Handler,
+		},
+		{
+			MethodName: "Suspend",
+			Handler:    _Provider_Suspend_Handler,
+		},
+		{
+			MethodName: "Resume",
+			Handler:    _Provider_Resume_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},
