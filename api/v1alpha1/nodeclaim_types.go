@@ -148,6 +148,7 @@ type BootstrapTokenStatus struct {
 // +kubebuilder:printcolumn:name="Zone",type=string,JSONPath=`.spec.requirements.nodeSelector[?(@.key=="topology.kubernetes.io/zone")].values[0]`
 // +kubebuilder:printcolumn:name="Node",type=string,JSONPath=`.status.nodeName`
 // +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`
+// +kubebuilder:printcolumn:name="Power",type=string,JSONPath=`.status.conditions[?(@.type=="Suspended")].reason`,description="Where the machine stands in its sleep: Suspending, Suspended (asleep, no Node), Waking, Awake; empty if it never slept"
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 // +kubebuilder:printcolumn:name="ProviderID",type=string,JSONPath=`.status.providerID`,priority=1
 // +kubebuilder:printcolumn:name="Reason",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].reason`,priority=1

@@ -134,6 +134,15 @@ func overview() *dashboard.DashboardBuilder {
 			query{`sum by (reason) (increase(claimscale_nodeclaims_terminated_total[5m])) / 5`, "terminated {{reason}}"})).
 		WithPanel(graph("Scheduling simulation", "Seconds one provisioning round's scheduling simulation took.", "s", false,
 			query{`histogram_quantile(0.9, sum by (le) (rate(claimscale_provisioning_scheduling_duration_seconds_bucket[5m])))`, "p90"})).
+		WithRow(dashboard.NewRowBuilder("Sleeping machines")).
+		WithPanel(graph("Sleeping machines by pool", "Machines stopped instead of deleted, with no Node, that a scale-up may wake.", "none", true,
+			query{`sum by (nodepool) (claimscale_nodepool_sleeping_machines)`, "{{nodepool}}"})).
+		WithPanel(graph("Suspends and wakes", "Per minute, by pool and result.", "none", false,
+			query{`sum by (nodepool, result) (increase(claimscale_nodeclaims_suspends_total[5m])) / 5`, "suspend {{nodepool}} {{result}}"},
+			query{`sum by (nodepool, result) (increase(claimscale_nodeclaims_wakes_total[5m])) / 5`, "wake {{nodepool}} {{result}}"})).
+		WithPanel(graph("Wake to registered", "Seconds from starting a sleeping machine to its Node registering again, percentiles over 10 minutes; compare with Node launch to Ready.", "s", false,
+			query{`histogram_quantile(0.5, sum by (le) (rate(claimscale_nodeclaims_wake_to_registered_seconds_bucket[10m])))`, "p50"},
+			query{`histogram_quantile(0.9, sum by (le) (rate(claimscale_nodeclaims_wake_to_registered_seconds_bucket[10m])))`, "p90"})).
 		WithRow(dashboard.NewRowBuilder("Provider")).
 		WithPanel(graph("Provider calls", "Calls per second by provider, operation and result.", "reqps", true,
 			query{`sum by (provider, operation, result) (rate(claimscale_provider_calls_total[5m]))`, "{{provider}} {{operation}} {{result}}"})).

@@ -13,29 +13,32 @@ import (
 // Claim phases, the values of claimscale_nodeclaims{phase}: a bounded set
 // derived from a claim's conditions, furthest first.
 const (
-	PhaseTerminating  = "terminating"
-	PhaseFailed       = "failed"
-	PhaseReady        = "ready"
-	PhaseRegistered   = "registered"
-	PhaseLaunched     = "launched"
-	PhaseLaunching    = "launching"
+	PhaseTerminating = "terminating"
+	PhaseFailed      = "failed"
+	PhaseReady       = "ready"
+	PhaseRegistered  = "registered"
+	PhaseLaunched    = "launched"
+	PhaseLaunching   = "launching"
+	// PhaseAsleep is a claim whose machine sleeps: launched, with no Node
+	// on purpose, so not among the launches an alert waits on.
+	PhaseAsleep       = "asleep"
 	shapeUnknownLabel = "unknown"
 )
 
-var phases = []string{PhaseLaunching, PhaseLaunched, PhaseRegistered, PhaseReady, PhaseFailed, PhaseTerminating}
+var phases = []string{PhaseLaunching, PhaseLaunched, PhaseRegistered, PhaseReady, PhaseAsleep, PhaseFailed, PhaseTerminating}
 
 var (
 	// NodeClaimsByPhase counts each pool's claims per phase now.
 	NodeClaimsByPhase = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Namespace: namespace, Name: "nodeclaims",
-		Help: "NodeClaims of each pool by phase (launching, launched, registered, ready, failed, terminating).",
+		Help: "NodeClaims of each pool by phase (launching, launched, registered, ready, asleep, failed, terminating).",
 	}, []string{"nodepool", "phase"})
 	// NodePoolHourlyCost is the summed price per hour of a pool's claims
-	// that are not being deleted, by shape. The shape label is bounded by
+	// that are not being deleted or asleep, by shape. The shape label is bounded by
 	// the pool's shapes; claims without a price count zero.
 	NodePoolHourlyCost = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Namespace: namespace, Subsystem: "nodepool", Name: "hourly_cost",
-		Help: "Price per hour of each pool's claims that are not being deleted, by shape, in the currency of the shape prices.",
+		Help: "Price per hour of each pool's claims that are not being deleted or asleep, by shape, in the currency of the shape prices.",
 	}, []string{"nodepool", "shape"})
 	// ProvisioningLastSuccess is when a provisioning round last ran to
 	// its end, as Unix seconds; time() minus it is the age the
@@ -96,6 +99,8 @@ func Phase(claim *v1alpha1.NodeClaim) string {
 		return PhaseTerminating
 	case has(v1alpha1.ConditionFailed):
 		return PhaseFailed
+	case has(v1alpha1.ConditionSuspended):
+		return PhaseAsleep
 	case has(v1alpha1.ConditionReady):
 		return PhaseReady
 	case has(v1alpha1.ConditionRegistered):
@@ -106,8 +111,8 @@ func Phase(claim *v1alpha1.NodeClaim) string {
 	return PhaseLaunching
 }
 
-// ObservePoolClaims sets a pool's claims-by-phase and hourly cost gauges
-// from all its claims. Every phase is written, zero included, so alerts
+// ObservePoolClaims sets a pool's claims-by-phase, sleeping machines and
+// hourly cost gauges from all its claims. Every phase is written, zero included, so alerts
 // on a phase see 0 rather than no data; a shape with no claims left is
 // dropped, so the cost sums only what runs.
 func ObservePoolClaims(pool string, claims []v1alpha1.NodeClaim) {
@@ -116,9 +121,18 @@ func ObservePoolClaims(pool string, claims []v1alpha1.NodeClaim) {
 		counts[phase] = 0
 	}
 	cost := map[string]float64{}
+	sleeping := 0
 	for i := range claims {
 		claim := &claims[i]
-		counts[Phase(claim)]++
+		phase := Phase(claim)
+		counts[phase]++
+		if phase == PhaseAsleep {
+			// A stopped machine is not billed at its shape's price; what
+			// it does cost (its disk) is the pool's sleep.price, which
+			// this gauge does not know.
+			sleeping++
+			continue
+		}
 		if !claim.DeletionTimestamp.IsZero() {
 			continue
 		}
@@ -135,6 +149,7 @@ func ObservePoolClaims(pool string, claims []v1alpha1.NodeClaim) {
 	for phase, n := range counts {
 		NodeClaimsByPhase.WithLabelValues(pool, phase).Set(float64(n))
 	}
+	NodePoolSleepingMachines.WithLabelValues(pool).Set(float64(sleeping))
 	NodePoolHourlyCost.DeletePartialMatch(prometheus.Labels{"nodepool": pool})
 	for shape, c := range cost {
 		NodePoolHourlyCost.WithLabelValues(pool, shape).Set(c)
@@ -143,7 +158,7 @@ func ObservePoolClaims(pool string, claims []v1alpha1.NodeClaim) {
 
 // ForgetPool drops a deleted pool's per-pool gauges.
 func ForgetPool(pool string) {
-	for _, v := range []*prometheus.GaugeVec{NodeClaimsByPhase, NodePoolHourlyCost, NodePoolNodes, NodePoolLimitUsage} {
+	for _, v := range []*prometheus.GaugeVec{NodeClaimsByPhase, NodePoolHourlyCost, NodePoolNodes, NodePoolLimitUsage, NodePoolSleepingMachines} {
 		v.DeletePartialMatch(prometheus.Labels{"nodepool": pool})
 	}
 }

@@ -30,6 +30,9 @@ const (
 	ReasonInsufficientCapacity    = "InsufficientCapacity"
 	ReasonMachineGone             = "MachineGone"
 	ReasonGarbageCollectedMachine = "GarbageCollectedMachine"
+	// ReasonSleepLimit: a machine slept longer than its pool's
+	// sleep.deleteAfter.
+	ReasonSleepLimit = "SleepLimit"
 )
 
 var (

@@ -14,7 +14,7 @@ func TestClaimReasonLabelsShareOneStyle(t *testing.T) {
 	style := regexp.MustCompile(`^[A-Z][A-Za-z]*$`)
 	for _, reason := range []string{
 		ReasonProvisioning, ReasonMinNodes, ReasonHeadroom, ReasonReplacement, ReasonRepair, ReasonExternalGRPC,
-		ReasonDeleted, ReasonRegistrationTimeout, ReasonInsufficientCapacity, ReasonMachineGone, ReasonGarbageCollectedMachine,
+		ReasonDeleted, ReasonRegistrationTimeout, ReasonInsufficientCapacity, ReasonMachineGone, ReasonGarbageCollectedMachine, ReasonSleepLimit,
 		string(v1alpha1.DisruptionReasonEmpty), string(v1alpha1.DisruptionReasonUnderutilized),
 		string(v1alpha1.DisruptionReasonDrifted), string(v1alpha1.DisruptionReasonUnhealthy),
 	} {

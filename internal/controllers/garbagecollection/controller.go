@@ -1,6 +1,7 @@
 // Package garbagecollection removes what a crash or a person left behind:
 // machines tagged for this cluster that no claim owns (after a grace
-// period), claims whose machine is gone while their node is not Ready, and
+// period), running or sleeping; claims whose machine is gone while their
+// node is not Ready (a sleeping machine's claim has no node); and
 // claimscale's bootstrap tokens that expired or lost their claim.
 // It lists each provider's machines once per pass, never per claim.
 package garbagecollection
@@ -151,7 +152,14 @@ func (c *Controller) Pass(ctx context.Context) error {
 	return nil
 }
 
+// collectMachine deletes a machine whose claim is gone, whatever its state:
+// a sleeping machine (State Suspended) is ours like a running one, and
+// costs its disk until it goes. A machine without our cluster and claim
+// tags is never touched, even should a provider list it.
 func (c *Controller) collectMachine(ctx context.Context, machines provider.Provider, instance *provider.Instance, claims map[string]*v1alpha1.NodeClaim) error {
+	if instance.Tags[v1alpha1.TagCluster] == "" || instance.ClaimName() == "" {
+		return nil
+	}
 	if _, ok := claims[instance.ClaimName()]; ok {
 		return nil
 	}
@@ -167,7 +175,7 @@ func (c *Controller) collectMachine(ctx context.Context, machines provider.Provi
 	if !apierrors.IsNotFound(err) {
 		return fmt.Errorf("checking claim %s: %w", instance.ClaimName(), err)
 	}
-	log.FromContext(ctx).Info("deleting machine without a claim", "providerID", instance.ProviderID, "claim", instance.ClaimName())
+	log.FromContext(ctx).Info("deleting machine without a claim", "providerID", instance.ProviderID, "claim", instance.ClaimName(), "state", instance.State)
 	if err := machines.Delete(ctx, instance.ProviderID); err != nil && !provider.IsNotFound(err) {
 		return fmt.Errorf("deleting machine %s without a claim: %w", instance.ProviderID, err)
 	}
@@ -209,6 +217,10 @@ func (c *Controller) collectClaim(ctx context.Context, cached *v1alpha1.NodeClai
 	// again. The mark tells termination why the claim goes, which counts
 	// it once.
 	message := fmt.Sprintf("machine %s no longer exists and the node is not Ready; deleting the claim", claim.Status.ProviderID)
+	if meta.IsStatusConditionTrue(claim.Status.Conditions, v1alpha1.ConditionSuspended) {
+		// A sleeping machine has no node: its claim is all that is left.
+		message = fmt.Sprintf("machine %s slept and no longer exists; deleting the claim", claim.Status.ProviderID)
+	}
 	claim.SetCondition(v1alpha1.ConditionDisrupting, metav1.ConditionTrue, metrics.ReasonMachineGone, message, c.Clock.Now())
 	// The Disrupting condition alone is garbage collection's, applied
 	// over the claim as judged (statusapply.ApplyUnchanged).

@@ -1,7 +1,8 @@
 // Package nodeclaim runs a NodeClaim's life: launch the machine, wait for its
 // Node to register and initialize, give up on machines that never register,
-// and, once the claim (or its Node) is deleted, cordon, drain and deprovision
-// the node before the finalizer comes off. Each stage is a small
+// put the machine to sleep and wake it when asked, and, once the claim (or
+// its Node) is deleted, cordon, drain and deprovision the node before the
+// finalizer comes off. Each stage is a small
 // sub-reconciler in its own file; the controller runs them in order and
 // writes status once.
 package nodeclaim
@@ -153,13 +154,7 @@ func (c *Controller) reconcileNormal(ctx context.Context, claim *v1alpha1.NodeCl
 	}
 	stored := claim.DeepCopy()
 	ctx, after := withAfterStatus(ctx)
-	stages := []subReconciler{
-		&launch{c},
-		&registration{c},
-		&tokenRevocation{c},
-		&initialization{c},
-		&liveness{c},
-	}
+	stages := c.stagesFor(claim)
 	var result reconcile.Result
 	var errs []error
 	for _, stage := range stages {
@@ -177,6 +172,24 @@ func (c *Controller) reconcileNormal(ctx context.Context, claim *v1alpha1.NodeCl
 		return reconcile.Result{}, err
 	}
 	return result, nil
+}
+
+// stagesFor names the stages of a claim's life that apply to it now: a
+// launched claim asked to sleep only goes to sleep (sleep.go); any other
+// is launched, woken if it slept (wake.go), registered and initialized.
+func (c *Controller) stagesFor(claim *v1alpha1.NodeClaim) []subReconciler {
+	if claim.SleepRequested() && meta.IsStatusConditionTrue(claim.Status.Conditions, v1alpha1.ConditionLaunched) {
+		return []subReconciler{&sleep{c}}
+	}
+	return []subReconciler{
+		&launch{c},
+		&wake{c},
+		&registration{c},
+		&awake{c},
+		&tokenRevocation{c},
+		&initialization{c},
+		&liveness{c},
+	}
 }
 
 // summarizeReady sets Ready from Launched, Registered and Initialized: True

@@ -53,7 +53,10 @@ func (i *initialization) Reconcile(ctx context.Context, claim *v1alpha1.NodeClai
 	}
 	claim.Status.Allocatable = node.Status.Allocatable
 	if !meta.IsStatusConditionTrue(claim.Status.Conditions, v1alpha1.ConditionInitialized) {
-		metrics.LaunchToReadySeconds.WithLabelValues(poolName(claim)).Observe(i.Clock.Since(claim.CreationTimestamp.Time).Seconds())
+		if !slept(claim) {
+			// A woken machine's time is the wake histogram's, not a launch's.
+			metrics.LaunchToReadySeconds.WithLabelValues(poolName(claim)).Observe(i.Clock.Since(claim.CreationTimestamp.Time).Seconds())
+		}
 		i.eventf(ctx, claim, node, corev1.EventTypeNormal, "Initialized", "Initialize", "node %s is ready for pods", node.Name)
 	}
 	i.setCondition(claim, v1alpha1.ConditionInitialized, metav1.ConditionTrue, v1alpha1.ReasonInitialized, "node "+node.Name+" is Ready and has no startup taints")

@@ -30,7 +30,9 @@ const (
 type launch struct{ *Controller }
 
 func (l *launch) Reconcile(ctx context.Context, claim *v1alpha1.NodeClaim) (reconcile.Result, error) {
-	if meta.IsStatusConditionTrue(claim.Status.Conditions, v1alpha1.ConditionLaunched) {
+	// A claim whose machine slept has that machine, whatever its Launched
+	// says (False after a wake without capacity): one machine per claim.
+	if meta.IsStatusConditionTrue(claim.Status.Conditions, v1alpha1.ConditionLaunched) || slept(claim) {
 		return reconcile.Result{}, nil
 	}
 	machines, err := l.providerOf(ctx, claim)

@@ -13,11 +13,13 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/claimscale/claimscale/api/v1alpha1"
+	"github.com/claimscale/claimscale/internal/metrics"
 )
 
 // liveness gives up on a claim whose node has not registered within the
-// pool's registration timeout, counted from the claim's creation: its
-// deletion removes the machine, and provisioning tries again.
+// pool's registration timeout, counted from the claim's creation (or from
+// its machine's wake): its deletion removes the machine, and provisioning
+// tries again.
 type liveness struct{ *Controller }
 
 func (l *liveness) Reconcile(ctx context.Context, claim *v1alpha1.NodeClaim) (reconcile.Result, error) {
@@ -27,15 +29,27 @@ func (l *liveness) Reconcile(ctx context.Context, claim *v1alpha1.NodeClaim) (re
 		(registered.Status == metav1.ConditionTrue || registered.Reason == "NodeNotFound") {
 		return reconcile.Result{}, nil
 	}
+	// A sleeping machine's missing Node is no lost machine: nothing times
+	// out until it is started, and then from the start.
+	if machineStopped(claim) {
+		return reconcile.Result{}, nil
+	}
+	since, after := claim.CreationTimestamp.Time, ""
+	if woken := wokenAt(claim); !woken.IsZero() {
+		since, after = woken, " after its machine was woken"
+	}
 	timeout, err := l.registrationTimeout(ctx, claim)
 	if err != nil {
 		return reconcile.Result{}, err
 	}
-	waited := l.Clock.Since(claim.CreationTimestamp.Time)
+	waited := l.Clock.Since(since)
 	if waited < timeout {
 		return reconcile.Result{RequeueAfter: timeout - waited}, nil
 	}
-	message := fmt.Sprintf("no node registered within the registration timeout of %s", timeout)
+	message := fmt.Sprintf("no node registered within the registration timeout of %s%s", timeout, after)
+	if after != "" {
+		countWake(ctx, claim, metrics.SleepResultRegistrationTimeout)
+	}
 	if !l.KeepFailedClaims {
 		message += "; deleting the machine and the claim"
 	}

@@ -24,11 +24,14 @@ import (
 const registrationPoll = 10 * time.Second
 
 // registration waits for the machine's Node and takes it over: our labels,
-// the claim's taints, the termination finalizer and an owner reference.
+// the claim's taints, the termination finalizer and an owner reference. A
+// woken machine's Node is waited for and taken over the same way, found by
+// providerID only, as a new one.
 type registration struct{ *Controller }
 
 func (r *registration) Reconcile(ctx context.Context, claim *v1alpha1.NodeClaim) (reconcile.Result, error) {
-	if !meta.IsStatusConditionTrue(claim.Status.Conditions, v1alpha1.ConditionLaunched) {
+	// A stopped machine has no Node to wait for until it is started.
+	if !meta.IsStatusConditionTrue(claim.Status.Conditions, v1alpha1.ConditionLaunched) || machineStopped(claim) {
 		return reconcile.Result{}, nil
 	}
 	node, err := r.nodeFor(ctx, claim)

@@ -57,24 +57,19 @@ func (c *Controller) reconcileDelete(ctx context.Context, claim *v1alpha1.NodeCl
 }
 
 func (c *Controller) terminate(ctx context.Context, claim *v1alpha1.NodeClaim) (reconcile.Result, error) {
+	// A sleeping machine has no Node, so nothing is drained: its machine
+	// is deleted.
 	node, err := c.nodeFor(ctx, claim)
 	if err != nil {
 		return reconcile.Result{}, err
 	}
 	if node != nil {
-		if err := c.cordon(ctx, node); err != nil {
-			return reconcile.Result{}, err
-		}
-		remaining, blocked, err := c.drain(ctx, claim, node)
+		left, err := c.cordonAndDrain(ctx, claim, node, claim.DeletionTimestamp.Time)
 		if err != nil {
 			return reconcile.Result{}, err
 		}
-		if remaining > 0 {
-			message := fmt.Sprintf("draining node %s: %d pods left", node.Name, remaining)
-			if blocked > 0 {
-				message += fmt.Sprintf(", %d waiting for a PodDisruptionBudget", blocked)
-			}
-			c.setCondition(claim, v1alpha1.ConditionTerminating, metav1.ConditionTrue, v1alpha1.ReasonDraining, message)
+		if left != "" {
+			c.setCondition(claim, v1alpha1.ConditionTerminating, metav1.ConditionTrue, v1alpha1.ReasonDraining, left)
 			return reconcile.Result{RequeueAfter: drainPoll}, nil
 		}
 	}
@@ -116,9 +111,14 @@ func (c *Controller) terminate(ctx context.Context, claim *v1alpha1.NodeClaim) (
 }
 
 // terminationReason is why a claim went, for the termination counter:
-// the reason it was disrupted for, else why it failed (a registration
-// timeout, no capacity), else Deleted (by a person, or with its node).
+// that it slept too long, else the reason it was disrupted for, else why
+// it failed (a registration timeout, no capacity), else Deleted (by a person, or with its node).
 func terminationReason(claim *v1alpha1.NodeClaim) string {
+	// First: the Disrupting mark that put the machine to sleep may still
+	// be on the claim the sleep limit deletes.
+	if sleptTooLong(claim) {
+		return metrics.ReasonSleepLimit
+	}
 	if condition := meta.FindStatusCondition(claim.Status.Conditions, v1alpha1.ConditionDisrupting); condition != nil && condition.Status == metav1.ConditionTrue {
 		return condition.Reason
 	}
@@ -137,6 +137,28 @@ func terminationReason(claim *v1alpha1.NodeClaim) string {
 	return metrics.ReasonDeleted
 }
 
+// cordonAndDrain takes the node out of service, as for its deletion or
+// its machine's sleep: cordoned, its pods evicted, and deleted outright
+// once the claim's termination grace period, counted from since, is over.
+// It returns what is left to wait for ("" once drained).
+func (c *Controller) cordonAndDrain(ctx context.Context, claim *v1alpha1.NodeClaim, node *corev1.Node, since time.Time) (string, error) {
+	if err := c.cordon(ctx, node); err != nil {
+		return "", err
+	}
+	remaining, blocked, err := c.drain(ctx, claim, node, since)
+	if err != nil {
+		return "", err
+	}
+	if remaining == 0 {
+		return "", nil
+	}
+	message := fmt.Sprintf("draining node %s: %d pods left", node.Name, remaining)
+	if blocked > 0 {
+		message += fmt.Sprintf(", %d waiting for a PodDisruptionBudget", blocked)
+	}
+	return message, nil
+}
+
 // cordon taints the node so nothing new lands on it while it drains.
 func (c *Controller) cordon(ctx context.Context, node *corev1.Node) error {
 	disrupted := corev1.Taint{Key: v1alpha1.TaintDisrupted, Effect: corev1.TaintEffectNoSchedule}
@@ -153,15 +175,15 @@ func (c *Controller) cordon(ctx context.Context, node *corev1.Node) error {
 
 // drain evicts the node's pods through the Eviction API, so
 // PodDisruptionBudgets hold, and deletes them outright once the claim's
-// termination grace period is over. DaemonSet and mirror pods stay. It
+// termination grace period, counted from since, is over. DaemonSet and mirror pods stay. It
 // returns how many pods are still to go and how many of those a budget
 // held back.
-func (c *Controller) drain(ctx context.Context, claim *v1alpha1.NodeClaim, node *corev1.Node) (remaining, blocked int, err error) {
+func (c *Controller) drain(ctx context.Context, claim *v1alpha1.NodeClaim, node *corev1.Node, since time.Time) (remaining, blocked int, err error) {
 	var pods corev1.PodList
 	if err := c.Kube.List(ctx, &pods, client.MatchingFields{index.PodNodeName: node.Name}); err != nil {
 		return 0, 0, fmt.Errorf("listing pods on node %s: %w", node.Name, err)
 	}
-	graceOver := c.Clock.Since(claim.DeletionTimestamp.Time) > terminationGracePeriod(claim)
+	graceOver := c.Clock.Since(since) > terminationGracePeriod(claim)
 	unreachable := kubeletGone(node)
 	for i := range pods.Items {
 		pod := &pods.Items[i]
