@@ -83,13 +83,21 @@ func (o *observer) updateClaims(ctx context.Context, s *state) {
 				}
 				claim.SetCondition(v1alpha1.ConditionEmpty, metav1.ConditionTrue, "Empty", "node "+node.Name+" runs no pods but DaemonSet and mirror pods", emptyAt)
 			}
-			switch {
-			case !hasPool:
-			case driftReason != "":
-				o.writer.setCondition(claim, v1alpha1.ConditionDrifted, metav1.ConditionTrue, driftReason, driftMessage)
-			case meta.IsStatusConditionTrue(claim.Status.Conditions, v1alpha1.ConditionDrifted):
-				o.writer.setCondition(claim, v1alpha1.ConditionDrifted, metav1.ConditionFalse, "NotDrifted", "the claim matches its pool again")
+			if hasPool {
+				o.setDrifted(claim, driftReason, driftMessage)
 			}
 		})
+	}
+}
+
+// setDrifted writes the claim's Drifted condition from the round's
+// judgement: True with the reason, or False once a drifted claim matches
+// its pool again.
+func (o *observer) setDrifted(claim *v1alpha1.NodeClaim, driftReason, driftMessage string) {
+	switch {
+	case driftReason != "":
+		o.writer.setCondition(claim, v1alpha1.ConditionDrifted, metav1.ConditionTrue, driftReason, driftMessage)
+	case meta.IsStatusConditionTrue(claim.Status.Conditions, v1alpha1.ConditionDrifted):
+		o.writer.setCondition(claim, v1alpha1.ConditionDrifted, metav1.ConditionFalse, v1alpha1.ReasonNotDrifted, "the claim matches its pool again")
 	}
 }

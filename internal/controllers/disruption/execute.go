@@ -156,6 +156,13 @@ func (wr *writer) waitForDeletions(ctx context.Context, claims []*v1alpha1.NodeC
 	for _, claim := range claims {
 		wr.own.Deleted(claim)
 	}
+	return wr.awaitCached(ctx, claims, func(cached *v1alpha1.NodeClaim) bool { return !cached.DeletionTimestamp.IsZero() })
+}
+
+// awaitCached waits, for at most cacheWait, until the cache shows each of
+// claims gone or as written (written says whether a cached copy shows the
+// write).
+func (wr *writer) awaitCached(ctx context.Context, claims []*v1alpha1.NodeClaim, written func(cached *v1alpha1.NodeClaim) bool) error {
 	return wr.own.Await(ctx, cacheWait, func(ctx context.Context) (bool, error) {
 		for len(claims) > 0 {
 			var cached v1alpha1.NodeClaim
@@ -163,7 +170,7 @@ func (wr *writer) waitForDeletions(ctx context.Context, claims []*v1alpha1.NodeC
 			if client.IgnoreNotFound(err) != nil {
 				return false, err
 			}
-			if err == nil && cached.DeletionTimestamp.IsZero() {
+			if err == nil && !written(&cached) {
 				return false, nil
 			}
 			claims = claims[1:]

@@ -241,20 +241,7 @@ func (wr *writer) waitForSuspensions(ctx context.Context, claims []*v1alpha1.Nod
 	if len(claims) == 0 {
 		return nil
 	}
-	return wr.own.Await(ctx, cacheWait, func(ctx context.Context) (bool, error) {
-		for len(claims) > 0 {
-			var cached v1alpha1.NodeClaim
-			err := wr.kube.Get(ctx, client.ObjectKeyFromObject(claims[0]), &cached)
-			if client.IgnoreNotFound(err) != nil {
-				return false, err
-			}
-			if err == nil && !cached.SleepRequested() {
-				return false, nil
-			}
-			claims = claims[1:]
-		}
-		return true, nil
-	})
+	return wr.awaitCached(ctx, claims, (*v1alpha1.NodeClaim).SleepRequested)
 }
 
 // Reasons of the Disrupting condition of a claim that slept.
@@ -290,12 +277,8 @@ func (o *observer) observeSleeper(s *state, claim *v1alpha1.NodeClaim, providerN
 			o.writer.setCondition(claim, v1alpha1.ConditionDisrupting, metav1.ConditionFalse, disruptingAsleep,
 				fmt.Sprintf("the node was removed (%s) and the machine sleeps since %s; provisioning may wake it", why, since.UTC().Format(time.RFC3339)))
 		}
-		switch {
-		case !hasPool:
-		case driftReason != "":
-			o.writer.setCondition(claim, v1alpha1.ConditionDrifted, metav1.ConditionTrue, driftReason, driftMessage)
-		case meta.IsStatusConditionTrue(claim.Status.Conditions, v1alpha1.ConditionDrifted):
-			o.writer.setCondition(claim, v1alpha1.ConditionDrifted, metav1.ConditionFalse, "NotDrifted", "the claim matches its pool again")
+		if hasPool {
+			o.setDrifted(claim, driftReason, driftMessage)
 		}
 	})
 }
