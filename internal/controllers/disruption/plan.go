@@ -35,7 +35,8 @@ type Plan struct {
 type PlannedDecision struct {
 	// Reason: Empty, Underutilized, Drifted or Expired.
 	Reason v1alpha1.DisruptionReason
-	// Action: delete, or replace.
+	// Action: delete, replace, or suspend (every node's machine is put to
+	// sleep; where only some are, delete, and their verdicts say which).
 	Action  string
 	Message string
 	// Replacements are made first, when the action is replace.
@@ -86,6 +87,9 @@ func PlanScaleDown(ctx context.Context, kube client.Client, usable clusterstate.
 	if err != nil {
 		return nil, err
 	}
+	for _, info := range s.pools {
+		info.power = recordedPower(info.pool)
+	}
 	stableSince := newStability().observeRound(s)
 	plan := &Plan{Now: s.now}
 	for _, group := range s.groups {
@@ -112,6 +116,9 @@ func PlanScaleDown(ctx context.Context, kube client.Client, usable clusterstate.
 // plannedDecision is what a plan says of the round's decision.
 func plannedDecision(cmd *command) *PlannedDecision {
 	decision := &PlannedDecision{Reason: cmd.reason, Action: cmd.action(), Message: cmd.message, Price: totalPrice(cmd.candidates)}
+	if len(cmd.sleeps) == len(cmd.candidates) {
+		decision.Action = actionSuspend
+	}
 	decision.Saving = decision.Price
 	for _, n := range cmd.replacements {
 		decision.Replacements = append(decision.Replacements, PlannedNode{Pool: n.Pool, Shape: n.Shape.Name, Zone: n.Zone, Price: n.Shape.Price})

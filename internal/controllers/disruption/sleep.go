@@ -175,6 +175,21 @@ func (o *sleepObserver) power(ctx context.Context, pool *v1alpha1.NodePool) powe
 	return powerNotSupported
 }
 
+// recordedPower is what the controller last found of the pool's provider,
+// from the SleepAllowed condition it wrote: a plan (kubectl claimscale
+// simulate --scale-down, why's round taken now) asks no provider, and says
+// suspend where the controller's round would.
+func recordedPower(pool *v1alpha1.NodePool) powerCapability {
+	condition := meta.FindStatusCondition(pool.Status.Conditions, v1alpha1.ConditionSleepAllowed)
+	switch {
+	case condition == nil:
+		return powerUnknown
+	case condition.Reason == v1alpha1.ReasonPowerNotSupported:
+		return powerNotSupported
+	}
+	return powerSupported
+}
+
 // sleepAllowed is the pool's SleepAllowed condition for what the round
 // knows, nil when it knows nothing of the provider yet.
 func sleepAllowed(info *poolInfo) *metav1.Condition {

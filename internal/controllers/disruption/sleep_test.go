@@ -282,3 +282,33 @@ func TestSleepDeletesADriftedOrExpiredSleepingClaim(t *testing.T) {
 		})
 	}
 }
+
+// A plan (simulate --scale-down, why's round taken now) asks no provider:
+// it reads whether the pool's provider can manage power from the
+// SleepAllowed condition the controller wrote, and says of a node the
+// round would put to sleep that it sleeps.
+func TestAPlanSaysSuspendWhereTheRoundWould(t *testing.T) {
+	s := newSleepScenario(t, withPower)
+	pool := s.sleepPool("sleep-plan", "2", nil)
+	s.node(pool, "sleep-plan-busy", small)
+	expect.Applied(t, env.Client, expect.BoundPod(suiteNamespace, "web", "sleep-plan-busy", "500m", "512Mi"))
+	s.round()
+	s.g.Expect(s.sleepAllowed("sleep-plan")).To(Equal("True " + v1alpha1.ReasonWithinSleepBudget))
+
+	s.node(pool, "sleep-plan-idle", small, s.emptyFor(time.Hour))
+	s.synced()
+	s.g.Eventually(func(g Gomega) {
+		plan, err := PlanScaleDown(s.ctx, cached, s.c.Pools, s.clock)
+		g.Expect(err).NotTo(HaveOccurred())
+		var verdict *Verdict
+		for i := range plan.Nodes {
+			if plan.Nodes[i].Node == "sleep-plan-idle" {
+				verdict = &plan.Nodes[i]
+			}
+		}
+		g.Expect(verdict).NotTo(BeNil())
+		g.Expect(verdict.Message).To(HavePrefix(sleepNotePrefix), "the plan says what the round would do: suspend")
+		g.Expect(plan.Decision).NotTo(BeNil())
+		g.Expect(plan.Decision.Action).To(Equal(actionSuspend))
+	}).Should(Succeed())
+}
