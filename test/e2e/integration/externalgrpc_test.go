@@ -811,7 +811,7 @@ func TestExternalGRPCChartLetsOnlyClusterAutoscalerReachTheExpander(t *testing.T
 	g.Expect(expanderRule["ports"]).To(ConsistOf(HaveKeyWithValue("port", "expander")))
 	g.Expect(expanderRule["from"]).To(ConsistOf(And(
 		HaveKeyWithValue("podSelector", HaveKeyWithValue("matchLabels", HaveKeyWithValue("app.kubernetes.io/name", "externalgrpc-cluster-autoscaler"))),
-		HaveKeyWithValue("namespaceSelector", HaveKeyWithValue("matchLabels", HaveKeyWithValue("kubernetes.io/metadata.Name", "kube-system"))),
+		HaveKeyWithValue("namespaceSelector", HaveKeyWithValue("matchLabels", HaveKeyWithValue("kubernetes.io/metadata.name", "kube-system"))),
 	)), "only cluster-autoscaler's pods, in its namespace")
 	g.Expect(rules[1].(map[string]any)).NotTo(HaveKey("from"), "the other ports stay open as without a policy")
 	g.Expect(env.Client.Create(context.Background(), policy, client.DryRunAll)).To(Succeed())

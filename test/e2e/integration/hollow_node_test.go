@@ -151,7 +151,7 @@ func joinHollowNode(t *testing.T, kubemark string, machines *hollowMachines, met
 	// Node as created, before claimscale adopts it.
 	watcher, err := client.NewWithWatch(env.Config, client.Options{Scheme: env.Scheme})
 	g.Expect(err).NotTo(HaveOccurred())
-	nodes, err := watcher.Watch(s.Ctx, &corev1.NodeList{}, &client.ListOptions{FieldSelector: fields.OneTermEqualSelector("metadata.Name", claim.Name)})
+	nodes, err := watcher.Watch(s.Ctx, &corev1.NodeList{}, &client.ListOptions{FieldSelector: fields.OneTermEqualSelector("metadata.name", claim.Name)})
 	g.Expect(err).NotTo(HaveOccurred())
 	defer nodes.Stop()
 	machines.boot(t, claim.Name, bootHollowNode(t, kubemark, join))

@@ -42,7 +42,7 @@ var mayBeEmpty = map[string]string{
 	"overview/Provider errors":   "no provider call fails in a healthy scale-up and scale-down",
 	"disruption/Unhealthy nodes": "the pool does not set repair; the repair gauges exist only for pools that do",
 	"disruption/Repair paused":   "the pool does not set repair",
-	"externalgrpc/Calls by method": "the controller runs in native Mode: cluster-autoscaler makes no " +
+	"externalgrpc/Calls by method": "the controller runs in native mode: cluster-autoscaler makes no " +
 		"externalgrpc calls, so neither do the three panels below",
 	"externalgrpc/Call duration":      "native mode",
 	"externalgrpc/Scale requests":     "native mode",
