@@ -12,12 +12,13 @@
 //
 //   - autoscaling: what the controllers do with pods and nodes on the
 //     simulated provider: scale up and down, booting, disruption and
-//     consolidation, budgets, warm capacity (headroom, schedules, the
-//     external scaler), repair, pools isolated from each other's failures,
+//     consolidation, budgets, warm capacity (headroom, schedules), repair,
 //     bad input, scale; and machines that sleep instead of being deleted
 //     (sleep_test.go).
 //   - integration: claimscale with what is around it: the real providers'
-//     APIs (Proxmox, cloudscale), provider plugins, Cluster API, nodes that
+//     APIs (Proxmox, cloudscale), provider plugins, Cluster API, pools
+//     isolated from each other's failing providers, KEDA's external scaler,
+//     nodes that
 //     join (bootstrap tokens, the hollow kubelet), the chart and kustomize,
 //     metrics and Prometheus, cluster-autoscaler's externalgrpc, and the
 //     kubectl plugin (why, simulate, get) with users' roles.

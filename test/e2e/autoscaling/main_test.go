@@ -1,7 +1,7 @@
 // Package autoscaling runs, end to end, what claimscale's controllers do
 // with pods and nodes on the simulated provider: scale up and down,
 // booting, disruption and consolidation, budgets, warm capacity, repair,
-// pools isolated from each other's failures, bad input and scale. One
+// bad input and scale. One
 // control plane for the package (../doc.go says which package takes what).
 package autoscaling
 

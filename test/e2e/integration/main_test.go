@@ -1,6 +1,7 @@
 // Package integration runs claimscale end to end with what is around it:
-// the real providers' APIs (Proxmox, cloudscale), provider plugins and
-// Cluster API, nodes that join (bootstrap tokens, the hollow kubelet), the
+// the real providers' APIs (Proxmox, cloudscale), provider plugins,
+// Cluster API, pools isolated from each other's failing providers, KEDA's
+// external scaler, nodes that join (bootstrap tokens, the hollow kubelet), the
 // chart and kustomize, metrics and Prometheus, cluster-autoscaler's
 // externalgrpc, and the kubectl plugin (why, simulate, get) with users'
 // roles. One control plane for the package (../doc.go says which package
