@@ -1,4 +1,4 @@
-package e2e
+package autoscaling
 
 import (
 	"context"
@@ -15,27 +15,26 @@ import (
 	"github.com/claimscale/claimscale/internal/operator"
 	"github.com/claimscale/claimscale/pkg/provider"
 	"github.com/claimscale/claimscale/pkg/provider/simulated"
+	"github.com/claimscale/claimscale/test/e2e/internal/harness"
 )
 
 // The sleeping-machine tests (issue 37): a pool whose empty nodes sleep
 // instead of being deleted, on the simulated provider, whose stopped
 // machine has no Node and whose start registers one again after its
-// startDelay, shorter than its bootDelay. This file keeps its helpers to
-// itself (sleep-prefixed) so it moves with the e2e package's split as it
-// is.
+// startDelay, shorter than its bootDelay. Its helpers are its own (sleep-prefixed).
 
 // sleepPool lets every machine of the scenario's pool sleep for
 // deleteAfter when it empties.
-func (s *scenario) sleepPool(deleteAfter time.Duration) *v1alpha1.NodePool {
-	return s.createPool(func(pool *v1alpha1.NodePool) {
+func sleepPool(s *harness.Scenario, deleteAfter time.Duration) *v1alpha1.NodePool {
+	return s.CreatePool(func(pool *v1alpha1.NodePool) {
 		pool.Spec.Disruption.Sleep = &v1alpha1.Sleep{Machines: "100%", DeleteAfter: &metav1.Duration{Duration: deleteAfter}}
 	})
 }
 
 // sleepProvider is the scenario's simulated NodeProvider with a boot (a
 // new machine) much slower than a start (a sleeping one).
-func (s *scenario) sleepProvider() {
-	s.createProvider(v1alpha1.SimulatedSettings{
+func sleepProvider(s *harness.Scenario) {
+	s.CreateProvider(v1alpha1.SimulatedSettings{
 		BootDelay:  &metav1.Duration{Duration: 8 * time.Second},
 		StartDelay: &metav1.Duration{Duration: time.Second},
 	})
@@ -56,23 +55,23 @@ func sleepNames(claims []v1alpha1.NodeClaim) []string {
 
 // sleepAllAsleep checks that every claim of the pool sleeps and no Node
 // of the pool is left.
-func (s *scenario) sleepAllAsleep(g Gomega, want int) {
-	claims := s.claims()
+func sleepAllAsleep(s *harness.Scenario, g Gomega, want int) {
+	claims := s.Claims()
 	g.Expect(claims).To(HaveLen(want))
 	for i := range claims {
 		g.Expect(claims[i].Asleep()).To(BeTrue(), "claim %s sleeps", claims[i].Name)
 	}
-	g.Expect(s.nodes()).To(BeEmpty(), "a sleeping machine has no Node")
+	g.Expect(s.Nodes()).To(BeEmpty(), "a sleeping machine has no Node")
 }
 
 // sleepOneMachinePerClaim checks that each claim of the pool has exactly
 // one simulated machine and no machine is without a claim.
-func (s *scenario) sleepOneMachinePerClaim(g Gomega) {
+func sleepOneMachinePerClaim(s *harness.Scenario, g Gomega) {
 	perClaim := map[string]int{}
-	for _, machine := range s.machines() {
+	for _, machine := range s.Machines() {
 		perClaim[machine.Labels[v1alpha1.TagNodeClaim]]++
 	}
-	claims := s.claims()
+	claims := s.Claims()
 	g.Expect(perClaim).To(HaveLen(len(claims)), "as many machines as claims")
 	for _, claim := range claims {
 		g.Expect(perClaim[claim.Name]).To(Equal(1), "claim %s has one machine", claim.Name)
@@ -80,58 +79,58 @@ func (s *scenario) sleepOneMachinePerClaim(g Gomega) {
 }
 
 // sleepRunningAfter measures how long until replicas pods of app run.
-func (s *scenario) sleepRunningAfter(started time.Time, app string, replicas int) time.Duration {
-	s.g.Eventually(func() int { return s.runningPods(app) }).WithPolling(100 * time.Millisecond).Should(Equal(replicas))
+func sleepRunningAfter(s *harness.Scenario, started time.Time, app string, replicas int) time.Duration {
+	s.G.Eventually(func() int { return s.RunningPods(app) }).WithPolling(100 * time.Millisecond).Should(Equal(replicas))
 	return time.Since(started)
 }
 
 // Scale-up, sleep on scale-down, wake before create, and drift: the
 // issue's "done when", measured in one test on one machine.
 func TestSleepingMachinesAreWokenBeforeNewOnesAndADriftedOneIsDeleted(t *testing.T) {
-	startOperator(t, operatorOptions{})
-	s := newScenario(t, "sleep-wake")
-	defer s.cleanup()
-	s.sleepProvider()
-	s.sleepPool(24 * time.Hour)
+	harness.StartOperator(t, harness.OperatorOptions{})
+	s := harness.NewScenario(t, "sleep-wake")
+	defer s.Cleanup()
+	sleepProvider(s)
+	sleepPool(s, 24*time.Hour)
 
 	started := time.Now()
-	web := s.createDeployment("web", 20, "1", nil)
-	cold := s.sleepRunningAfter(started, "web", 20)
-	launched := s.claims()
+	web := s.CreateDeployment("web", 20, "1", nil)
+	cold := sleepRunningAfter(s, started, "web", 20)
+	launched := s.Claims()
 	n := len(launched)
 	t.Logf("20 pods Running %s after the Deployment was created, on %d new machines", cold.Round(100*time.Millisecond), n)
 
-	s.scale(web, 0)
-	s.g.Eventually(func(g Gomega) { s.sleepAllAsleep(g, n) }).Should(Succeed(), "scaled to zero, the %d machines sleep", n)
-	s.g.Eventually(s.sleepOneMachinePerClaim).Should(Succeed())
+	s.Scale(web, 0)
+	s.G.Eventually(func(g Gomega) { sleepAllAsleep(s, g, n) }).Should(Succeed(), "scaled to zero, the %d machines sleep", n)
+	s.G.Eventually(func(g Gomega) { sleepOneMachinePerClaim(s, g) }).Should(Succeed())
 
 	started = time.Now()
-	s.scale(web, 20)
-	warm := s.sleepRunningAfter(started, "web", 20)
+	s.Scale(web, 20)
+	warm := sleepRunningAfter(s, started, "web", 20)
 	t.Logf("20 pods Running %s after the scale-up, on %d woken machines (new machines took %s)", warm.Round(100*time.Millisecond), n, cold.Round(100*time.Millisecond))
-	s.g.Expect(sleepNames(s.claims())).To(ConsistOf(sleepNames(launched)), "the sleeping machines were woken; none was made")
-	for _, claim := range s.claims() {
-		s.g.Expect(sleepCondition(&claim)).To(HaveField("Reason", v1alpha1.ReasonAwake), "claim %s woke", claim.Name)
+	s.G.Expect(sleepNames(s.Claims())).To(ConsistOf(sleepNames(launched)), "the sleeping machines were woken; none was made")
+	for _, claim := range s.Claims() {
+		s.G.Expect(sleepCondition(&claim)).To(HaveField("Reason", v1alpha1.ReasonAwake), "claim %s woke", claim.Name)
 	}
-	s.g.Expect(warm).To(BeNumerically("<", cold), "pods run sooner on woken machines than on new ones")
-	s.sleepOneMachinePerClaim(s.g)
+	s.G.Expect(warm).To(BeNumerically("<", cold), "pods run sooner on woken machines than on new ones")
+	sleepOneMachinePerClaim(s, s.G)
 
 	// Asleep again, then drifted: deleted, never woken.
-	s.scale(web, 0)
-	s.g.Eventually(func(g Gomega) { s.sleepAllAsleep(g, n) }).Should(Succeed())
-	s.g.Eventually(func() error {
+	s.Scale(web, 0)
+	s.G.Eventually(func(g Gomega) { sleepAllAsleep(s, g, n) }).Should(Succeed())
+	s.G.Eventually(func() error {
 		var pool v1alpha1.NodePool
-		if err := env.Client.Get(s.ctx, client.ObjectKey{Name: s.name}, &pool); err != nil {
+		if err := env.Client.Get(s.Ctx, client.ObjectKey{Name: s.Name}, &pool); err != nil {
 			return err
 		}
 		pool.Spec.Template.Labels["generation"] = "2"
-		return env.Client.Update(s.ctx, &pool)
+		return env.Client.Update(s.Ctx, &pool)
 	}).Should(Succeed())
-	s.g.Eventually(func() []v1alpha1.NodeClaim { return s.claims() }).Should(BeEmpty(), "drifted sleeping machines are deleted")
-	s.g.Expect(s.machines()).To(BeEmpty())
+	s.G.Eventually(func() []v1alpha1.NodeClaim { return s.Claims() }).Should(BeEmpty(), "drifted sleeping machines are deleted")
+	s.G.Expect(s.Machines()).To(BeEmpty())
 	for _, name := range sleepNames(launched) {
 		// Woken once, by the scale-up above; never again.
-		s.g.Expect(countEvents(eventsOf(s.g, "NodeClaim", name), "Waking:")).To(Equal(1), "claim %s was not woken to be deleted", name)
+		s.G.Expect(countEvents(harness.EventsOf(s.G, "NodeClaim", name), "Waking:")).To(Equal(1), "claim %s was not woken to be deleted", name)
 	}
 }
 
@@ -147,21 +146,21 @@ func countEvents(lines []string, prefix string) int {
 
 // A machine sleeps no longer than its pool's sleep.deleteAfter.
 func TestTheSleepLimitDeletesSleepingMachines(t *testing.T) {
-	startOperator(t, operatorOptions{})
-	s := newScenario(t, "sleep-limit")
-	defer s.cleanup()
-	s.sleepProvider()
-	s.sleepPool(time.Minute) // the API's least
-	web := s.createDeployment("web", 4, "1", nil)
-	s.g.Eventually(func() int { return s.runningPods("web") }).Should(Equal(4))
-	n := len(s.claims())
+	harness.StartOperator(t, harness.OperatorOptions{})
+	s := harness.NewScenario(t, "sleep-limit")
+	defer s.Cleanup()
+	sleepProvider(s)
+	sleepPool(s, time.Minute) // the API's least
+	web := s.CreateDeployment("web", 4, "1", nil)
+	s.G.Eventually(func() int { return s.RunningPods("web") }).Should(Equal(4))
+	n := len(s.Claims())
 
-	s.scale(web, 0)
-	s.g.Eventually(func(g Gomega) { s.sleepAllAsleep(g, n) }).Should(Succeed())
+	s.Scale(web, 0)
+	s.G.Eventually(func(g Gomega) { sleepAllAsleep(s, g, n) }).Should(Succeed())
 	asleep := time.Now()
-	s.g.Eventually(func() []v1alpha1.NodeClaim { return s.claims() }).WithTimeout(3*time.Minute).Should(BeEmpty(), "deleted at the sleep limit")
-	s.g.Expect(time.Since(asleep)).To(BeNumerically(">=", 50*time.Second), "not before the limit")
-	s.g.Eventually(s.machines).Should(BeEmpty(), "their machines with them")
+	s.G.Eventually(func() []v1alpha1.NodeClaim { return s.Claims() }).WithTimeout(3*time.Minute).Should(BeEmpty(), "deleted at the sleep limit")
+	s.G.Expect(time.Since(asleep)).To(BeNumerically(">=", 50*time.Second), "not before the limit")
+	s.G.Eventually(s.Machines).Should(BeEmpty(), "their machines with them")
 }
 
 // crashingPower wraps the simulated provider of a controller that is
@@ -217,43 +216,43 @@ func crashingRegistry(operation string, reached chan<- string) *provider.Registr
 // and one killed between starting it and its Node registering, leave one
 // machine per claim: the next controller finishes the sleep, and the wake.
 func TestAControllerKilledMidSleepOrMidWakeLeavesOneMachinePerClaim(t *testing.T) {
-	s := newScenario(t, "sleep-crash")
-	defer s.cleanup()
-	s.sleepProvider()
-	s.sleepPool(24 * time.Hour)
-	stop := startOperator(t, operatorOptions{})
-	web := s.createDeployment("web", 2, "1", nil)
-	s.g.Eventually(func() int { return s.runningPods("web") }).Should(Equal(2))
-	claims := sleepNames(s.claims())
+	s := harness.NewScenario(t, "sleep-crash")
+	defer s.Cleanup()
+	sleepProvider(s)
+	sleepPool(s, 24*time.Hour)
+	stop := harness.StartOperator(t, harness.OperatorOptions{})
+	web := s.CreateDeployment("web", 2, "1", nil)
+	s.G.Eventually(func() int { return s.RunningPods("web") }).Should(Equal(2))
+	claims := sleepNames(s.Claims())
 	stop()
 
 	// Killed after Suspend, before the Node is deleted.
 	reached := make(chan string, 1)
-	stop = startOperator(t, operatorOptions{registry: crashingRegistry("suspend", reached)})
-	s.scale(web, 0)
+	stop = harness.StartOperator(t, harness.OperatorOptions{Registry: crashingRegistry("suspend", reached)})
+	s.Scale(web, 0)
 	var stopped string
-	s.g.Eventually(reached).Should(Receive(&stopped))
+	s.G.Eventually(reached).Should(Receive(&stopped))
 	stop()
 	t.Logf("killed the controller after machine %s was stopped", stopped)
-	s.sleepOneMachinePerClaim(s.g)
+	sleepOneMachinePerClaim(s, s.G)
 
-	stop = startOperator(t, operatorOptions{})
-	s.g.Eventually(func(g Gomega) { s.sleepAllAsleep(g, len(claims)) }).Should(Succeed(), "the next controller finishes the sleep")
-	s.sleepOneMachinePerClaim(s.g)
+	stop = harness.StartOperator(t, harness.OperatorOptions{})
+	s.G.Eventually(func(g Gomega) { sleepAllAsleep(s, g, len(claims)) }).Should(Succeed(), "the next controller finishes the sleep")
+	sleepOneMachinePerClaim(s, s.G)
 	stop()
 
 	// Killed after Resume, before the Node registers.
 	reached = make(chan string, 1)
-	stop = startOperator(t, operatorOptions{registry: crashingRegistry("resume", reached)})
-	s.scale(web, 2)
+	stop = harness.StartOperator(t, harness.OperatorOptions{Registry: crashingRegistry("resume", reached)})
+	s.Scale(web, 2)
 	var started string
-	s.g.Eventually(reached).Should(Receive(&started))
+	s.G.Eventually(reached).Should(Receive(&started))
 	stop()
 	t.Logf("killed the controller after machine %s was started", started)
-	s.sleepOneMachinePerClaim(s.g)
+	sleepOneMachinePerClaim(s, s.G)
 
-	startOperator(t, operatorOptions{})
-	s.g.Eventually(func() int { return s.runningPods("web") }).Should(Equal(2))
-	s.g.Expect(sleepNames(s.claims())).To(ConsistOf(claims), "woken, not made anew")
-	s.g.Eventually(s.sleepOneMachinePerClaim).Should(Succeed())
+	harness.StartOperator(t, harness.OperatorOptions{})
+	s.G.Eventually(func() int { return s.RunningPods("web") }).Should(Equal(2))
+	s.G.Expect(sleepNames(s.Claims())).To(ConsistOf(claims), "woken, not made anew")
+	s.G.Eventually(func(g Gomega) { sleepOneMachinePerClaim(s, g) }).Should(Succeed())
 }
