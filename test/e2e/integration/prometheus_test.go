@@ -48,6 +48,8 @@ var mayBeEmpty = map[string]string{
 	"externalgrpc/Scale requests":     "native mode",
 	"externalgrpc/Refusals":           "native mode",
 	"alert/ClaimscaleProviderFailing": "it selects failed provider calls, and none fails here",
+	"overview/Suspends and wakes":     "the pool does not let machines sleep, so none is suspended or woken",
+	"overview/Wake to registered":     "no machine is woken",
 }
 
 // servedWithoutSeries are claimscale's collectors that are served but may
@@ -57,6 +59,7 @@ var mayBeEmpty = map[string]string{
 var servedWithoutSeries = []prometheus.Collector{
 	metrics.GRPCServer, metrics.ExternalGRPCScaleRequests,
 	metrics.RepairUnhealthyNodes, metrics.RepairPaused, metrics.NodesRepaired,
+	metrics.NodeClaimSuspends, metrics.NodeClaimWakes, metrics.WakeToRegisteredSeconds,
 }
 
 // A real Prometheus scrapes the controller's secure metrics endpoint, as
