@@ -55,6 +55,8 @@ manifests: bin/controller-gen ## Generate CRDs and RBAC, and copy them into the 
 	cp config/rbac/simulated/role.yaml charts/claimscale/files/role-simulated.yaml
 	$(BIN)/controller-gen rbac:roleName=claimscale-clusterapi paths=./pkg/provider/clusterapi/... output:rbac:artifacts:config=config/rbac/clusterapi
 	cp config/rbac/clusterapi/role.yaml charts/claimscale/files/role-clusterapi.yaml
+	$(BIN)/controller-gen rbac:roleName=claimscale-redfish paths=./pkg/provider/redfish/... output:rbac:artifacts:config=config/rbac/redfish
+	cp config/rbac/redfish/role.yaml charts/claimscale/files/role-redfish.yaml
 
 .PHONY: proto
 proto: ## Generate the gRPC protocols' Go code with buf (built from a pinned module, no protoc).

@@ -36,6 +36,7 @@ require (
 	github.com/kylelemons/godebug v1.1.0 // indirect
 	github.com/moby/spdystream v0.5.1 // indirect
 	github.com/opencontainers/go-digest v1.0.0 // indirect
+	github.com/stmcginnis/gofish v0.23.0 // indirect
 )
 
 require (

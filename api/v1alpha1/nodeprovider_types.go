@@ -6,7 +6,7 @@ import (
 )
 
 // ProviderType names an implementation in pkg/provider.
-// +kubebuilder:validation:Enum=proxmox;cloudscale;simulated;grpc;clusterapi
+// +kubebuilder:validation:Enum=proxmox;cloudscale;simulated;grpc;clusterapi;redfish
 type ProviderType string
 
 const (
@@ -20,6 +20,9 @@ const (
 	// infrastructure provider (CAPMOX, CAPCS, vSphere, …) makes the
 	// machines and CAPI's bootstrap provider joins them.
 	ProviderTypeClusterAPI ProviderType = "clusterapi"
+	// ProviderTypeRedfish powers a fixed inventory of servers on and off
+	// through their BMCs.
+	ProviderTypeRedfish ProviderType = "redfish"
 )
 
 // NodeProviderSpec says where machines come from: which kind of
@@ -31,15 +34,19 @@ const (
 // +kubebuilder:validation:XValidation:rule="self.type == 'simulated' || !has(self.simulated)",message="spec.simulated may be set only when type is simulated"
 // +kubebuilder:validation:XValidation:rule="self.type == 'grpc' ? has(self.grpc) : !has(self.grpc)",message="spec.grpc must be set when type is grpc, and only then"
 // +kubebuilder:validation:XValidation:rule="self.type == 'clusterapi' ? has(self.clusterAPI) : !has(self.clusterAPI)",message="spec.clusterAPI must be set when type is clusterapi, and only then"
-// +kubebuilder:validation:XValidation:rule="self.type == 'simulated' || self.type == 'grpc' || self.type == 'clusterapi' || has(self.credentialsSecretRef)",message="spec.credentialsSecretRef is required for the proxmox and cloudscale types"
+// +kubebuilder:validation:XValidation:rule="self.type == 'redfish' ? has(self.redfish) : !has(self.redfish)",message="spec.redfish must be set when type is redfish, and only then"
+// +kubebuilder:validation:XValidation:rule="self.type == 'simulated' || self.type == 'grpc' || self.type == 'clusterapi' || self.type == 'redfish' || has(self.credentialsSecretRef)",message="spec.credentialsSecretRef is required for the proxmox and cloudscale types"
+// +kubebuilder:validation:XValidation:rule="self.type != 'redfish' || !has(self.redfish) || has(self.credentialsSecretRef) || self.redfish.servers.all(s, has(s.credentialsSecretRef))",message="every redfish server needs credentials: its own credentialsSecretRef, or spec.credentialsSecretRef for all"
 // +kubebuilder:validation:XValidation:rule="self.type != 'grpc' || !has(self.grpc) || self.grpc.endpoint.startsWith('unix://') || has(self.credentialsSecretRef)",message="spec.credentialsSecretRef (the client certificate, tls.crt and tls.key) is required for a grpc endpoint over TCP: plugins are reached over mutual TLS; only a unix:// socket goes without"
 // +kubebuilder:validation:XValidation:rule="self.type != 'grpc' || !has(self.grpc) || !self.grpc.endpoint.startsWith('unix://') || !has(self.credentialsSecretRef)",message="spec.credentialsSecretRef must not be set for a unix:// grpc endpoint: a Unix socket carries no TLS"
 type NodeProviderSpec struct {
 	// Type of infrastructure: proxmox (Proxmox VE), cloudscale
 	// (cloudscale.ch), clusterapi (Cluster API Machines, so any CAPI
 	// infrastructure provider; see docs/clusterapi.md), grpc (a provider
-	// plugin out of process; see docs/provider-plugins.md), or simulated
-	// (Nodes run by kwok, for demos and tests).
+	// plugin out of process; see docs/provider-plugins.md), redfish (bare
+	// metal servers powered on and off through their BMCs; see
+	// docs/baremetal.md), or simulated (Nodes run by kwok, for demos and
+	// tests).
 	// +required
 	Type ProviderType `json:"type"`
 
@@ -78,6 +85,13 @@ type NodeProviderSpec struct {
 	// that is not the cluster claimscale runs in.
 	// +optional
 	ClusterAPI *ClusterAPISettings `json:"clusterAPI,omitempty"`
+
+	// Redfish settings, for type redfish: servers powered on and off
+	// through their BMCs (see docs/baremetal.md). For this type,
+	// credentialsSecretRef (keys username and password, optionally ca.crt)
+	// is the BMCs' shared account, for the servers that name none.
+	// +optional
+	Redfish *RedfishSettings `json:"redfish,omitempty"`
 }
 
 // ClusterAPISettings say which CAPI Cluster the machines join and what each

@@ -17,7 +17,7 @@ func TestEveryProviderTypeIsDocumented(t *testing.T) {
 	root := filepath.Join("..", "..")
 	types := []v1alpha1.ProviderType{
 		v1alpha1.ProviderTypeProxmox, v1alpha1.ProviderTypeCloudscale, v1alpha1.ProviderTypeClusterAPI,
-		v1alpha1.ProviderTypeGRPC, v1alpha1.ProviderTypeSimulated,
+		v1alpha1.ProviderTypeGRPC, v1alpha1.ProviderTypeSimulated, v1alpha1.ProviderTypeRedfish,
 	}
 	crd, err := os.ReadFile(filepath.Join(root, "config", "crd", "bases", "claimscale.io_nodeproviders.yaml"))
 	if err != nil {

@@ -38,6 +38,7 @@ import (
 	"github.com/claimscale/claimscale/internal/warmcapacity"
 	"github.com/claimscale/claimscale/pkg/provider"
 	"github.com/claimscale/claimscale/pkg/provider/clusterapi"
+	"github.com/claimscale/claimscale/pkg/provider/redfish"
 	"github.com/claimscale/claimscale/pkg/provider/simulated"
 )
 
@@ -132,7 +133,7 @@ func Setup(ctx context.Context, mgr manager.Manager, opts Options) (*Operator, e
 	if err := index.Setup(ctx, mgr.GetFieldIndexer()); err != nil {
 		return nil, err
 	}
-	if err := registerClusterAPI(mgr, opts.Registry); err != nil {
+	if err := registerInClusterProviders(mgr, opts.Registry); err != nil {
 		return nil, err
 	}
 	resolver := &providerresolver.Resolver{
@@ -334,17 +335,22 @@ func bootstrapCA(cfg *rest.Config, caFile string) ([]byte, error) {
 	return ca, nil
 }
 
-// registerClusterAPI adds the clusterapi provider unless the caller chose
-// its own: it reaches the cluster claimscale runs in (for Machines kept
-// there) through an uncached client, as Machines are read back right
-// after they are made; the manager's is only known here.
-func registerClusterAPI(mgr manager.Manager, registry *provider.Registry) error {
-	if slices.Contains(registry.Types(), v1alpha1.ProviderTypeClusterAPI) {
-		return nil
-	}
+// registerInClusterProviders adds the providers that keep state in the
+// cluster claimscale runs in, unless the caller chose its own: clusterapi
+// (Machines, read back right after they are made) and redfish (its
+// leases, which must be read as written: two calls must never lease one
+// server). Both go through an uncached client; the manager's is only
+// known here.
+func registerInClusterProviders(mgr manager.Manager, registry *provider.Registry) error {
 	kube, err := client.New(mgr.GetConfig(), client.Options{Scheme: mgr.GetScheme(), Mapper: mgr.GetRESTMapper()})
 	if err != nil {
-		return fmt.Errorf("building the clusterapi provider's client: %w", err)
+		return fmt.Errorf("building the in-cluster providers' client: %w", err)
+	}
+	if !slices.Contains(registry.Types(), v1alpha1.ProviderTypeRedfish) {
+		registry.Register(v1alpha1.ProviderTypeRedfish, redfish.NewFactory(redfish.Config{Kube: kube}))
+	}
+	if slices.Contains(registry.Types(), v1alpha1.ProviderTypeClusterAPI) {
+		return nil
 	}
 	registry.Register(v1alpha1.ProviderTypeClusterAPI, clusterapi.NewFactory(clusterapi.Config{Kube: kube}))
 	return nil
