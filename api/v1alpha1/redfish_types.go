@@ -9,7 +9,7 @@ import (
 // claim powers it off again. Nothing is created or destroyed; each server
 // is an offering of one.
 //
-// +kubebuilder:validation:XValidation:rule="self.servers.all(a, self.servers.exists_one(b, b.endpoint == a.endpoint && (has(b.system) ? b.system : '') == (has(a.system) ? a.system : '')))",message="a BMC endpoint and system may be listed only once: two servers of the inventory would be one machine"
+// +kubebuilder:validation:XValidation:rule="self.servers.all(a, self.servers.exists_one(b, b.endpoint == a.endpoint && has(b.system) == has(a.system) && (!has(a.system) || b.system == a.system)))",message="a BMC endpoint and system may be listed only once: two servers of the inventory would be one machine"
 type RedfishSettings struct {
 	// Servers is the inventory. A server is powered on only for a claim,
 	// and powered off only when it was powered on for one of ours.
