@@ -5,6 +5,7 @@ package index
 import (
 	"context"
 	"fmt"
+	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -21,6 +22,10 @@ const (
 	NodeClaimProviderID = "status.providerID"
 	// NodeClaimNodePool indexes NodeClaims by spec.nodePoolRef.name.
 	NodeClaimNodePool = "spec.nodePoolRef.name"
+	// UnclaimedNodeSystemUUID indexes the Nodes that carry no providerID by
+	// status.nodeInfo.systemUUID, lower case: a bare-metal server's Node
+	// is found by it (v1alpha1.SystemUUIDOf).
+	UnclaimedNodeSystemUUID = "status.nodeInfo.systemUUID"
 )
 
 // Setup registers every index on the manager's cache.
@@ -32,6 +37,13 @@ func Setup(ctx context.Context, indexer client.FieldIndexer) error {
 	}{
 		{&corev1.Node{}, NodeProviderID, func(o client.Object) []string {
 			return nonEmpty(o.(*corev1.Node).Spec.ProviderID)
+		}},
+		{&corev1.Node{}, UnclaimedNodeSystemUUID, func(o client.Object) []string {
+			node := o.(*corev1.Node)
+			if node.Spec.ProviderID != "" {
+				return nil
+			}
+			return nonEmpty(strings.ToLower(node.Status.NodeInfo.SystemUUID))
 		}},
 		{&corev1.Pod{}, PodNodeName, func(o client.Object) []string {
 			return nonEmpty(o.(*corev1.Pod).Spec.NodeName)

@@ -30,6 +30,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
@@ -275,10 +276,40 @@ func (c *Controller) nodeFor(ctx context.Context, claim *v1alpha1.NodeClaim) (*c
 	if err := c.Kube.List(ctx, &nodes, client.MatchingFields{index.NodeProviderID: claim.Status.ProviderID}); err != nil {
 		return nil, fmt.Errorf("listing nodes with providerID %s: %w", claim.Status.ProviderID, err)
 	}
-	if len(nodes.Items) == 0 {
+	if len(nodes.Items) > 0 {
+		return &nodes.Items[0], nil
+	}
+	return c.nodeBySystemUUID(ctx, claim)
+}
+
+// nodeBySystemUUID finds the Node of a machine that registers without a
+// providerID (a bare-metal server: no cloud controller sets one) by the
+// system UUID its kubelet reports, and writes the claim's providerID onto
+// it, which the API server allows once, from empty. Two such Nodes are
+// both left alone: the UUID does not say which one is the machine.
+func (c *Controller) nodeBySystemUUID(ctx context.Context, claim *v1alpha1.NodeClaim) (*corev1.Node, error) {
+	uuid, ok := v1alpha1.SystemUUIDOf(claim.Status.ProviderID)
+	if !ok {
 		return nil, nil
 	}
-	return &nodes.Items[0], nil
+	var nodes corev1.NodeList
+	if err := c.Kube.List(ctx, &nodes, client.MatchingFields{index.UnclaimedNodeSystemUUID: uuid}); err != nil {
+		return nil, fmt.Errorf("listing nodes with system UUID %s: %w", uuid, err)
+	}
+	if len(nodes.Items) != 1 {
+		if len(nodes.Items) > 1 {
+			log.FromContext(ctx).Info("nodes without a providerID report the same system UUID; adopting neither", "systemUUID", uuid, "nodes", len(nodes.Items))
+		}
+		return nil, nil
+	}
+	node := &nodes.Items[0]
+	patch := client.MergeFromWithOptions(node.DeepCopy(), client.MergeFromWithOptimisticLock{})
+	node.Spec.ProviderID = claim.Status.ProviderID
+	if err := c.Kube.Patch(ctx, node, patch); err != nil {
+		return nil, fmt.Errorf("writing providerID %s onto node %s (system UUID %s): %w", claim.Status.ProviderID, node.Name, uuid, err)
+	}
+	log.FromContext(ctx).Info("matched node by its system UUID", "node", node.Name, "providerID", claim.Status.ProviderID)
+	return node, nil
 }
 
 // retryAfter returns the next wait of the claim's retry backoff, at least

@@ -3,6 +3,7 @@ package nodeclaim
 import (
 	"context"
 	"errors"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -189,6 +190,47 @@ func TestRegistrationAdoptsOnlyTheNodeWithTheMachinesProviderID(t *testing.T) {
 	s.g.Expect(node.Finalizers).To(ContainElement(v1alpha1.TerminationFinalizer))
 	s.g.Expect(node.OwnerReferences).To(ContainElement(HaveField("UID", claim.UID)))
 	s.g.Expect(s.recorded()).To(ContainElement(ContainSubstring("node register-a-machine registered")))
+}
+
+// A bare-metal server's Node registers without a providerID (no cloud
+// controller sets one): registration finds it by the system UUID its
+// kubelet reports, writes the claim's providerID onto it and adopts it. A
+// Node that reports another UUID, or one that has a providerID already, is
+// not taken.
+func TestRegistrationMatchesANodeWithoutAProviderIDByItsSystemUUID(t *testing.T) {
+	s := newScenario(t, "metal")
+	const uuid = "4c4c4544-0051-3010-8036-b4c04f4d3732"
+	s.provider.mu.Lock()
+	s.provider.providerIDs["metal-a"] = v1alpha1.ProviderIDPrefixRedfish + uuid
+	s.provider.mu.Unlock()
+	s.newClaim("metal-a")
+	s.mustReconcile("metal-a")
+
+	reports := func(name, providerID, systemUUID string) {
+		node := s.node(name, providerID, corev1.ConditionTrue)
+		node.Status.NodeInfo.SystemUUID = systemUUID
+		s.g.Expect(env.Client.Status().Update(s.ctx, node)).To(Succeed())
+		s.g.Eventually(func() string {
+			seen := &corev1.Node{}
+			_ = cached.Get(s.ctx, client.ObjectKeyFromObject(node), seen)
+			return seen.Status.NodeInfo.SystemUUID
+		}).Should(Equal(systemUUID))
+	}
+	reports("metal-other", "", "4c4c4544-0000-0000-0000-000000000000")
+	reports("metal-cloud", "test://metal-cloud", strings.ToUpper(uuid))
+	s.mustReconcile("metal-a")
+	s.g.Expect(condition(s.claim("metal-a"), v1alpha1.ConditionRegistered)).To(HaveField("Reason", "WaitingForNode"))
+
+	// The kubelet reports the SMBIOS UUID in upper case on some machines.
+	reports("r640-07", "", strings.ToUpper(uuid))
+	s.mustReconcile("metal-a")
+	claim := s.claim("metal-a")
+	s.g.Expect(condition(claim, v1alpha1.ConditionRegistered)).To(HaveField("Status", metav1.ConditionTrue))
+	s.g.Expect(claim.Status.NodeName).To(Equal("r640-07"))
+	node := s.getNode("r640-07")
+	s.g.Expect(node.Spec.ProviderID).To(Equal(v1alpha1.ProviderIDPrefixRedfish + uuid))
+	s.g.Expect(node.Labels).To(HaveKeyWithValue(v1alpha1.LabelNodeClaim, "metal-a"))
+	s.g.Expect(s.getNode("metal-cloud").Labels).NotTo(HaveKey(v1alpha1.LabelNodeClaim))
 }
 
 // A registered claim is reconciled again on every write to it (each of

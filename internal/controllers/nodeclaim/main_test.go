@@ -51,10 +51,13 @@ type recordingProvider struct {
 	userData map[string][]byte             // by claim name
 	calls    []string
 	next     map[string]error // by operation
+	// providerIDs are what Create answers for these claims instead of
+	// test://<claim>.
+	providerIDs map[string]string
 }
 
 func newRecordingProvider() *recordingProvider {
-	return &recordingProvider{machines: map[string]*provider.Instance{}, userData: map[string][]byte{}, next: map[string]error{}}
+	return &recordingProvider{machines: map[string]*provider.Instance{}, userData: map[string][]byte{}, next: map[string]error{}, providerIDs: map[string]string{}}
 }
 
 // failNext makes the next call of an operation (create, delete) fail.
@@ -84,6 +87,9 @@ func (p *recordingProvider) Create(_ context.Context, claim *v1alpha1.NodeClaim,
 		return nil, err
 	}
 	id := "test://" + claim.Name
+	if fixed, ok := p.providerIDs[claim.Name]; ok {
+		id = fixed
+	}
 	if machine, ok := p.machines[id]; ok {
 		return machine, nil
 	}

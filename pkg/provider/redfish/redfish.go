@@ -25,7 +25,7 @@ import (
 // ProviderIDPrefix starts every providerID of this type; the rest is the
 // ComputerSystem's UUID, which the kubelet reports as the Node's
 // status.nodeInfo.systemUUID.
-const ProviderIDPrefix = "redfish://"
+const ProviderIDPrefix = v1alpha1.ProviderIDPrefixRedfish
 
 // Defaults of the settings and the tuning.
 const (
