@@ -21,6 +21,12 @@ type Shape struct {
 	Capacity corev1.ResourceList
 	// Price per hour; zero when unknown.
 	Price float64
+	// Inventory marks a shape of a fixed inventory of machines (servers
+	// powered on and off, not made): only Available of them are free now,
+	// and provisioning makes no more claims of the shape than that. A
+	// cloud's shapes leave it unset: their count is not known ahead.
+	Inventory bool
+	Available int
 }
 
 // Default prices for sizes whose pool and provider name none: one unit per

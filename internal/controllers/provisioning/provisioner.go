@@ -11,6 +11,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -109,6 +110,9 @@ type Provisioner struct {
 	mu            sync.Mutex
 	lastGoodPools map[string]scheduling.Pool
 	pools         *poolusability.Pools
+	// free are the machines of inventory shapes a round may still claim,
+	// by pool and shape, as its pools were read.
+	free map[string]map[string]int
 }
 
 // SlowProviderError: a pool's provider named no shapes within the pool
@@ -393,6 +397,7 @@ func (p *Provisioner) schedulingPool(ctx context.Context, pool *v1alpha1.NodePoo
 		zones = providerZones
 	}
 	zones, unavailable, unavailableIn := p.Capacity.Narrow(pool.Name, zones, shapeNames)
+	unavailable = p.countInventory(pool, offered, claims, unavailable)
 	p.Decisions.RecordPoolOffer(decisions.PoolOffer{Pool: pool.Name, Shapes: offerShapes(offered), Zones: zones, Unavailable: unavailable, UnavailableIn: unavailableIn})
 	return scheduling.Pool{
 		NodePool: pool,
@@ -404,6 +409,58 @@ func (p *Provisioner) schedulingPool(ctx context.Context, pool *v1alpha1.NodePoo
 		Unavailable:   unavailable,
 		UnavailableIn: unavailableIn,
 	}, nil
+}
+
+// countInventory records how many machines of each inventory shape (a
+// bare-metal server powered on for a claim) the pool may still claim: the
+// provider's free ones less the pool's claims of the shape that hold none
+// yet (not launched). A shape with none left is unavailable to the round.
+func (p *Provisioner) countInventory(pool *v1alpha1.NodePool, offered []provider.Shape, claims []*v1alpha1.NodeClaim, unavailable []string) []string {
+	free := map[string]int{}
+	for _, shape := range offered {
+		if !shape.Inventory {
+			continue
+		}
+		left := shape.Available
+		for _, claim := range claims {
+			if claim.Spec.Shape.Name == shape.Name && claim.Status.ProviderID == "" && claim.DeletionTimestamp.IsZero() {
+				left--
+			}
+		}
+		free[shape.Name] = max(left, 0)
+		if left <= 0 && !slices.Contains(unavailable, shape.Name) {
+			unavailable = append(unavailable, shape.Name)
+		}
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.free == nil {
+		p.free = map[string]map[string]int{}
+	}
+	if len(free) == 0 {
+		delete(p.free, pool.Name)
+	} else {
+		p.free[pool.Name] = free
+	}
+	return unavailable
+}
+
+// takeInventory reports whether the round may claim one more machine of
+// the shape, and counts it taken: a packer plan may hold more nodes of an
+// inventory shape than it has machines free, and those wait for the next
+// round, which packs their pods on what is left.
+func (p *Provisioner) takeInventory(pool, shape string) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	left, counted := p.free[pool][shape]
+	if !counted {
+		return true
+	}
+	if left <= 0 {
+		return false
+	}
+	p.free[pool][shape] = left - 1
+	return true
 }
 
 // createClaims writes one claim per new node, or wakes the sleeping claim
@@ -434,6 +491,10 @@ func (p *Provisioner) createClaims(ctx context.Context, pools map[string]*v1alph
 		reason := metrics.ReasonProvisioning
 		if len(workload) == 0 {
 			reason = metrics.ReasonHeadroom
+		}
+		if !p.takeInventory(pool.Name, newNode.Shape.Name) {
+			log.FromContext(ctx).Info("no machine of the shape is free; its pods wait for the next round", "nodePool", pool.Name, "shape", newNode.Shape.Name, "pods", len(workload))
+			continue
 		}
 		if p.DryRun {
 			p.recordWouldCreate(pool, newNode, workload, &events)

@@ -199,6 +199,27 @@ func TestRoundSkipsAShapeBackedOffForCapacity(t *testing.T) {
 	r.g.Expect(shapes(expect.Claims(t, env.Client, "general"))).To(Equal([]string{"c4"}), "c2 has no capacity now: the next cheapest shape")
 }
 
+// An inventory's shapes (bare-metal servers powered on for claims) come
+// with a count of free machines: a round claims no more of a shape than
+// that, counting the claims not launched yet, and a shape with none free
+// is not claimed at all. The pods beyond wait.
+func TestRoundClaimsNoMoreOfAnInventoryShapeThanItHasFree(t *testing.T) {
+	server := c2
+	server.Inventory, server.Available = true, 2
+	none := c4
+	none.Inventory, none.Available = true, 0
+	r := newRound(t, server, none)
+	expect.Applied(t, env.Client, expect.Provider("sim"), expect.Pool("general", "sim", "c2", "c4"),
+		expect.PendingPod(namespace, "job-1", "1500m", "1Gi"), expect.PendingPod(namespace, "job-2", "1500m", "1Gi"),
+		expect.PendingPod(namespace, "job-3", "1500m", "1Gi"), expect.PendingPod(namespace, "job-4", "1500m", "1Gi"))
+
+	r.run()
+	r.g.Expect(shapes(expect.Claims(t, env.Client, "general"))).To(Equal([]string{"c2", "c2"}), "two servers free: two claims, and c4 has none")
+
+	r.run()
+	r.g.Expect(expect.Claims(t, env.Client, "general")).To(HaveLen(2), "the two claims not launched yet hold the free servers")
+}
+
 func TestRoundKeepsWarmCapacityWithoutPods(t *testing.T) {
 	r := newRound(t, c2, c4)
 	pool := expect.Pool("warm", "sim", "c2", "c4")

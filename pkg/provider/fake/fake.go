@@ -326,7 +326,8 @@ func (p *Provider) Shapes(_ context.Context, pool *v1alpha1.NodePool) ([]provide
 	}
 	out := make([]provider.Shape, len(in.shapes))
 	for i, shape := range in.shapes {
-		out[i] = provider.Shape{Name: shape.Name, Capacity: shape.Capacity.DeepCopy(), Price: shape.Price}
+		out[i] = shape
+		out[i].Capacity = shape.Capacity.DeepCopy()
 	}
 	return out, in.record(call, nil)
 }

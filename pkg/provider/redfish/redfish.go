@@ -246,8 +246,10 @@ func fits(seen *observation, shape provider.Shape) bool {
 	return true
 }
 
-// Shapes returns the pool's fixed shapes that have a server off and free
-// to power on, within the cap on servers on.
+// Shapes returns the pool's fixed shapes as an inventory: each with the
+// number of its servers that are off and free to power on, within the cap
+// on servers on (none at the cap), so that a round makes no more claims
+// of a shape than it has servers.
 func (p *Provider) Shapes(ctx context.Context, pool *v1alpha1.NodePool) ([]provider.Shape, error) {
 	if pool.Spec.Shapes.Flexible != nil {
 		return nil, provider.NewTerminal(fmt.Errorf("NodePool %s asks for flexible shapes; a redfish inventory has only the fixed shapes its servers name", pool.Name))
@@ -260,22 +262,22 @@ func (p *Provider) Shapes(ctx context.Context, pool *v1alpha1.NodePool) ([]provi
 	if err != nil {
 		return nil, err
 	}
-	if p.capped(leases) {
-		return nil, nil
-	}
-	var offered []provider.Shape
+	room := p.room(leases)
+	offered := make([]provider.Shape, 0, len(poolShapes))
 	for _, shape := range poolShapes {
-		if len(p.candidates(ctx, shape, leases, false)) > 0 {
-			offered = append(offered, shape)
+		shape.Inventory = true
+		if room > 0 {
+			shape.Available = min(len(p.candidates(ctx, shape, leases, false)), room)
 		}
+		offered = append(offered, shape)
 	}
 	return offered, nil
 }
 
-// capped reports whether powering on one more server would pass the cap.
-func (p *Provider) capped(leases map[string]*lease) bool {
+// room is how many more servers may be powered on under the cap.
+func (p *Provider) room(leases map[string]*lease) int {
 	if p.settings.maxPoweredOn == 0 {
-		return false
+		return len(p.servers)
 	}
 	on := 0
 	for _, l := range leases {
@@ -283,8 +285,11 @@ func (p *Provider) capped(leases map[string]*lease) bool {
 			on++
 		}
 	}
-	return on >= p.settings.maxPoweredOn
+	return max(p.settings.maxPoweredOn-on, 0)
 }
+
+// capped reports whether powering on one more server would pass the cap.
+func (p *Provider) capped(leases map[string]*lease) bool { return p.room(leases) == 0 }
 
 // candidates are the servers of a shape that are off, unleased and large
 // enough, in inventory order.

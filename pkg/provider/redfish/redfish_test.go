@@ -38,7 +38,7 @@ func TestCreatePowersOnAnOffServerAndDeletePowersItOff(t *testing.T) {
 
 	shapes, err := p.Shapes(t.Context(), pool())
 	g.Expect(err).NotTo(HaveOccurred())
-	g.Expect(shapeNames(shapes)).To(ConsistOf("small", "large"))
+	g.Expect(available(shapes)).To(Equal(map[string]int{"small": 1, "large": 1}), "s1 is on without a claim: one small server is free")
 
 	instance, err := p.Create(t.Context(), claim("web-1", "small"), provider.CreateOptions{})
 	g.Expect(err).NotTo(HaveOccurred())
@@ -134,7 +134,7 @@ func TestTheCapAndTheStaggerHold(t *testing.T) {
 	g.Expect(provider.IsInsufficientCapacity(err)).To(BeTrue(), "two servers on, the cap: %v", err)
 	shapes, err := capped.Shapes(t.Context(), pool())
 	g.Expect(err).NotTo(HaveOccurred())
-	g.Expect(shapes).To(BeEmpty(), "no shape is offered at the cap")
+	g.Expect(available(shapes)).To(Equal(map[string]int{"small": 0, "large": 0}), "no server is free at the cap")
 	g.Expect(r.powerOf("s3")).To(Equal(redfishtest.Off))
 }
 
@@ -202,7 +202,7 @@ func TestAServerSmallerThanItsShapeIsNotOffered(t *testing.T) {
 	lying.Spec.Shapes.Fixed[1].CPU = ptr(resourceMust("32"))
 	shapes, err := p.Shapes(t.Context(), lying)
 	g.Expect(err).NotTo(HaveOccurred())
-	g.Expect(shapes).To(BeEmpty())
+	g.Expect(available(shapes)).To(HaveKeyWithValue("large", 0))
 	g.Expect(problemReasons(p)).To(ContainElement("InventoryMismatch"))
 }
 
@@ -279,12 +279,16 @@ func TestCallsToOneBMCAreSerialized(t *testing.T) {
 	}
 }
 
-func shapeNames(shapes []provider.Shape) []string {
-	var names []string
+// available is each shape's count of free servers; every shape is an
+// inventory's.
+func available(shapes []provider.Shape) map[string]int {
+	counts := map[string]int{}
 	for _, shape := range shapes {
-		names = append(names, shape.Name)
+		if shape.Inventory {
+			counts[shape.Name] = shape.Available
+		}
 	}
-	return names
+	return counts
 }
 
 func problemReasons(p provider.ProblemReporter) []string {
