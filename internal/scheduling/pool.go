@@ -28,8 +28,11 @@ type poolState struct {
 	flex     *Flexible
 	flexMax  *shapeInfo
 	flexMemo [2]map[int]int64
-	// unavailable is set when capacity backoff leaves no shape.
+	// unavailable is set when capacity backoff, or an inventory with no
+	// machine free, leaves no shape.
 	unavailable bool
+	// noneFree are the inventory shapes with no machine free.
+	noneFree []string
 	// unavailableIn are shapes backed off in one zone only, by zone.
 	unavailableIn map[string]map[string]bool
 
@@ -98,6 +101,10 @@ func newPoolState(p *Pool) (*poolState, error) {
 	unavailable := map[string]bool{}
 	for _, n := range p.Unavailable {
 		unavailable[n] = true
+	}
+	for _, n := range p.NoneFree {
+		unavailable[n] = true
+		ps.noneFree = append(ps.noneFree, n)
 	}
 	for zone, names := range p.UnavailableIn {
 		if ps.unavailableIn == nil {

@@ -278,7 +278,14 @@ func DescribeNewNodes(nodes []NewNode) string {
 }
 
 func backoffRefusal(p *poolState) PoolRefusal {
-	return PoolRefusal{Pool: p.name, Kind: RefusalBackoff, Message: "every shape is in capacity backoff"}
+	message := "every shape is in capacity backoff"
+	switch {
+	case len(p.noneFree) > 0 && len(p.noneFree) >= len(p.pool.Spec.Shapes.Fixed):
+		message = fmt.Sprintf("no machine of shapes %s is free: every server is on, or the NodeProvider is at its cap on servers powered on", strings.Join(p.noneFree, ", "))
+	case len(p.noneFree) > 0:
+		message = fmt.Sprintf("every shape is in capacity backoff or has no machine free (none free: %s)", strings.Join(p.noneFree, ", "))
+	}
+	return PoolRefusal{Pool: p.name, Kind: RefusalBackoff, Message: message}
 }
 
 // resourcesOf turns a vec and a pod count into a ResourceList, for the

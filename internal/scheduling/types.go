@@ -69,6 +69,11 @@ type Pool struct {
 	// UnavailableIn names, by zone, fixed shapes in capacity backoff in
 	// that zone only: no new node of the zone gets them, other zones do.
 	UnavailableIn map[string][]string
+	// NoneFree names shapes of a fixed inventory (bare-metal servers) with
+	// no machine free now: every one is on, or the provider is at its cap
+	// on machines powered on. No new node gets them, as Unavailable, and
+	// a pod refused for them is told so.
+	NoneFree []string
 }
 
 // Usage is what a pool holds.

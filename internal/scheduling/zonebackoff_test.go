@@ -26,3 +26,20 @@ func TestAShapeBackedOffInOneZoneIsOfferedInTheOthers(t *testing.T) {
 	r := solve(t, c, pods(2, "api", "100m", "128Mi", spread(corev1.LabelTopologyZone, 1, "api")))
 	wantNodes("default/small/b:1", "default/large/a:1")(t, r)
 }
+
+func noneFree(names ...string) poolOpt {
+	return func(_ *v1alpha1.NodePool, p *Pool) { p.NoneFree = names }
+}
+
+// An inventory shape with no machine free (bare-metal servers all on, or
+// at the provider's cap) gets no new node; a pod nothing else holds is
+// told that no machine is free, not that the pool is backed off.
+func TestAnInventoryShapeWithNoMachineFreeIsNotPackedAndSaysSo(t *testing.T) {
+	small, large := shape("small", "2", "4Gi", 1), shape("large", "8", "32Gi", 4)
+	c := Cluster{Pools: []Pool{nodePool("metal", []Shape{small, large}, noneFree("small"))}}
+	wantNodes("metal/large/:1")(t, solve(t, c, pods(1, "api", "100m", "128Mi")))
+
+	c = Cluster{Pools: []Pool{nodePool("metal", []Shape{small, large}, noneFree("small", "large"))}}
+	r := solve(t, c, pods(1, "api", "100m", "128Mi"))
+	wantUnschedulable("api-00000", "no machine of shapes small, large is free")(t, r)
+}

@@ -11,7 +11,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 	"sync"
 	"time"
 
@@ -397,7 +396,7 @@ func (p *Provisioner) schedulingPool(ctx context.Context, pool *v1alpha1.NodePoo
 		zones = providerZones
 	}
 	zones, unavailable, unavailableIn := p.Capacity.Narrow(pool.Name, zones, shapeNames)
-	unavailable = p.countInventory(pool, offered, claims, unavailable)
+	noneFree := p.countInventory(pool, offered, claims)
 	p.Decisions.RecordPoolOffer(decisions.PoolOffer{Pool: pool.Name, Shapes: offerShapes(offered), Zones: zones, Unavailable: unavailable, UnavailableIn: unavailableIn})
 	return scheduling.Pool{
 		NodePool: pool,
@@ -408,15 +407,18 @@ func (p *Provisioner) schedulingPool(ctx context.Context, pool *v1alpha1.NodePoo
 		},
 		Unavailable:   unavailable,
 		UnavailableIn: unavailableIn,
+		NoneFree:      noneFree,
 	}, nil
 }
 
 // countInventory records how many machines of each inventory shape (a
 // bare-metal server powered on for a claim) the pool may still claim: the
 // provider's free ones less the pool's claims of the shape that hold none
-// yet (not launched). A shape with none left is unavailable to the round.
-func (p *Provisioner) countInventory(pool *v1alpha1.NodePool, offered []provider.Shape, claims []*v1alpha1.NodeClaim, unavailable []string) []string {
+// yet (not launched). It returns the shapes with none left, which the
+// round does not pack.
+func (p *Provisioner) countInventory(pool *v1alpha1.NodePool, offered []provider.Shape, claims []*v1alpha1.NodeClaim) []string {
 	free := map[string]int{}
+	var noneFree []string
 	for _, shape := range offered {
 		if !shape.Inventory {
 			continue
@@ -428,8 +430,8 @@ func (p *Provisioner) countInventory(pool *v1alpha1.NodePool, offered []provider
 			}
 		}
 		free[shape.Name] = max(left, 0)
-		if left <= 0 && !slices.Contains(unavailable, shape.Name) {
-			unavailable = append(unavailable, shape.Name)
+		if left <= 0 {
+			noneFree = append(noneFree, shape.Name)
 		}
 	}
 	p.mu.Lock()
@@ -442,7 +444,7 @@ func (p *Provisioner) countInventory(pool *v1alpha1.NodePool, offered []provider
 	} else {
 		p.free[pool.Name] = free
 	}
-	return unavailable
+	return noneFree
 }
 
 // takeInventory reports whether the round may claim one more machine of
