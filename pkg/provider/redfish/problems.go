@@ -34,3 +34,23 @@ func (p *Provider) clear(server, reason string) {
 	defer p.mu.Unlock()
 	delete(p.problems, server+"/"+reason)
 }
+
+// The reasons of the problems the provider reports on its NodeProvider's
+// Degraded condition (docs/troubleshooting.md lists them).
+const (
+	// ProblemServerUnreachable: the server's BMC did not answer, or
+	// refused the credentials; the server is not offered meanwhile.
+	ProblemServerUnreachable = "ServerUnreachable"
+	// ProblemInventoryMismatch: the server has fewer cpus or less memory
+	// than its shape; it is never offered.
+	ProblemInventoryMismatch = "InventoryMismatch"
+	// ProblemPoweredOnWithoutClaim: the server is on and no lease of ours
+	// says we powered it on; it is left alone.
+	ProblemPoweredOnWithoutClaim = "PoweredOnWithoutClaim"
+	// ProblemClaimedServerPoweredOff: a server on for a claim was powered
+	// off outside claimscale; not fought.
+	ProblemClaimedServerPoweredOff = "ClaimedServerPoweredOff"
+	// ProblemSleepingServerPoweredOn: a server asleep for a claim was
+	// powered on outside claimscale; not fought.
+	ProblemSleepingServerPoweredOn = "SleepingServerPoweredOn"
+)

@@ -208,10 +208,10 @@ func (p *Provider) observe(ctx context.Context, s *server, fresh bool) (*observa
 		return nil
 	})
 	if err != nil {
-		p.report(s.spec.Name, "ServerUnreachable", fmt.Sprintf("server %s: %v", s.spec.Name, err))
+		p.report(s.spec.Name, ProblemServerUnreachable, fmt.Sprintf("server %s: %v", s.spec.Name, err))
 		return nil, fmt.Errorf("reading server %s: %w", s.spec.Name, err)
 	}
-	p.clear(s.spec.Name, "ServerUnreachable")
+	p.clear(s.spec.Name, ProblemServerUnreachable)
 	s.mu.Lock()
 	s.observed = seen
 	s.mu.Unlock()
@@ -335,15 +335,15 @@ func (p *Provider) stateOf(s *server, l *lease, seen *observation) provider.Inst
 		return provider.InstanceStopping
 	case schemas.OffPowerState:
 		if l.Asleep {
-			p.clear(s.spec.Name, "ClaimedServerPoweredOff")
+			p.clear(s.spec.Name, ProblemClaimedServerPoweredOff)
 			return provider.InstanceSuspended
 		}
-		p.report(s.spec.Name, "ClaimedServerPoweredOff", fmt.Sprintf("server %s of claim %s was powered off outside claimscale; it is not powered on again until the claim asks", s.spec.Name, l.Claim))
+		p.report(s.spec.Name, ProblemClaimedServerPoweredOff, fmt.Sprintf("server %s of claim %s was powered off outside claimscale; it is not powered on again until the claim asks", s.spec.Name, l.Claim))
 		return provider.InstanceRunning
 	}
-	p.clear(s.spec.Name, "ClaimedServerPoweredOff")
+	p.clear(s.spec.Name, ProblemClaimedServerPoweredOff)
 	if l.Asleep {
-		p.report(s.spec.Name, "SleepingServerPoweredOn", fmt.Sprintf("server %s of sleeping claim %s was powered on outside claimscale", s.spec.Name, l.Claim))
+		p.report(s.spec.Name, ProblemSleepingServerPoweredOn, fmt.Sprintf("server %s of sleeping claim %s was powered on outside claimscale", s.spec.Name, l.Claim))
 	}
 	return provider.InstanceRunning
 }

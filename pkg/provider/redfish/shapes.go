@@ -84,16 +84,16 @@ func (p *Provider) candidates(ctx context.Context, shape provider.Shape, leases 
 			continue
 		}
 		if !fits(seen, shape) {
-			p.report(s.spec.Name, "InventoryMismatch", fmt.Sprintf("server %s has %d cpus and %.0f GiB of memory, less than its shape %s: not offered", s.spec.Name, seen.cpus, seen.memoryGiB, shape.Name))
+			p.report(s.spec.Name, ProblemInventoryMismatch, fmt.Sprintf("server %s has %d cpus and %.0f GiB of memory, less than its shape %s: not offered", s.spec.Name, seen.cpus, seen.memoryGiB, shape.Name))
 			continue
 		}
-		p.clear(s.spec.Name, "InventoryMismatch")
+		p.clear(s.spec.Name, ProblemInventoryMismatch)
 		switch seen.power {
 		case schemas.OffPowerState:
-			p.clear(s.spec.Name, "PoweredOnWithoutClaim")
+			p.clear(s.spec.Name, ProblemPoweredOnWithoutClaim)
 			out = append(out, s)
 		case schemas.OnPowerState, schemas.PoweringOnPowerState:
-			p.report(s.spec.Name, "PoweredOnWithoutClaim", fmt.Sprintf("server %s is on without a claim of this cluster: left alone and not offered", s.spec.Name))
+			p.report(s.spec.Name, ProblemPoweredOnWithoutClaim, fmt.Sprintf("server %s is on without a claim of this cluster: left alone and not offered", s.spec.Name))
 		}
 	}
 	return out
