@@ -72,7 +72,7 @@ func (b *bmc) do(ctx context.Context, fn func(ctx context.Context, system *schem
 	defer cancel()
 	err := b.call(ctx, fn)
 	// A 409 is a healthy BMC busy with a transition: no backoff.
-	if err == nil || provider.IsNotFound(err) || errors.Is(err, errTransition) {
+	if err == nil || errors.Is(err, errTransition) {
 		b.retry.Reset()
 		b.failUntil, b.lastErr = time.Time{}, nil
 		return err
@@ -174,7 +174,10 @@ func (b *bmc) classify(err error, doing string) error {
 	case status == http.StatusForbidden:
 		return provider.NewTerminal(fmt.Errorf("%w (the BMC account lacks a privilege: it needs ConfigureComponents, the Operator role)", wrapped))
 	case status == http.StatusNotFound:
-		return provider.NewNotFound("%w", wrapped)
+		// The BMC answers, and does not know the system (a wrong system
+		// Id, a BMC replaced): a person must look; the server it powers
+		// is not gone because its BMC lost track of it.
+		return provider.NewTerminal(fmt.Errorf("%w (the BMC does not know the system)", wrapped))
 	case status == http.StatusConflict:
 		return provider.NewRetryable(fmt.Errorf("%w (%w)", wrapped, errTransition), 5*time.Second)
 	case status == http.StatusServiceUnavailable || status == http.StatusTooManyRequests:

@@ -127,7 +127,9 @@ func (p *Provider) powerOnLeased(ctx context.Context, l *lease) (*provider.Insta
 		return nil
 	})
 	if err != nil {
-		if provider.IsTerminal(err) || provider.IsNotFound(err) {
+		// A sleeping claim's server stays its own, off: only a lease just
+		// taken goes back.
+		if (provider.IsTerminal(err) || provider.IsNotFound(err)) && !l.Asleep {
 			if releaseErr := p.ledger.release(ctx, l); releaseErr != nil {
 				return nil, errors.Join(err, releaseErr)
 			}

@@ -2,6 +2,7 @@ package redfish_test
 
 import (
 	"context"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -151,6 +152,9 @@ func TestBMCAnswersBecomeErrorKinds(t *testing.T) {
 		{"403", redfishtest.Failure{Status: 403}, func(g Gomega, err error) {
 			g.Expect(provider.IsTerminal(err)).To(BeTrue())
 			g.Expect(err.Error()).To(ContainSubstring("privilege"))
+		}},
+		{"404", redfishtest.Failure{Status: 404}, func(g Gomega, err error) {
+			g.Expect(provider.IsTerminal(err)).To(BeTrue(), "a leased server is not gone because its BMC lost track of it")
 		}},
 		{"503 with Retry-After", redfishtest.Failure{Status: 503, RetryAfter: 7}, func(g Gomega, err error) {
 			g.Expect(provider.IsRetryable(err)).To(BeTrue())
@@ -310,3 +314,24 @@ func problemMessages(p provider.ProblemReporter) []string {
 func ptr[T any](v T) *T { return &v }
 
 func resourceMust(q string) resource.Quantity { return resource.MustParse(q) }
+
+// A reset the BMC refuses with 409 (a transition running) is waited out
+// and asked again, not failed: the server is off in the end.
+func TestAResetRefusedDuringATransitionIsAskedAgain(t *testing.T) {
+	g := NewWithT(t)
+	r := newRack(t, "s1", "small")
+	p := r.provider(testCluster, r.settings(), redfish.Config{})
+	instance, err := p.Create(t.Context(), claim("busy", "small"), provider.CreateOptions{})
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Eventually(func() string { return r.powerOf("s1") }).Should(Equal(redfishtest.On))
+	r.bmcs["s1"].Fail(redfishtest.Failure{Method: "POST", PathSuffix: "ComputerSystem.Reset", Status: 409, Times: 2})
+	g.Expect(p.Delete(t.Context(), instance.ProviderID)).To(Succeed())
+	g.Expect(r.powerOf("s1")).To(Equal(redfishtest.Off))
+	resets := 0
+	for _, request := range r.bmcs["s1"].Requests() {
+		if strings.HasSuffix(request, "ComputerSystem.Reset") {
+			resets++
+		}
+	}
+	g.Expect(resets).To(Equal(4), "the power-on, two refused shutdowns, the one that went through")
+}
