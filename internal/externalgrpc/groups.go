@@ -79,10 +79,14 @@ func (g *group) message(usage poolUsage) *protos.NodeGroup {
 }
 
 // room is how many more nodes of the group's shape the pool's limits
-// (nodes, cpu, memory) allow.
+// (nodes, cpu, memory) allow, and for an inventory's shape no more than
+// it has machines free.
 func (g *group) room(usage poolUsage) int32 {
 	limits := g.pool.Spec.Limits
 	room := max(int64(*limits.Nodes)-usage.nodes, 0)
+	if free, counted := g.shapes.free[g.shape.Name]; counted {
+		room = min(room, int64(max(free, 0)))
+	}
 	if limits.CPU != nil && g.shape.CPU.MilliValue() > 0 {
 		room = min(room, max(limits.CPU.MilliValue()-usage.milliCPU, 0)/g.shape.CPU.MilliValue())
 	}

@@ -41,6 +41,9 @@ type poolShapes struct {
 	// flexible prices are the pool's own, when it names them.
 	pricePerCPU, pricePerGiB float64
 	flexiblePriced           bool
+	// free are the machines of an inventory's shapes (bare-metal servers)
+	// free to be claimed, by name; a shape not here has no such count.
+	free map[string]int
 }
 
 // shape returns the served shape of that name.
@@ -118,6 +121,12 @@ func served(pool *v1alpha1.NodePool, offer poolusability.Offer) (*poolShapes, er
 	for _, shape := range offered {
 		if shape.Price > 0 {
 			named[shape.Name] = true
+		}
+		if shape.Inventory {
+			if resolved.free == nil {
+				resolved.free = map[string]int{}
+			}
+			resolved.free[shape.Name] = shape.Available
 		}
 	}
 	for _, shape := range shapes.Fixed {
