@@ -27,6 +27,10 @@ type Shape struct {
 	// cloud's shapes leave it unset: their count is not known ahead.
 	Inventory bool
 	Available int
+	// Taken says, for an inventory shape with none available, what holds
+	// its machines ("r640-01 on for claim web-x, r640-02 on without a
+	// claim"), for the pods that find none free.
+	Taken string
 }
 
 // Default prices for sizes whose pool and provider name none: one unit per

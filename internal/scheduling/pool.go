@@ -31,8 +31,9 @@ type poolState struct {
 	// unavailable is set when capacity backoff, or an inventory with no
 	// machine free, leaves no shape.
 	unavailable bool
-	// noneFree are the inventory shapes with no machine free.
-	noneFree []string
+	// noneFree are the inventory shapes with no machine free, and what
+	// holds their machines, sorted.
+	noneFree, noneFreeWhy []string
 	// unavailableIn are shapes backed off in one zone only, by zone.
 	unavailableIn map[string]map[string]bool
 
@@ -102,10 +103,15 @@ func newPoolState(p *Pool) (*poolState, error) {
 	for _, n := range p.Unavailable {
 		unavailable[n] = true
 	}
-	for _, n := range p.NoneFree {
+	for n, taken := range p.NoneFree {
 		unavailable[n] = true
 		ps.noneFree = append(ps.noneFree, n)
+		if taken != "" {
+			ps.noneFreeWhy = append(ps.noneFreeWhy, n+": "+taken)
+		}
 	}
+	sort.Strings(ps.noneFree)
+	sort.Strings(ps.noneFreeWhy)
 	for zone, names := range p.UnavailableIn {
 		if ps.unavailableIn == nil {
 			ps.unavailableIn = map[string]map[string]bool{}

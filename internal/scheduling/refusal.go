@@ -282,6 +282,9 @@ func backoffRefusal(p *poolState) PoolRefusal {
 	switch {
 	case len(p.noneFree) > 0 && len(p.noneFree) >= len(p.pool.Spec.Shapes.Fixed):
 		message = fmt.Sprintf("no machine of shapes %s is free: every server is on, or the NodeProvider is at its cap on servers powered on", strings.Join(p.noneFree, ", "))
+		if len(p.noneFreeWhy) > 0 {
+			message += " (" + strings.Join(p.noneFreeWhy, "; ") + ")"
+		}
 	case len(p.noneFree) > 0:
 		message = fmt.Sprintf("every shape is in capacity backoff or has no machine free (none free: %s)", strings.Join(p.noneFree, ", "))
 	}

@@ -70,10 +70,11 @@ type Pool struct {
 	// that zone only: no new node of the zone gets them, other zones do.
 	UnavailableIn map[string][]string
 	// NoneFree names shapes of a fixed inventory (bare-metal servers) with
-	// no machine free now: every one is on, or the provider is at its cap
-	// on machines powered on. No new node gets them, as Unavailable, and
-	// a pod refused for them is told so.
-	NoneFree []string
+	// no machine free now (every one is on, or the provider is at its cap
+	// on machines powered on), each with what holds its machines as the
+	// provider says. No new node gets them, as Unavailable, and a pod
+	// refused for them is told so.
+	NoneFree map[string]string
 }
 
 // Usage is what a pool holds.

@@ -28,7 +28,12 @@ func TestAShapeBackedOffInOneZoneIsOfferedInTheOthers(t *testing.T) {
 }
 
 func noneFree(names ...string) poolOpt {
-	return func(_ *v1alpha1.NodePool, p *Pool) { p.NoneFree = names }
+	return func(_ *v1alpha1.NodePool, p *Pool) {
+		p.NoneFree = map[string]string{}
+		for _, name := range names {
+			p.NoneFree[name] = name + "-01 on for claim metal-x"
+		}
+	}
 }
 
 // An inventory shape with no machine free (bare-metal servers all on, or
@@ -41,5 +46,5 @@ func TestAnInventoryShapeWithNoMachineFreeIsNotPackedAndSaysSo(t *testing.T) {
 
 	c = Cluster{Pools: []Pool{nodePool("metal", []Shape{small, large}, noneFree("small", "large"))}}
 	r := solve(t, c, pods(1, "api", "100m", "128Mi"))
-	wantUnschedulable("api-00000", "no machine of shapes small, large is free")(t, r)
+	wantUnschedulable("api-00000", "no machine of shapes large, small is free", "(large: large-01 on for claim metal-x; small: small-01 on for claim metal-x)")(t, r)
 }

@@ -416,9 +416,9 @@ func (p *Provisioner) schedulingPool(ctx context.Context, pool *v1alpha1.NodePoo
 // provider's free ones less the pool's claims of the shape that hold none
 // yet (not launched). It returns the shapes with none left, which the
 // round does not pack.
-func (p *Provisioner) countInventory(pool *v1alpha1.NodePool, offered []provider.Shape, claims []*v1alpha1.NodeClaim) []string {
+func (p *Provisioner) countInventory(pool *v1alpha1.NodePool, offered []provider.Shape, claims []*v1alpha1.NodeClaim) map[string]string {
 	free := map[string]int{}
-	var noneFree []string
+	var noneFree map[string]string
 	for _, shape := range offered {
 		if !shape.Inventory {
 			continue
@@ -431,7 +431,13 @@ func (p *Provisioner) countInventory(pool *v1alpha1.NodePool, offered []provider
 		}
 		free[shape.Name] = max(left, 0)
 		if left <= 0 {
-			noneFree = append(noneFree, shape.Name)
+			if noneFree == nil {
+				noneFree = map[string]string{}
+			}
+			noneFree[shape.Name] = shape.Taken
+			if shape.Available > 0 {
+				noneFree[shape.Name] = "the free ones are claimed by claims not launched yet"
+			}
 		}
 	}
 	p.mu.Lock()

@@ -62,6 +62,10 @@ func TestCreatePowersOnAnOffServerAndDeletePowersItOff(t *testing.T) {
 
 	_, err = p.Create(t.Context(), claim("web-2", "small"), provider.CreateOptions{})
 	g.Expect(provider.IsInsufficientCapacity(err)).To(BeTrue(), "the only other small server is someone's: %v", err)
+	shapes, err = p.Shapes(t.Context(), pool())
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(shapes).To(ContainElement(And(HaveField("Name", "small"), HaveField("Available", 0),
+		HaveField("Taken", "s1 on without a claim, s2 on for claim web-1"))), "what holds the shape's servers, for the pods that find none")
 
 	g.Expect(p.Delete(t.Context(), instance.ProviderID)).To(Succeed())
 	g.Expect(r.bmcs["s2"].System("1").Resets).To(Equal([]string{"On", "GracefulShutdown"}))
@@ -136,6 +140,7 @@ func TestTheCapAndTheStaggerHold(t *testing.T) {
 	shapes, err := capped.Shapes(t.Context(), pool())
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(available(shapes)).To(Equal(map[string]int{"small": 0, "large": 0}), "no server is free at the cap")
+	g.Expect(shapes).To(ContainElement(And(HaveField("Name", "small"), HaveField("Taken", ContainSubstring("its maxPoweredOn")))))
 	g.Expect(r.powerOf("s3")).To(Equal(redfishtest.Off))
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strconv"
+	"strings"
 
 	"github.com/stmcginnis/gofish/schemas"
 	corev1 "k8s.io/api/core/v1"
@@ -45,9 +46,13 @@ func (p *Provider) Shapes(ctx context.Context, pool *v1alpha1.NodePool) ([]provi
 	room := p.room(leases)
 	offered := make([]provider.Shape, 0, len(poolShapes))
 	for _, shape := range poolShapes {
-		shape.Inventory = true
-		if room > 0 {
-			shape.Available = min(len(p.candidates(ctx, shape, leases, false)), room)
+		free, taken := p.sorted(ctx, shape, leases, false)
+		shape.Inventory, shape.Available = true, min(len(free), room)
+		if shape.Available == 0 {
+			if room == 0 && len(free) > 0 {
+				taken = []string{fmt.Sprintf("NodeProvider %s has %d servers on, its maxPoweredOn", p.nodeProvider, p.settings.maxPoweredOn)}
+			}
+			shape.Taken = strings.Join(taken, ", ")
 		}
 		offered = append(offered, shape)
 	}
@@ -74,29 +79,49 @@ func (p *Provider) capped(leases map[string]*lease) bool { return p.room(leases)
 // candidates are the servers of a shape that are off, unleased and large
 // enough, in inventory order.
 func (p *Provider) candidates(ctx context.Context, shape provider.Shape, leases map[string]*lease, fresh bool) []*server {
-	var out []*server
+	free, _ := p.sorted(ctx, shape, leases, fresh)
+	return free
+}
+
+// sorted splits the servers of a shape into those free to power on, in
+// inventory order, and what holds each of the others, for a pod that
+// finds none free.
+func (p *Provider) sorted(ctx context.Context, shape provider.Shape, leases map[string]*lease, fresh bool) (free []*server, taken []string) {
 	for _, s := range p.servers {
-		if s.spec.Shape != shape.Name || leases[s.spec.Name] != nil {
+		if s.spec.Shape != shape.Name {
+			continue
+		}
+		if l := leases[s.spec.Name]; l != nil {
+			state := "on"
+			if l.Asleep {
+				state = "asleep"
+			}
+			taken = append(taken, fmt.Sprintf("%s %s for claim %s", s.spec.Name, state, l.Claim))
 			continue
 		}
 		seen, err := p.observe(ctx, s, fresh)
 		if err != nil {
+			taken = append(taken, s.spec.Name+" unreachable")
 			continue
 		}
 		if !fits(seen, shape) {
 			p.report(s.spec.Name, ProblemInventoryMismatch, fmt.Sprintf("server %s has %d cpus and %.0f GiB of memory, less than its shape %s: not offered", s.spec.Name, seen.cpus, seen.memoryGiB, shape.Name))
+			taken = append(taken, s.spec.Name+" smaller than the shape")
 			continue
 		}
 		p.clear(s.spec.Name, ProblemInventoryMismatch)
 		switch seen.power {
 		case schemas.OffPowerState:
 			p.clear(s.spec.Name, ProblemPoweredOnWithoutClaim)
-			out = append(out, s)
+			free = append(free, s)
 		case schemas.OnPowerState, schemas.PoweringOnPowerState:
 			p.report(s.spec.Name, ProblemPoweredOnWithoutClaim, fmt.Sprintf("server %s is on without a claim of this cluster: left alone and not offered", s.spec.Name))
+			taken = append(taken, s.spec.Name+" on without a claim")
+		default:
+			taken = append(taken, fmt.Sprintf("%s %s", s.spec.Name, seen.power))
 		}
 	}
-	return out
+	return free, taken
 }
 
 func fixedShapes(pool *v1alpha1.NodePool) ([]provider.Shape, error) {

@@ -166,6 +166,17 @@ func TestRedfishPowersTheChosenServersOnAndOff(t *testing.T) {
 	s.G.Consistently(func() int { return len(poweredOnByUs()) }, 5*time.Second, 100*time.Millisecond).Should(BeNumerically("<=", 2),
 		"never more servers on for claims than maxPoweredOn")
 
+	// The pods left pending are told why, naming what holds the servers.
+	s.G.Eventually(func() []string {
+		var notes []string
+		for _, pod := range s.Pods("on-metal") {
+			if pod.Spec.NodeName == "" {
+				notes = append(notes, harness.EventsOf(s.G, "Pod", pod.Name)...)
+			}
+		}
+		return notes
+	}).Should(ContainElement(And(ContainSubstring("no machine of shapes"), ContainSubstring("its maxPoweredOn"))))
+
 	// The NodeProvider reports the server it leaves alone.
 	s.G.Eventually(func() string {
 		np := &v1alpha1.NodeProvider{}
