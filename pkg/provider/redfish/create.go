@@ -31,7 +31,7 @@ func (p *Provider) Create(ctx context.Context, claim *v1alpha1.NodeClaim, _ prov
 	}
 	for _, l := range leases {
 		if l.Cluster == p.cluster && l.Claim == claim.Name {
-			return p.powerOnLeased(ctx, l)
+			return p.powerOnLeased(ctx, l, false)
 		}
 	}
 	if p.capped(leases) {
@@ -53,7 +53,7 @@ func (p *Provider) Create(ctx context.Context, claim *v1alpha1.NodeClaim, _ prov
 			return nil, err
 		}
 		logf.FromContext(ctx).Info("leased server", "server", s.spec.Name, "nodeclaim", claim.Name)
-		return p.powerOnLeased(ctx, taken)
+		return p.powerOnLeased(ctx, taken, true)
 	}
 	return nil, provider.NewInsufficientCapacity(fmt.Errorf("no server of shape %s of NodeProvider %s is off and free", shape.Name, p.nodeProvider))
 }
@@ -92,10 +92,13 @@ func (s *server) observation() *observation {
 }
 
 // powerOnLeased powers the leased server on (the boot override first),
-// unless it is on already. A call the BMC refused outright releases the
-// lease; one whose outcome is unknown (a timeout) keeps it, so the next
-// call finds the server either way.
-func (p *Provider) powerOnLeased(ctx context.Context, l *lease) (*provider.Instance, error) {
+// unless it is on already. When the BMC refuses outright the power-on of a
+// lease this call took (justTaken), the lease goes back: the server is
+// off and was never ours. Any other lease stays, whatever the BMC says:
+// a server we powered on earlier may be on, and must stay ours to power
+// off; and a call whose outcome is unknown (a timeout) keeps it too, so
+// the next call finds the server either way.
+func (p *Provider) powerOnLeased(ctx context.Context, l *lease, justTaken bool) (*provider.Instance, error) {
 	s := p.server(l.Server)
 	if s == nil {
 		return nil, provider.NewTerminal(fmt.Errorf("server %s of the lease for claim %s is no longer in NodeProvider %s", l.Server, l.Claim, p.nodeProvider))
@@ -127,9 +130,7 @@ func (p *Provider) powerOnLeased(ctx context.Context, l *lease) (*provider.Insta
 		return nil
 	})
 	if err != nil {
-		// A sleeping claim's server stays its own, off: only a lease just
-		// taken goes back.
-		if (provider.IsTerminal(err) || provider.IsNotFound(err)) && !l.Asleep {
+		if justTaken && (provider.IsTerminal(err) || provider.IsNotFound(err)) {
 			if releaseErr := p.ledger.release(ctx, l); releaseErr != nil {
 				return nil, errors.Join(err, releaseErr)
 			}

@@ -154,6 +154,6 @@ func (p *Provider) Resume(ctx context.Context, providerID string) error {
 			return provider.NewInsufficientCapacity(fmt.Errorf("NodeProvider %s has %d servers on, its maxPoweredOn", p.nodeProvider, p.settings.maxPoweredOn))
 		}
 	}
-	_, err = p.powerOnLeased(ctx, l)
+	_, err = p.powerOnLeased(ctx, l, false)
 	return err
 }

@@ -340,3 +340,24 @@ func TestAResetRefusedDuringATransitionIsAskedAgain(t *testing.T) {
 	}
 	g.Expect(resets).To(Equal(4), "the power-on, two refused shutdowns, the one that went through")
 }
+
+// A server powered on for a claim stays leased when a later call for the
+// claim is refused (the BMC's password changed): it is on, and must stay
+// ours to power off. Only a power-on refused right after its lease was
+// taken gives the lease back.
+func TestARefusedCallNeverGivesUpTheLeaseOfAServerThatIsOn(t *testing.T) {
+	g := NewWithT(t)
+	r := newRack(t, "s1", "small", "s2", "small")
+	p := r.provider(testCluster, r.settings(), redfish.Config{})
+	_, err := p.Create(t.Context(), claim("kept", "small"), provider.CreateOptions{})
+	g.Expect(err).NotTo(HaveOccurred())
+	r.bmcs["s1"].Fail(redfishtest.Failure{Status: 401})
+	_, err = r.provider(testCluster, r.settings(), redfish.Config{}).Create(t.Context(), claim("kept", "small"), provider.CreateOptions{})
+	g.Expect(provider.IsTerminal(err)).To(BeTrue(), "%v", err)
+	g.Expect(leases(g, r)).To(HaveLen(1), "the server that is on stays leased")
+
+	r.bmcs["s2"].Fail(redfishtest.Failure{Method: "POST", PathSuffix: "ComputerSystem.Reset", Status: 400})
+	_, err = p.Create(t.Context(), claim("refused", "small"), provider.CreateOptions{})
+	g.Expect(provider.IsTerminal(err)).To(BeTrue(), "%v", err)
+	g.Expect(leases(g, r)).To(HaveLen(1), "the lease of the refused power-on went back")
+}
