@@ -35,7 +35,7 @@ func (p *Provider) Create(ctx context.Context, claim *v1alpha1.NodeClaim, _ prov
 		}
 	}
 	if p.capped(leases) {
-		return nil, provider.NewInsufficientCapacity(fmt.Errorf("NodeProvider %s has %d servers on, its maxPoweredOn", p.nodeProvider, p.settings.maxPoweredOn))
+		return nil, provider.NewInsufficientCapacity(p.atCap())
 	}
 	if wait := p.stagger(leases); wait > 0 {
 		return nil, provider.NewRetryable(fmt.Errorf("NodeProvider %s powered on %d servers in the last minute, its powerOnsPerMinute", p.nodeProvider, p.settings.powerOnsPerMinute), wait)

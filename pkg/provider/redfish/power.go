@@ -141,18 +141,16 @@ func (p *Provider) Suspend(ctx context.Context, providerID string) error {
 
 // Resume powers a sleeping server on again, within the cap.
 func (p *Provider) Resume(ctx context.Context, providerID string) error {
-	l, err := p.leaseOf(ctx, providerID)
+	leases, err := p.ledger.leases(ctx)
 	if err != nil {
 		return err
 	}
-	if l.Asleep {
-		leases, err := p.ledger.leases(ctx)
-		if err != nil {
-			return err
-		}
-		if p.capped(leases) {
-			return provider.NewInsufficientCapacity(fmt.Errorf("NodeProvider %s has %d servers on, its maxPoweredOn", p.nodeProvider, p.settings.maxPoweredOn))
-		}
+	l, err := p.leaseIn(leases, providerID)
+	if err != nil {
+		return err
+	}
+	if l.Asleep && p.capped(leases) {
+		return provider.NewInsufficientCapacity(p.atCap())
 	}
 	_, err = p.powerOnLeased(ctx, l, false)
 	return err

@@ -274,14 +274,18 @@ func (s *server) capacity() corev1.ResourceList {
 // that nothing powers it off; a server off and unleased is gone as far
 // as claimscale goes: NotFound.
 func (p *Provider) leaseOf(ctx context.Context, providerID string) (*lease, error) {
-	uuid, ok := strings.CutPrefix(providerID, ProviderIDPrefix)
-	if !ok || uuid == "" {
-		return nil, provider.NewTerminal(fmt.Errorf("providerID %q is not a redfish one (%s<system UUID>)", providerID, ProviderIDPrefix))
-	}
-	uuid = strings.ToLower(uuid)
 	leases, err := p.ledger.leases(ctx)
 	if err != nil {
 		return nil, err
+	}
+	return p.leaseIn(leases, providerID)
+}
+
+// leaseIn is leaseOf among leases already read.
+func (p *Provider) leaseIn(leases map[string]*lease, providerID string) (*lease, error) {
+	uuid, ok := v1alpha1.SystemUUIDOf(providerID)
+	if !ok {
+		return nil, provider.NewTerminal(fmt.Errorf("providerID %q is not a redfish one (%s<system UUID>)", providerID, ProviderIDPrefix))
 	}
 	for _, l := range leases {
 		if l.UUID != uuid {

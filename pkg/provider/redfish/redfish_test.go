@@ -11,6 +11,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	clocktesting "k8s.io/utils/clock/testing"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/claimscale/claimscale/api/v1alpha1"
@@ -121,7 +122,7 @@ func TestTheCapAndTheStaggerHold(t *testing.T) {
 	r := newRack(t, "s1", "small", "s2", "small", "s3", "small")
 	fake := clocktesting.NewFakeClock(time.Now())
 	capped := r.provider(testCluster, r.settings(func(s *v1alpha1.RedfishSettings) {
-		s.MaxPoweredOn, s.PowerOnsPerMinute = ptr(int32(2)), ptr(int32(1))
+		s.MaxPoweredOn, s.PowerOnsPerMinute = ptr.To(int32(2)), ptr.To(int32(1))
 	}), redfish.Config{Clock: fake})
 
 	_, err := capped.Create(t.Context(), claim("c1", "small"), provider.CreateOptions{})
@@ -208,7 +209,7 @@ func TestAServerSmallerThanItsShapeIsNotOffered(t *testing.T) {
 	r.servers[0].Shape = "large"
 	p := r.provider(testCluster, r.settings(func(s *v1alpha1.RedfishSettings) { s.Servers[0].Shape = "large" }), redfish.Config{})
 	lying := pool()
-	lying.Spec.Shapes.Fixed[1].CPU = ptr(resourceMust("32"))
+	lying.Spec.Shapes.Fixed[1].CPU = ptr.To(resource.MustParse("32"))
 	shapes, err := p.Shapes(t.Context(), lying)
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(available(shapes)).To(HaveKeyWithValue("large", 0))
@@ -315,10 +316,6 @@ func problemMessages(p provider.ProblemReporter) []string {
 	}
 	return messages
 }
-
-func ptr[T any](v T) *T { return &v }
-
-func resourceMust(q string) resource.Quantity { return resource.MustParse(q) }
 
 // A reset the BMC refuses with 409 (a transition running) is waited out
 // and asked again, not failed: the server is off in the end.

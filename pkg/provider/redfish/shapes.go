@@ -50,7 +50,7 @@ func (p *Provider) Shapes(ctx context.Context, pool *v1alpha1.NodePool) ([]provi
 		shape.Inventory, shape.Available = true, min(len(free), room)
 		if shape.Available == 0 {
 			if room == 0 && len(free) > 0 {
-				taken = []string{fmt.Sprintf("NodeProvider %s has %d servers on, its maxPoweredOn", p.nodeProvider, p.settings.maxPoweredOn)}
+				taken = []string{p.atCap().Error()}
 			}
 			shape.Taken = strings.Join(taken, ", ")
 		}
@@ -71,6 +71,11 @@ func (p *Provider) room(leases map[string]*lease) int {
 		}
 	}
 	return max(p.settings.maxPoweredOn-on, 0)
+}
+
+// atCap says the provider is at its cap on servers on.
+func (p *Provider) atCap() error {
+	return fmt.Errorf("NodeProvider %s has %d servers on, its maxPoweredOn", p.nodeProvider, p.settings.maxPoweredOn)
 }
 
 // capped reports whether powering on one more server would pass the cap.

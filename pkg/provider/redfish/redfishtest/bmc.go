@@ -58,6 +58,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -508,7 +509,7 @@ func (b *BMC) patchSystem(w http.ResponseWriter, r *http.Request, system *System
 		w.WriteHeader(http.StatusNoContent)
 		return
 	}
-	if body.Boot.BootSourceOverrideTarget != "" && !contains(bootTargets, body.Boot.BootSourceOverrideTarget) {
+	if body.Boot.BootSourceOverrideTarget != "" && !slices.Contains(bootTargets, body.Boot.BootSourceOverrideTarget) {
 		writeError(w, http.StatusBadRequest, "Base.1.8.PropertyValueNotInList", fmt.Sprintf("The value %s for the property BootSourceOverrideTarget is not in the list of acceptable values.", body.Boot.BootSourceOverrideTarget))
 		return
 	}
@@ -531,7 +532,7 @@ func (b *BMC) reset(w http.ResponseWriter, r *http.Request, system *System) {
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if !contains(system.ResetTypes, body.ResetType) {
+	if !slices.Contains(system.ResetTypes, body.ResetType) {
 		writeError(w, http.StatusBadRequest, "Base.1.8.ActionParameterNotSupported", fmt.Sprintf("The parameter ResetType for the action ComputerSystem.Reset is not supported on the target resource: %s.", body.ResetType))
 		return
 	}
@@ -573,15 +574,6 @@ func (b *BMC) reset(w http.ResponseWriter, r *http.Request, system *System) {
 		system.pending, system.settledAt = next, b.now().Add(b.Transition)
 	}
 	w.WriteHeader(http.StatusNoContent)
-}
-
-func contains(list []string, value string) bool {
-	for _, item := range list {
-		if item == value {
-			return true
-		}
-	}
-	return false
 }
 
 func writeJSON(w http.ResponseWriter, status int, body any) {
