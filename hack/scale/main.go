@@ -176,7 +176,7 @@ func run(opts options) error {
 		return err
 	}
 
-	w := newWatcher(env, ctl)
+	w := newWatcher(env, opts.consolidateAfter)
 	go w.run(ctx)
 
 	r := &result{opts: opts}
@@ -295,6 +295,10 @@ func run(opts options) error {
 		return err
 	}
 	r.allRemoved = time.Since(scaledDown)
+	if emptied, ok := w.emptied.firstEmptiedAfter(scaledDown); ok {
+		r.firstEmptied = emptied.Sub(scaledDown)
+	}
+	r.removalDelayMedian, r.removalDelayMax, r.emptiedRemoved = w.emptied.removalDelays()
 
 	end := w.snapshot()
 	r.claimsMade, r.nodesMade = end.claimsSeen, end.nodesSeen
@@ -616,15 +620,22 @@ type result struct {
 	settledClaims, settledPartlyFilled int
 	// kwokMissed counts the pods kwok left Pending on their node until
 	// touched (watcher.missedByKwok).
-	kwokMissed                int
-	idleCores, totalCPU       float64
-	idleNodes                 int
-	idleReconciles            string
-	firstRemoved, allRemoved  time.Duration
-	claimsMade, nodesMade     int
-	launched                  float64
-	peakRSS, peakAnon         int64
-	errorLines, conflictLines int
+	kwokMissed               int
+	idleCores, totalCPU      float64
+	idleNodes                int
+	idleReconciles           string
+	firstRemoved, allRemoved time.Duration
+	// firstEmptied is when the first node lost its last pod after the
+	// scale-down; the removal delays, over the emptiedRemoved nodes
+	// removed with no pod left, are what came after consolidateAfter
+	// allowed each to go (emptiedNodes).
+	firstEmptied                        time.Duration
+	removalDelayMedian, removalDelayMax time.Duration
+	emptiedRemoved                      int
+	claimsMade, nodesMade               int
+	launched                            float64
+	peakRSS, peakAnon                   int64
+	errorLines, conflictLines           int
 }
 
 func (r *result) print(out io.Writer) {
@@ -661,6 +672,8 @@ func (r *result) print(out io.Writer) {
 	row("nodeclaims_launched_total / claims made / nodes made", "%.0f / %d / %d", r.launched, r.claimsMade, r.nodesMade)
 	row("scaled to 0 → first node removed", "%s", seconds(r.firstRemoved))
 	row("→ all nodes removed", "%s", seconds(r.allRemoved))
+	row("scaled to 0 → first node emptied (its last pod gone)", "%s", seconds(r.firstEmptied))
+	row("emptied node → claim deleted, past consolidateAfter", "median %s, largest %s, over %d nodes", seconds(r.removalDelayMedian), seconds(r.removalDelayMax), r.emptiedRemoved)
 	_ = w.Flush()
 }
 

@@ -8,7 +8,6 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	toolscache "k8s.io/client-go/tools/cache"
-	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -32,6 +31,8 @@ type watcher struct {
 	// time) is not idle.
 	claimWrites       int
 	podCPU, podMemory int64
+
+	emptied *emptiedNodes
 }
 
 type snapshot struct {
@@ -48,12 +49,13 @@ type snapshot struct {
 	going int
 }
 
-func newWatcher(env *testenv.Environment, _ *controller) *watcher {
+func newWatcher(env *testenv.Environment, consolidateAfter time.Duration) *watcher {
 	c, err := cache.New(env.Config, cache.Options{Scheme: env.Scheme})
 	if err != nil {
 		panic(err)
 	}
-	return &watcher{cache: c, ready: make(chan struct{}), claimsSeen: map[string]bool{}, nodesSeen: map[string]bool{}}
+	return &watcher{cache: c, ready: make(chan struct{}), claimsSeen: map[string]bool{}, nodesSeen: map[string]bool{},
+		emptied: newEmptiedNodes(consolidateAfter)}
 }
 
 func (w *watcher) run(ctx context.Context) {
@@ -73,15 +75,19 @@ func (w *watcher) run(ctx context.Context) {
 		w.mu.Unlock()
 	}
 	for _, watched := range []struct {
-		object  client.Object
-		handler *toolscache.ResourceEventHandlerFuncs
-	}{{&corev1.Pod{}, nil}, {&corev1.Node{}, ptr.To(remember(w.nodesSeen))}, {&v1alpha1.NodeClaim{}, &rememberClaims}} {
+		object   client.Object
+		handlers []toolscache.ResourceEventHandlerFuncs
+	}{
+		{&corev1.Pod{}, []toolscache.ResourceEventHandlerFuncs{w.emptied.podHandler()}},
+		{&corev1.Node{}, []toolscache.ResourceEventHandlerFuncs{remember(w.nodesSeen)}},
+		{&v1alpha1.NodeClaim{}, []toolscache.ResourceEventHandlerFuncs{rememberClaims, w.emptied.claimHandler()}},
+	} {
 		informer, err := w.cache.GetInformer(ctx, watched.object)
 		if err != nil {
 			panic(err)
 		}
-		if watched.handler != nil {
-			if _, err := informer.AddEventHandler(*watched.handler); err != nil {
+		for _, handler := range watched.handlers {
+			if _, err := informer.AddEventHandler(handler); err != nil {
 				panic(err)
 			}
 		}
