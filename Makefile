@@ -18,6 +18,13 @@ COMMIT ?= $(shell git rev-parse --short HEAD 2>/dev/null || echo unknown)
 LDFLAGS := -X github.com/claimscale/claimscale/internal/version.Version=$(VERSION) -X github.com/claimscale/claimscale/internal/version.Commit=$(COMMIT)
 
 GO_TEST_FLAGS ?= -count=1
+# The compiler and linker collect garbage less often with a larger GOGC:
+# on a cold machine, where compiling is most of the time, GOGC=400 is a
+# fifth faster at a few hundred MB more per compile. GOGC is no part of
+# the build cache's keys, so what is compiled this way is what any other
+# build finds. Only the builds get it: the test binaries run with the
+# environment's own GOGC (go test -exec below), as do the demo's processes.
+BUILD_GOGC ?= 400
 # Packages that need no control plane.
 
 .PHONY: help
@@ -75,13 +82,18 @@ verify: generate manifests proto dashboards ## Fail when generated files are sta
 		echo "generated files are out of date; run 'make generate manifests proto dashboards' and commit:"; \
 		git status --porcelain -- $(GENERATED); git --no-pager diff -- $(GENERATED) | head -50; exit 1; fi
 	@bad=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$bad" ]; then echo "gofmt needed: $$bad"; exit 1; fi
-	go vet ./...
+	GOGC=$(BUILD_GOGC) go vet ./...
 
 .PHONY: build
-build: ## Build bin/claimscale, the kubectl plugin bin/kubectl-claimscale and the reference provider plugin bin/claimscale-provider-example.
-	@if [ -d cmd/claimscale ]; then go build -ldflags "$(LDFLAGS)" -o $(BIN)/claimscale ./cmd/claimscale; fi
-	go build -ldflags "$(LDFLAGS)" -o $(BIN)/kubectl-claimscale ./cmd/kubectl-claimscale
-	go build -o $(BIN)/claimscale-provider-example ./cmd/claimscale-provider-example
+build: build-controller ## Build bin/claimscale, the kubectl plugin bin/kubectl-claimscale and the reference provider plugin bin/claimscale-provider-example.
+	GOGC=$(BUILD_GOGC) go build -ldflags "$(LDFLAGS)" -o $(BIN)/kubectl-claimscale ./cmd/kubectl-claimscale
+	GOGC=$(BUILD_GOGC) go build -o $(BIN)/claimscale-provider-example ./cmd/claimscale-provider-example
+
+# The demo and make scale run the controller alone: a first-time demo does
+# not wait for the plugin binaries.
+.PHONY: build-controller
+build-controller: ## Build bin/claimscale.
+	GOGC=$(BUILD_GOGC) go build -ldflags "$(LDFLAGS)" -o $(BIN)/claimscale ./cmd/claimscale
 
 .PHONY: lint-chart
 lint-chart: ## helm lint the chart with its default and externalgrpc values.
@@ -102,7 +114,7 @@ test: ## Run every test: generated code, chart lint, unit, envtest and end-to-en
 	  if ! $(MAKE) --no-print-directory verify lint-chart; then kill -- -$$tools 2>/dev/null; exit 1; fi; \
 	  wait $$tools || { cat $(BIN)/tools.log; echo "make test: building the test tools failed (above)"; exit 1; }; \
 	  cat $(BIN)/tools.log
-	go test $(GO_TEST_FLAGS) -timeout 30m ./... 2>&1 | tee $(BIN)/test.log
+	GOGC=$(BUILD_GOGC) go test -exec "env -u GOGC $${GOGC:+GOGC=$$GOGC}" $(GO_TEST_FLAGS) -timeout 30m ./... 2>&1 | tee $(BIN)/test.log
 	@hack/slowest-tests.sh $(BIN)/test.log > $(BIN)/test-times.txt
 
 .PHONY: bench
@@ -110,11 +122,11 @@ bench: ## Run the benchmarks.
 	go test -run '^$$' -bench . -benchmem -timeout 30m ./internal/...
 
 .PHONY: scale
-scale: tools-demo build ## Measure claimscale at scale on a local control plane (SCALE_FLAGS="-pods 10000 -deployments 10").
+scale: tools-demo build-controller ## Measure claimscale at scale on a local control plane (SCALE_FLAGS="-pods 10000 -deployments 10").
 	go run ./hack/scale $(SCALE_FLAGS)
 
 .PHONY: demo
-demo: tools-demo build ## Run the demo on a local control plane.
+demo: tools-demo build-controller ## Run the demo on a local control plane.
 	go run ./hack/demo
 
 # `make up` keeps the demo's cluster running for trying things by hand; its

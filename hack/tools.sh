@@ -28,6 +28,11 @@ CLUSTER_API_VERSION=v1.14.2
 PROMETHEUS_VERSION=v0.316.0 # the Go module version of Prometheus 3.x, see hack/prometheus/go.mod
 
 cache="${XDG_CACHE_HOME:-$HOME/.cache}/claimscale/tools"
+
+# The compiler collects garbage less often: a first build is a fifth faster
+# (the Makefile's BUILD_GOGC says why). Nothing this script starts runs
+# but the go command.
+export GOGC="${BUILD_GOGC:-400}"
 mkdir -p "$cache"
 
 ldflags_kube="-s -w -X k8s.io/component-base/version.gitVersion=$KUBE_VERSION -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=37 -X k8s.io/component-base/version.gitTreeState=clean"
