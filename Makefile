@@ -85,7 +85,7 @@ verify: generate manifests proto dashboards ## Fail when generated files are sta
 	GOGC=$(BUILD_GOGC) go vet ./...
 
 .PHONY: build
-build: build-controller ## Build bin/claimscale, the kubectl plugin bin/kubectl-claimscale and the reference provider plugin bin/claimscale-provider-example.
+build: build-demo ## Build bin/claimscale, the kubectl plugin bin/kubectl-claimscale, the reference provider plugin bin/claimscale-provider-example and the demo program bin/demo.
 	GOGC=$(BUILD_GOGC) go build -ldflags "$(LDFLAGS)" -o $(BIN)/kubectl-claimscale ./cmd/kubectl-claimscale
 	GOGC=$(BUILD_GOGC) go build -o $(BIN)/claimscale-provider-example ./cmd/claimscale-provider-example
 
@@ -94,6 +94,12 @@ build: build-controller ## Build bin/claimscale, the kubectl plugin bin/kubectl-
 .PHONY: build-controller
 build-controller: ## Build bin/claimscale.
 	GOGC=$(BUILD_GOGC) go build -ldflags "$(LDFLAGS)" -o $(BIN)/claimscale ./cmd/claimscale
+
+# The demo program (hack/demo, also `make up` and `make down`) is built with
+# the controller in one go build, so the two link at the same time.
+.PHONY: build-demo
+build-demo:
+	GOGC=$(BUILD_GOGC) go build -ldflags "$(LDFLAGS)" -o $(BIN)/ ./cmd/claimscale ./hack/demo
 
 .PHONY: lint-chart
 lint-chart: ## helm lint the chart with its default and externalgrpc values.
@@ -126,8 +132,8 @@ scale: tools-demo build-controller ## Measure claimscale at scale on a local con
 	go run ./hack/scale $(SCALE_FLAGS)
 
 .PHONY: demo
-demo: tools-demo build-controller ## Run the demo on a local control plane.
-	go run ./hack/demo
+demo: tools-demo build-demo ## Run the demo on a local control plane.
+	$(BIN)/demo
 
 # `make up` keeps the demo's cluster running for trying things by hand; its
 # kubeconfig, process ids and logs are in .up/.
@@ -136,8 +142,8 @@ UP_DIR := $(CURDIR)/.up
 .PHONY: up
 up: tools-demo build ## Start a local control plane with claimscale (simulated provider) and leave it running.
 	hack/tools.sh kubectl
-	go run ./hack/demo -up $(UP_DIR)
+	$(BIN)/demo -up $(UP_DIR)
 
 .PHONY: down
-down: ## Stop everything `make up` started.
-	go run ./hack/demo -down $(UP_DIR)
+down: build-demo ## Stop everything `make up` started.
+	$(BIN)/demo -down $(UP_DIR)

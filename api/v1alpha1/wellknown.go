@@ -54,6 +54,12 @@ const (
 
 	// TaintDisrupted is put on a node being drained so nothing new lands.
 	TaintDisrupted = "claimscale.io/disrupted"
+	// TaintUnregistered (NoSchedule) is what the nodes claimscale makes
+	// register with, through the kubelet's --register-with-taints in the
+	// rendered user data, and what registration removes once it has
+	// nominated the pods the node was bought for: kube-scheduler sees the
+	// node only with those pods' room kept for them.
+	TaintUnregistered = "claimscale.io/unregistered"
 
 	// TagCluster, TagNodePool and TagNodeClaim are the ownership tags every
 	// machine carries from the call that creates it. A machine without the

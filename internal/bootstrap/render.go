@@ -72,8 +72,9 @@ type Data struct {
 	Labels map[string]string
 	// NodeLabels are Labels as key=value, sorted.
 	NodeLabels []string
-	// NodeTaints are the pool's taints and startup taints as
-	// key[=value]:Effect, the kubelet's --register-with-taints syntax.
+	// NodeTaints are the pool's taints and startup taints, and
+	// claimscale's unregistered taint, as key[=value]:Effect, the
+	// kubelet's --register-with-taints syntax.
 	NodeTaints []string
 	// Kubelet is the pool's kubelet settings as flag values.
 	Kubelet KubeletFlags
@@ -140,7 +141,10 @@ func NewData(in Input) (*Data, error) {
 		sum := sha256.Sum256(in.Cluster.CAPEM)
 		d.K3sToken = "K10" + hex.EncodeToString(sum[:]) + "::" + d.Token
 	}
-	for _, taint := range append(slices.Clone(node.Spec.Taints), pool.Spec.Template.StartupTaints...) {
+	// Registration takes the unregistered taint off once it has nominated
+	// the pods the node was bought for (v1alpha1.TaintUnregistered).
+	unregistered := corev1.Taint{Key: v1alpha1.TaintUnregistered, Effect: corev1.TaintEffectNoSchedule}
+	for _, taint := range slices.Concat(node.Spec.Taints, pool.Spec.Template.StartupTaints, []corev1.Taint{unregistered}) {
 		d.NodeTaints = append(d.NodeTaints, taintFlag(taint))
 	}
 	kubelet := pool.Spec.Template.Kubelet

@@ -104,9 +104,10 @@ func TestBuiltInTemplatesCarryTheTemplateNode(t *testing.T) {
 			if got := parseLabels(flags["node-labels"]); !maps.Equal(got, want.Labels) {
 				t.Errorf("node labels %v, template node has %v", got, want.Labels)
 			}
-			wantTaints := append(slices.Clone(want.Spec.Taints), pool.Spec.Template.StartupTaints...)
+			wantTaints := slices.Concat(want.Spec.Taints, pool.Spec.Template.StartupTaints,
+				[]corev1.Taint{{Key: v1alpha1.TaintUnregistered, Effect: corev1.TaintEffectNoSchedule}})
 			if got := parseTaints(t, flags["register-with-taints"]); !slices.EqualFunc(got, wantTaints, func(a, b corev1.Taint) bool { return a.MatchTaint(&b) && a.Value == b.Value }) {
-				t.Errorf("taints %v, want the template node's and the startup taints %v", got, wantTaints)
+				t.Errorf("taints %v, want the template node's, the startup taints and the unregistered taint %v", got, wantTaints)
 			}
 			if got := flags["max-pods"]; got != want.Status.Capacity.Pods().String() {
 				t.Errorf("max-pods %s, template node has %s pods", got, want.Status.Capacity.Pods())
@@ -303,14 +304,17 @@ func mustAtoi(t *testing.T, s string) int {
 
 // A pool that sets no reservations or eviction thresholds gets none on the
 // kubelet's command line (the kubelet's defaults are what the template node
-// assumed), and no taints flag when it has no taints.
+// assumed), and a pool without taints only the unregistered taint.
 func TestBuiltInTemplatesLeaveUnsetSettingsToTheKubelet(t *testing.T) {
 	pool := testPool(v1alpha1.JoinKubeadm)
 	pool.Spec.Template.Taints, pool.Spec.Template.StartupTaints = nil, nil
 	pool.Spec.Template.Kubelet = v1alpha1.KubeletConfiguration{}
 	cluster := testCluster(t)
 	flags := kubeadmFlags(t, render(t, pool, testClaim(), cluster), cluster)
-	for _, name := range []string{"register-with-taints", "kube-reserved", "system-reserved", "eviction-hard"} {
+	if got, want := flags["register-with-taints"], v1alpha1.TaintUnregistered+":NoSchedule"; got != want {
+		t.Errorf("register-with-taints %q for a pool without taints, want %q", got, want)
+	}
+	for _, name := range []string{"kube-reserved", "system-reserved", "eviction-hard"} {
 		if v, ok := flags[name]; ok {
 			t.Errorf("flag %s=%q set for a pool that sets nothing", name, v)
 		}

@@ -378,6 +378,8 @@ var ephemeralTaints = []corev1.Taint{
 	{Key: corev1.TaintNodeUnreachable, Effect: corev1.TaintEffectNoSchedule},
 	// k8s.io/cloud-provider's TaintExternalCloudProvider.
 	{Key: "node.cloudprovider.kubernetes.io/uninitialized", Value: "true", Effect: corev1.TaintEffectNoSchedule},
+	// Ours, until registration has nominated the node's pods.
+	{Key: v1alpha1.TaintUnregistered, Effect: corev1.TaintEffectNoSchedule},
 }
 
 // withoutStartupTaints returns a node whose claim is not Initialized yet

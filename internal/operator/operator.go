@@ -183,10 +183,12 @@ func Setup(ctx context.Context, mgr manager.Manager, opts Options) (*Operator, e
 	if err := writes.Watch(ctx, mgr.GetCache()); err != nil {
 		return nil, err
 	}
+	// Provisioning plans pods on claims; registration nominates them.
+	nominations := clusterstate.NewNominations(opts.Clock)
 	setups := []interface{ SetupWithManager(ctrl.Manager) error }{
 		&nodeclaim.Controller{
 			Kube: mgr.GetClient(), Providers: resolver, Capacity: capacityBackoff,
-			Recorder: recorder(nodeclaim.Name), Clock: opts.Clock, Writes: writes,
+			Recorder: recorder(nodeclaim.Name), Clock: opts.Clock, Writes: writes, Nominations: nominations,
 			KeepFailedClaims: opts.Mode == ModeExternalGRPC,
 			Bootstrap:        bootstrapper,
 		},
@@ -215,7 +217,7 @@ func Setup(ctx context.Context, mgr manager.Manager, opts Options) (*Operator, e
 					Kube: mgr.GetClient(), Objects: objects, Providers: resolver, Capacity: capacityBackoff,
 					Recorder: recorder(provisioning.Name), Clock: opts.Clock, Templates: templates, Pools: pools,
 					WarmCapacity: warm, Decisions: op.Decisions, DryRun: opts.DryRun,
-					PodLatency: podLatency, Writes: writes,
+					PodLatency: podLatency, Writes: writes, Nominations: nominations,
 				},
 				Batcher: batcher,
 			},

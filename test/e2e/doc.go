@@ -13,8 +13,9 @@
 //   - autoscaling: what the controllers do with pods and nodes on the
 //     simulated provider: scale up and down, booting, disruption and
 //     consolidation, budgets, warm capacity (headroom, schedules), repair,
-//     bad input, scale; and machines that sleep instead of being deleted
-//     (sleep_test.go).
+//     bad input, scale; machines that sleep instead of being deleted
+//     (sleep_test.go); and Karpenter's diverse mix binding with the real
+//     scheduler on the nodes of one round (fidelity_test.go).
 //   - integration: claimscale with what is around it: the real providers'
 //     APIs (Proxmox, cloudscale), provider plugins, Cluster API, pools
 //     isolated from each other's failing providers, KEDA's external scaler,

@@ -70,6 +70,9 @@ type Controller struct {
 	// Writes waits for the cache to show the controller's status writes;
 	// nil looks at the cache again until it does.
 	Writes *clusterstate.Writes
+	// Nominations says which pods each claim's node was bought for, to
+	// nominate there at registration; nil nominates none.
+	Nominations *clusterstate.Nominations
 
 	// DefaultRegistrationTimeout applies when the pool is gone or says
 	// nothing.

@@ -3,6 +3,7 @@ package nodeclaim
 import (
 	"context"
 	"fmt"
+	"slices"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -59,6 +60,9 @@ func (r *registration) Reconcile(ctx context.Context, claim *v1alpha1.NodeClaim)
 		}
 		return reconcile.Result{}, nil
 	}
+	// Nominated before adopt lets pods onto the node: what the scheduler
+	// then binds there first is what the node was bought for.
+	r.nominate(ctx, claim, node)
 	if err := r.adopt(ctx, claim, node); err != nil {
 		return reconcile.Result{}, err
 	}
@@ -74,9 +78,46 @@ func (r *registration) Reconcile(ctx context.Context, claim *v1alpha1.NodeClaim)
 	return reconcile.Result{}, nil
 }
 
+// nominate sets the nominated node (status.nominatedNodeName) of the
+// pending pods the round that bought the node planned on it. kube-scheduler
+// tries a pod's nominated node first and keeps the room of the pods
+// nominated to a node from the other pods of no higher priority
+// (KEP-5278, on by default since Kubernetes 1.35): the pods bind where the
+// packer put them, whatever order the scheduler takes them in. A node that
+// registered with the unregistered taint is seen by the scheduler only
+// once adopt takes it off, after this. Best effort: a pod left without a
+// nomination goes wherever the scheduler finds room, as without one.
+func (r *registration) nominate(ctx context.Context, claim *v1alpha1.NodeClaim, node *corev1.Node) {
+	planned := r.Nominations.Take(claim.Name)
+	if len(planned) == 0 {
+		return
+	}
+	logger := log.FromContext(ctx)
+	nominated := 0
+	for _, key := range planned {
+		var pod corev1.Pod
+		if err := r.Kube.Get(ctx, key, &pod); err != nil {
+			continue
+		}
+		// A pod bound, going, or nominated by preemption keeps what it has.
+		if pod.Spec.NodeName != "" || !pod.DeletionTimestamp.IsZero() || pod.Status.NominatedNodeName != "" {
+			continue
+		}
+		patch := client.MergeFrom(pod.DeepCopy())
+		pod.Status.NominatedNodeName = node.Name
+		if err := r.Kube.Status().Patch(ctx, &pod, patch); err != nil {
+			logger.V(1).Info("pod not nominated", "pod", key.String(), "node", node.Name, "error", err.Error())
+			continue
+		}
+		nominated++
+	}
+	logger.V(1).Info("nominated the pods the node was bought for", "node", node.Name, "nominated", nominated, "planned", len(planned))
+}
+
 // adopt syncs the claim's labels, taints, finalizer and owner reference
-// onto the node. Taints are added only at first registration: afterwards
-// something else (a CNI removing a startup taint) owns them.
+// onto the node, and takes the unregistered taint off. Taints are added
+// only at first registration: afterwards something else (a CNI removing a
+// startup taint) owns them.
 func (r *registration) adopt(ctx context.Context, claim *v1alpha1.NodeClaim, node *corev1.Node) error {
 	// A strategic merge patch adds taints, finalizers and owner references
 	// as entries keyed by key, value and uid, so it needs no lock against
@@ -106,6 +147,9 @@ func (r *registration) adopt(ctx context.Context, claim *v1alpha1.NodeClaim, nod
 			}
 		}
 	}
+	// Every time, not only at first registration: a woken machine's
+	// kubelet registers its Node anew, with the taint.
+	node.Spec.Taints = slices.DeleteFunc(node.Spec.Taints, func(taint corev1.Taint) bool { return taint.Key == v1alpha1.TaintUnregistered })
 	controllerutil.AddFinalizer(node, v1alpha1.TerminationFinalizer)
 	if !hasOwner(node, claim) {
 		node.OwnerReferences = append(node.OwnerReferences, metav1.OwnerReference{

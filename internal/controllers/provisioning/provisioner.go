@@ -105,6 +105,9 @@ type Provisioner struct {
 	// Writes records the claims the round creates, so the next round
 	// counts them in flight before the cache shows them; nil records none.
 	Writes *clusterstate.Writes
+	// Nominations records which pods each new claim's node was bought
+	// for, so that registration nominates them there; nil records none.
+	Nominations *clusterstate.Nominations
 
 	mu            sync.Mutex
 	lastGoodPools map[string]scheduling.Pool
@@ -162,6 +165,7 @@ func (p *Provisioner) Provision(ctx context.Context) error {
 		logger.Info("scheduled pending pods", "pending", workload, "headroomPods", len(input.Pending)-workload, "inFlight", len(input.InFlight), "nodes", len(input.Nodes), "newNodes", len(result.NewNodes),
 			"placedOnExisting", len(result.Placements), "unschedulable", len(result.Unschedulable), "duration", time.Since(started))
 	}
+	p.planOnInFlight(input.InFlight, result.Placements)
 	p.createClaims(ctx, pools, asleepClaims(picture.Claims), result)
 	p.reportUnschedulable(ctx, result.Unschedulable)
 	return nil
@@ -514,6 +518,7 @@ func (p *Provisioner) createClaims(ctx context.Context, pools map[string]*v1alph
 			p.poolFailed(ctx, pool, err)
 			continue
 		}
+		p.Nominations.Plan(claim.Name, workload)
 		log.FromContext(ctx).Info("created claim", "nodeClaim", claim.Name, "nodePool", pool.Name, "shape", newNode.Shape.Name, "zone", newNode.Zone,
 			"pods", len(workload), "headroomPods", len(newNode.Pods)-len(workload), "reason", reason)
 		for _, pod := range workload {
@@ -530,6 +535,27 @@ func (p *Provisioner) createClaims(ctx context.Context, pools map[string]*v1alph
 			})
 			p.PodLatency.Provisioned(pod, pool.Name)
 		}
+	}
+}
+
+// planOnInFlight records the pods a round placed on claims still booting
+// as planned there: the latest round's plan is the one nominated.
+func (p *Provisioner) planOnInFlight(inFlight []scheduling.InFlight, placements []scheduling.Placement) {
+	if p.Nominations == nil || p.DryRun || len(inFlight) == 0 {
+		return
+	}
+	booting := make(map[string]bool, len(inFlight))
+	for _, claim := range inFlight {
+		booting[claim.Name] = true
+	}
+	byClaim := map[string][]*corev1.Pod{}
+	for _, placement := range placements {
+		if booting[placement.Node] && !warmcapacity.IsPlaceholder(placement.Pod) {
+			byClaim[placement.Node] = append(byClaim[placement.Node], placement.Pod)
+		}
+	}
+	for claim, pods := range byClaim {
+		p.Nominations.Plan(claim, pods)
 	}
 }
 

@@ -63,6 +63,7 @@ func (p *Provisioner) wakeFor(ctx context.Context, pool *v1alpha1.NodePool, clai
 		p.Recorder.Eventf(claim, nil, corev1.EventTypeWarning, "WakeFailed", "Wake", "%s", err.Error())
 		return true
 	}
+	p.Nominations.Plan(woken.Name, workload)
 	logger.Info("woke sleeping claim", "nodeClaim", woken.Name, "nodePool", pool.Name, "shape", newNode.Shape.Name, "zone", newNode.Zone, "pods", len(workload))
 	p.Recorder.Eventf(woken, nil, corev1.EventTypeNormal, "Woken", "Wake", "%s (pool %s, shape %s) for pending pods: %d", note, pool.Name, newNode.Shape.Name, len(workload))
 	for _, pod := range workload {

@@ -145,10 +145,13 @@ func nodeLabels(claim *v1alpha1.NodeClaim, zone string) map[string]string {
 	return labels
 }
 
-// nodeTaints are the claim's taints and startup taints, once each.
+// nodeTaints are the claim's taints and startup taints, once each, and
+// claimscale's unregistered taint, as a kubelet started from claimscale's
+// user data registers.
 func nodeTaints(claim *v1alpha1.NodeClaim) []corev1.Taint {
 	var taints []corev1.Taint
-	for _, t := range append(slices.Clone(claim.Spec.Taints), claim.Spec.StartupTaints...) {
+	unregistered := corev1.Taint{Key: v1alpha1.TaintUnregistered, Effect: corev1.TaintEffectNoSchedule}
+	for _, t := range slices.Concat(claim.Spec.Taints, claim.Spec.StartupTaints, []corev1.Taint{unregistered}) {
 		if !slices.ContainsFunc(taints, func(have corev1.Taint) bool { return have.MatchTaint(&t) }) {
 			taints = append(taints, t)
 		}

@@ -110,7 +110,8 @@ func TestMachineRecordRoundTrips(t *testing.T) {
 	g := gomega.NewWithT(t)
 	claim := newClaim("pool-abc", "pool")
 	claim.Spec.Taints = []corev1.Taint{{Key: "k", Value: "v", Effect: corev1.TaintEffectNoSchedule}}
-	// A taint that is both a taint and a startup taint appears once.
+	// A taint that is both a taint and a startup taint appears once, beside
+	// the unregistered taint.
 	claim.Spec.StartupTaints = []corev1.Taint{{Key: "k", Value: "v", Effect: corev1.TaintEffectNoSchedule}, {Key: "s", Effect: corev1.TaintEffectNoExecute}}
 	now := time.Date(2030, 1, 2, 3, 4, 5, 6, time.UTC)
 	m := newMachine(claim, machineParams{cluster: "c1", zone: "z1", createdAt: now, bootAt: now.Add(time.Minute), neverRegister: true})
@@ -120,7 +121,7 @@ func TestMachineRecordRoundTrips(t *testing.T) {
 	g.Expect(err).NotTo(gomega.HaveOccurred())
 	expectSameJSON(g, back.instance(), m.instance())
 	expectSameJSON(g, back.node(), m.node())
-	g.Expect(back.node().Spec.Taints).To(gomega.HaveLen(2))
+	g.Expect(back.node().Spec.Taints).To(gomega.HaveLen(3))
 	g.Expect(back.neverRegister).To(gomega.BeTrue())
 	g.Expect(back.bootAt).To(gomega.Equal(now.Add(time.Minute)))
 }

@@ -153,7 +153,7 @@ func TestNodeRegistersAfterTheBootDelay(t *testing.T) {
 		"type":                         "kwok",
 	}))
 	g.Expect(node.Spec.Taints).To(gomega.ConsistOf(
-		gomega.HaveField("Key", "dedicated"), gomega.HaveField("Key", "cni-not-ready")))
+		gomega.HaveField("Key", "dedicated"), gomega.HaveField("Key", "cni-not-ready"), gomega.HaveField("Key", v1alpha1.TaintUnregistered)))
 	g.Expect(node.Annotations).To(gomega.HaveKeyWithValue(AnnotationKwokNode, "fake"))
 	g.Expect(node.Annotations).To(gomega.HaveKeyWithValue("node.alpha.kubernetes.io/ttl", "0"))
 	expectQuantities(g, node.Status.Capacity, map[corev1.ResourceName]string{

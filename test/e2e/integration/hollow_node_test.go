@@ -236,8 +236,9 @@ func compareWithTemplate(t *testing.T, g *WithT, pool *v1alpha1.NodePool, claim 
 	sort.Strings(extra)
 	// The kubelet's own deprecated twins of kubernetes.io/os and arch.
 	g.Expect(extra).To(BeElementOf([]string{}, nil, []string{"beta.kubernetes.io/arch", "beta.kubernetes.io/os"}), "labels the template node lacks")
-	wantTaints := append(slices.Clone(template.Spec.Taints), pool.Spec.Template.StartupTaints...)
-	g.Expect(registered.Spec.Taints).To(ConsistOf(wantTaints), "the kubelet registered the template's taints and the startup taints")
+	wantTaints := slices.Concat(template.Spec.Taints, pool.Spec.Template.StartupTaints,
+		[]corev1.Taint{{Key: v1alpha1.TaintUnregistered, Effect: corev1.TaintEffectNoSchedule}})
+	g.Expect(registered.Spec.Taints).To(ConsistOf(wantTaints), "the kubelet registered the template's taints, the startup taints and the unregistered taint")
 	// Capacity and allocatable come with the registration or the first
 	// status update.
 	node := registered

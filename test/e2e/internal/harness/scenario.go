@@ -193,6 +193,10 @@ func (s *Scenario) Cleanup() {
 	for i := range deployments.Items {
 		g.Expect(client.IgnoreNotFound(env.Client.Delete(s.Ctx, &deployments.Items[i]))).To(Succeed())
 	}
+	// No namespace controller runs here, and the API server refuses an
+	// eviction in a namespace being deleted: pods of no owner are deleted
+	// by hand, or the drains of the claims below would wait for them.
+	g.Expect(env.Client.DeleteAllOf(s.Ctx, &corev1.Pod{}, client.InNamespace(s.Namespace), client.GracePeriodSeconds(0))).To(Succeed())
 	for _, claim := range s.Claims() {
 		g.Expect(client.IgnoreNotFound(env.Client.Delete(s.Ctx, &claim))).To(Succeed())
 	}

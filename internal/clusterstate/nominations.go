@@ -1,0 +1,111 @@
+package clusterstate
+
+import (
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/clock"
+)
+
+// nominationTTL bounds how long a plan waits for its claim's node: a
+// machine that takes longer to register has its pods scheduled wherever
+// the scheduler finds room, as before nominations.
+const nominationTTL = time.Hour
+
+// Nominations remembers which pending pods a provisioning round planned
+// on which claim, until the claim's node registers. Registration then
+// nominates them there (the pods' status.nominatedNodeName, which
+// kube-scheduler tries first and whose room it keeps from other pods of
+// no higher priority, KEP-5278), before it lets pods onto the node. The
+// packer plans constrained pods first and the scheduler binds in its own
+// order: without the nominations, pods that share a spread's or an
+// affinity's selector could fill the room planned for others, which then
+// need another node.
+//
+// Kept in memory: a restarted controller nominates nothing for the claims
+// of its predecessor, and their pods go where the scheduler puts them.
+type Nominations struct {
+	clock clock.PassiveClock
+
+	mu      sync.Mutex
+	claimOf map[types.NamespacedName]string
+	plans   map[string]*plan
+}
+
+type plan struct {
+	pods    map[types.NamespacedName]bool
+	planned time.Time
+}
+
+// NewNominations returns an empty record.
+func NewNominations(clk clock.PassiveClock) *Nominations {
+	if clk == nil {
+		clk = clock.RealClock{}
+	}
+	return &Nominations{clock: clk, claimOf: map[types.NamespacedName]string{}, plans: map[string]*plan{}}
+}
+
+// Plan records pods as planned on the claim's node. A pod planned earlier
+// on another claim now waits for this one only.
+func (n *Nominations) Plan(claim string, pods []*corev1.Pod) {
+	if n == nil || len(pods) == 0 {
+		return
+	}
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	now := n.clock.Now()
+	n.expire(now)
+	p := n.plans[claim]
+	if p == nil {
+		p = &plan{pods: map[types.NamespacedName]bool{}}
+		n.plans[claim] = p
+	}
+	p.planned = now
+	for _, pod := range pods {
+		key := types.NamespacedName{Namespace: pod.Namespace, Name: pod.Name}
+		if previous, ok := n.claimOf[key]; ok && previous != claim {
+			if other := n.plans[previous]; other != nil {
+				delete(other.pods, key)
+			}
+		}
+		n.claimOf[key] = claim
+		p.pods[key] = true
+	}
+}
+
+// Take returns the pods planned on the claim and forgets them.
+func (n *Nominations) Take(claim string) []types.NamespacedName {
+	if n == nil {
+		return nil
+	}
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	p := n.plans[claim]
+	if p == nil {
+		return nil
+	}
+	delete(n.plans, claim)
+	pods := make([]types.NamespacedName, 0, len(p.pods))
+	for key := range p.pods {
+		pods = append(pods, key)
+		delete(n.claimOf, key)
+	}
+	return pods
+}
+
+// expire drops the plans older than nominationTTL.
+func (n *Nominations) expire(now time.Time) {
+	for claim, p := range n.plans {
+		if now.Sub(p.planned) < nominationTTL {
+			continue
+		}
+		for key := range p.pods {
+			if n.claimOf[key] == claim {
+				delete(n.claimOf, key)
+			}
+		}
+		delete(n.plans, claim)
+	}
+}

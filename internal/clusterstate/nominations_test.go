@@ -1,0 +1,60 @@
+package clusterstate
+
+import (
+	"slices"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	clocktesting "k8s.io/utils/clock/testing"
+)
+
+func TestNominationsFollowTheLatestPlan(t *testing.T) {
+	clk := clocktesting.NewFakePassiveClock(time.Date(2026, 12, 2, 0, 0, 0, 0, time.UTC))
+	n := NewNominations(clk)
+	pod := func(name string) *corev1.Pod {
+		return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "apps", Name: name}}
+	}
+	names := func(keys []types.NamespacedName) []string {
+		var out []string
+		for _, key := range keys {
+			out = append(out, key.Name)
+		}
+		slices.Sort(out)
+		return out
+	}
+
+	n.Plan("claim-a", []*corev1.Pod{pod("web-1"), pod("web-2")})
+	n.Plan("claim-b", []*corev1.Pod{pod("db-1")})
+	// A later round moved web-2 onto claim-b, still booting.
+	n.Plan("claim-b", []*corev1.Pod{pod("web-2")})
+
+	if got := names(n.Take("claim-a")); !slices.Equal(got, []string{"web-1"}) {
+		t.Errorf("claim-a nominates %v, want [web-1]: web-2 was planned on claim-b since", got)
+	}
+	if got := n.Take("claim-a"); len(got) != 0 {
+		t.Errorf("claim-a nominates %v a second time", got)
+	}
+	if got := names(n.Take("claim-b")); !slices.Equal(got, []string{"db-1", "web-2"}) {
+		t.Errorf("claim-b nominates %v, want [db-1 web-2]", got)
+	}
+
+	// A plan whose node never came is dropped an hour on, at the next plan.
+	n.Plan("claim-c", []*corev1.Pod{pod("batch-1")})
+	clk.SetTime(clk.Now().Add(nominationTTL))
+	n.Plan("claim-d", []*corev1.Pod{pod("batch-2")})
+	if got := n.Take("claim-c"); len(got) != 0 {
+		t.Errorf("claim-c nominates %v after its plan expired", got)
+	}
+	if len(n.claimOf) != 1 {
+		t.Errorf("%d pods remembered, want 1 (batch-2): an expired plan leaves nothing behind", len(n.claimOf))
+	}
+
+	var none *Nominations
+	none.Plan("claim-e", []*corev1.Pod{pod("x")})
+	if got := none.Take("claim-e"); got != nil {
+		t.Errorf("a nil record nominates %v", got)
+	}
+}
