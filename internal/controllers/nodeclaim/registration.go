@@ -4,8 +4,10 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"sync/atomic"
 	"time"
 
+	"golang.org/x/sync/errgroup"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -23,6 +25,9 @@ import (
 // How often a claim whose machine has not joined yet looks again, besides
 // being woken by Node events.
 const registrationPoll = 10 * time.Second
+
+// nominationWrites is how many of a node's pods are nominated at once.
+const nominationWrites = 8
 
 // registration waits for the machine's Node and takes it over: our labels,
 // the claim's taints, the termination finalizer and an owner reference. A
@@ -93,25 +98,33 @@ func (r *registration) nominate(ctx context.Context, claim *v1alpha1.NodeClaim, 
 		return
 	}
 	logger := log.FromContext(ctx)
-	nominated := 0
+	// The node waits for these writes before the scheduler may use it:
+	// they go out side by side, not one after another.
+	var nominated atomic.Int32
+	var writes errgroup.Group
+	writes.SetLimit(nominationWrites)
 	for _, key := range planned {
-		var pod corev1.Pod
-		if err := r.Kube.Get(ctx, key, &pod); err != nil {
-			continue
-		}
-		// A pod bound, going, or nominated by preemption keeps what it has.
-		if pod.Spec.NodeName != "" || !pod.DeletionTimestamp.IsZero() || pod.Status.NominatedNodeName != "" {
-			continue
-		}
-		patch := client.MergeFrom(pod.DeepCopy())
-		pod.Status.NominatedNodeName = node.Name
-		if err := r.Kube.Status().Patch(ctx, &pod, patch); err != nil {
-			logger.V(1).Info("pod not nominated", "pod", key.String(), "node", node.Name, "error", err.Error())
-			continue
-		}
-		nominated++
+		writes.Go(func() error {
+			var pod corev1.Pod
+			if err := r.Kube.Get(ctx, key, &pod); err != nil {
+				return nil
+			}
+			// A pod bound, going, or nominated by preemption keeps what it has.
+			if pod.Spec.NodeName != "" || !pod.DeletionTimestamp.IsZero() || pod.Status.NominatedNodeName != "" {
+				return nil
+			}
+			patch := client.MergeFrom(pod.DeepCopy())
+			pod.Status.NominatedNodeName = node.Name
+			if err := r.Kube.Status().Patch(ctx, &pod, patch); err != nil {
+				logger.V(1).Info("pod not nominated", "pod", key.String(), "node", node.Name, "error", err.Error())
+				return nil
+			}
+			nominated.Add(1)
+			return nil
+		})
 	}
-	logger.V(1).Info("nominated the pods the node was bought for", "node", node.Name, "nominated", nominated, "planned", len(planned))
+	_ = writes.Wait()
+	logger.V(1).Info("nominated the pods the node was bought for", "node", node.Name, "nominated", nominated.Load(), "planned", len(planned))
 }
 
 // adopt syncs the claim's labels, taints, finalizer and owner reference
