@@ -89,16 +89,12 @@ build: build-demo ## Build bin/claimscale, the kubectl plugin bin/kubectl-claims
 	GOGC=$(BUILD_GOGC) go build -ldflags "$(LDFLAGS)" -o $(BIN)/kubectl-claimscale ./cmd/kubectl-claimscale
 	GOGC=$(BUILD_GOGC) go build -o $(BIN)/claimscale-provider-example ./cmd/claimscale-provider-example
 
-# The demo and make scale run the controller alone: a first-time demo does
-# not wait for the plugin binaries.
-.PHONY: build-controller
-build-controller: ## Build bin/claimscale.
-	GOGC=$(BUILD_GOGC) go build -ldflags "$(LDFLAGS)" -o $(BIN)/claimscale ./cmd/claimscale
-
-# The demo program (hack/demo, also `make up` and `make down`) is built with
-# the controller in one go build, so the two link at the same time.
+# The controller and the demo program (hack/demo, also `make up` and `make
+# down`) in one go build, so the two link at the same time; the demo and
+# make scale need no more, and a first-time demo does not wait for the
+# plugin binaries.
 .PHONY: build-demo
-build-demo:
+build-demo: ## Build bin/claimscale and the demo program bin/demo.
 	GOGC=$(BUILD_GOGC) go build -ldflags "$(LDFLAGS)" -o $(BIN)/ ./cmd/claimscale ./hack/demo
 
 .PHONY: lint-chart
@@ -128,7 +124,7 @@ bench: ## Run the benchmarks.
 	go test -run '^$$' -bench . -benchmem -timeout 30m ./internal/...
 
 .PHONY: scale
-scale: tools-demo build-controller ## Measure claimscale at scale on a local control plane (SCALE_FLAGS="-pods 10000 -deployments 10").
+scale: tools-demo build-demo ## Measure claimscale at scale on a local control plane (SCALE_FLAGS="-pods 10000 -deployments 10").
 	go run ./hack/scale $(SCALE_FLAGS)
 
 .PHONY: demo
