@@ -130,7 +130,7 @@ func (p *Provider) powerOnLeased(ctx context.Context, l *lease, justTaken bool) 
 		return nil
 	})
 	if err != nil {
-		if justTaken && (provider.IsTerminal(err) || provider.IsNotFound(err)) {
+		if justTaken && provider.IsTerminal(err) {
 			if releaseErr := p.ledger.release(ctx, l); releaseErr != nil {
 				return nil, errors.Join(err, releaseErr)
 			}
