@@ -438,10 +438,11 @@ func (p *Provisioner) countInventory(pool *v1alpha1.NodePool, offered []provider
 			if noneFree == nil {
 				noneFree = map[string]string{}
 			}
-			noneFree[shape.Name] = shape.Taken
+			why := shape.Taken
 			if shape.Available > 0 {
-				noneFree[shape.Name] = "the free ones are claimed by claims not launched yet"
+				why = "the free ones are claimed by claims not launched yet"
 			}
+			noneFree[shape.Name] = why
 		}
 	}
 	p.mu.Lock()
