@@ -89,7 +89,8 @@ func (c *Changes) Watch(ctx context.Context, informers cache.Informers) error {
 	return nil
 }
 
-// podChanged: where a pod is bound, its phase, its labels and annotations
+// podChanged: where a pod is bound or nominated (a nominated pod counts
+// on its node: scheduling.CountedOn), its phase, its labels and annotations
 // (owners, do-not-disrupt, spread and affinity selectors), its spec
 // (generation: requests resized in place) and whether the scheduler gave
 // up on it. Readiness flapping and container restarts are not.
@@ -99,7 +100,8 @@ func podChanged(old, updated any) bool {
 	if !okA || !okB {
 		return true
 	}
-	return a.Spec.NodeName != b.Spec.NodeName || a.Status.Phase != b.Status.Phase ||
+	return a.Spec.NodeName != b.Spec.NodeName || a.Status.NominatedNodeName != b.Status.NominatedNodeName ||
+		a.Status.Phase != b.Status.Phase ||
 		a.Generation != b.Generation || a.DeletionTimestamp.IsZero() != b.DeletionTimestamp.IsZero() ||
 		len(a.Spec.SchedulingGates) != len(b.Spec.SchedulingGates) ||
 		!equality.Semantic.DeepEqual(a.Labels, b.Labels) || !equality.Semantic.DeepEqual(a.Annotations, b.Annotations) ||

@@ -67,6 +67,11 @@ func TestUpdatesThatChangeNoDecisionAreNotCounted(t *testing.T) {
 			p.Spec.NodeName = "n"
 			return p
 		}, true},
+		{"a pod nominated to a node", podChanged, pod, func() any {
+			p := pod.DeepCopy()
+			p.Status.NominatedNodeName = "n"
+			return p
+		}, true},
 		{"a pod annotated do-not-disrupt", podChanged, pod, func() any {
 			p := pod.DeepCopy()
 			p.Annotations = map[string]string{v1alpha1.AnnotationDoNotDisrupt: "true"}

@@ -32,6 +32,9 @@ type Nominations struct {
 	mu      sync.Mutex
 	claimOf map[types.NamespacedName]string
 	plans   map[string]*plan
+	// taken are the claims whose plans registration took, and when: a
+	// round that saw such a claim still booting may plan on it after.
+	taken map[string]time.Time
 }
 
 type plan struct {
@@ -44,17 +47,41 @@ func NewNominations(clk clock.PassiveClock) *Nominations {
 	if clk == nil {
 		clk = clock.RealClock{}
 	}
-	return &Nominations{clock: clk, claimOf: map[types.NamespacedName]string{}, plans: map[string]*plan{}}
+	return &Nominations{clock: clk, claimOf: map[types.NamespacedName]string{}, plans: map[string]*plan{}, taken: map[string]time.Time{}}
 }
 
-// Plan records pods as planned on the claim's node. A pod planned earlier
-// on another claim now waits for this one only.
+// Plan records pods as planned on the claim's node: a new claim, or a
+// machine woken, whose node is to register. A pod planned earlier on
+// another claim now waits for this one only.
 func (n *Nominations) Plan(claim string, pods []*corev1.Pod) {
 	if n == nil || len(pods) == 0 {
 		return
 	}
 	n.mu.Lock()
 	defer n.mu.Unlock()
+	delete(n.taken, claim)
+	n.record(claim, pods)
+}
+
+// PlanOnBooting records pods a later round placed on a claim it saw still
+// booting, as Plan does, unless the claim's node registered since (its
+// plan taken): registration does not nominate on it again, and a pod
+// moved onto it off the claim it was planned on would be nominated
+// nowhere, and once pending again bought a node of its own. Its earlier
+// plan stands instead.
+func (n *Nominations) PlanOnBooting(claim string, pods []*corev1.Pod) {
+	if n == nil || len(pods) == 0 {
+		return
+	}
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if _, registered := n.taken[claim]; registered {
+		return
+	}
+	n.record(claim, pods)
+}
+
+func (n *Nominations) record(claim string, pods []*corev1.Pod) {
 	now := n.clock.Now()
 	n.expire(now)
 	p := n.plans[claim]
@@ -82,6 +109,7 @@ func (n *Nominations) Take(claim string) []types.NamespacedName {
 	}
 	n.mu.Lock()
 	defer n.mu.Unlock()
+	n.taken[claim] = n.clock.Now()
 	p := n.plans[claim]
 	if p == nil {
 		return nil
@@ -95,8 +123,14 @@ func (n *Nominations) Take(claim string) []types.NamespacedName {
 	return pods
 }
 
-// expire drops the plans older than nominationTTL.
+// expire drops the plans older than nominationTTL, and the claims taken
+// longer ago than that: no round runs on a picture that old.
 func (n *Nominations) expire(now time.Time) {
+	for claim, at := range n.taken {
+		if now.Sub(at) >= nominationTTL {
+			delete(n.taken, claim)
+		}
+	}
 	for claim, p := range n.plans {
 		if now.Sub(p.planned) < nominationTTL {
 			continue

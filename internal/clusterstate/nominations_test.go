@@ -41,6 +41,20 @@ func TestNominationsFollowTheLatestPlan(t *testing.T) {
 		t.Errorf("claim-b nominates %v, want [db-1 web-2]", got)
 	}
 
+	// A round that read the cluster while claim-b booted plans on it after
+	// its node registered: the plan is dropped, and web-3 keeps claim-f.
+	n.Plan("claim-f", []*corev1.Pod{pod("web-3")})
+	n.PlanOnBooting("claim-b", []*corev1.Pod{pod("web-3")})
+	if got := names(n.Take("claim-f")); !slices.Equal(got, []string{"web-3"}) {
+		t.Errorf("claim-f nominates %v, want [web-3]: the later plan was on a claim already registered", got)
+	}
+	// Woken, claim-b boots again: plans on it count until it registers.
+	n.Plan("claim-b", []*corev1.Pod{pod("cache-1")})
+	n.PlanOnBooting("claim-b", []*corev1.Pod{pod("cache-2")})
+	if got := names(n.Take("claim-b")); !slices.Equal(got, []string{"cache-1", "cache-2"}) {
+		t.Errorf("the woken claim-b nominates %v, want [cache-1 cache-2]", got)
+	}
+
 	// A plan whose node never came is dropped an hour on, at the next plan.
 	n.Plan("claim-c", []*corev1.Pod{pod("batch-1")})
 	clk.SetTime(clk.Now().Add(nominationTTL))
@@ -50,6 +64,9 @@ func TestNominationsFollowTheLatestPlan(t *testing.T) {
 	}
 	if len(n.claimOf) != 1 {
 		t.Errorf("%d pods remembered, want 1 (batch-2): an expired plan leaves nothing behind", len(n.claimOf))
+	}
+	if len(n.taken) != 1 {
+		t.Errorf("%d registered claims remembered, want 1 (claim-c, taken just now): older ones are forgotten", len(n.taken))
 	}
 
 	var none *Nominations

@@ -135,7 +135,7 @@ func (c *Cluster) Picture(ctx context.Context, pools PoolUsability) (*Picture, e
 	input.Pods = make([]*corev1.Pod, 0, len(pods))
 	for _, pod := range pods {
 		switch {
-		case pod.Spec.NodeName != "":
+		case scheduling.CountedOn(pod) != "":
 			input.Pods = append(input.Pods, pod)
 		case Provisionable(pod):
 			input.Pending = append(input.Pending, pod)

@@ -107,26 +107,25 @@ func (e *Existing) DeleteNode(name string) {
 	e.dropIfEmpty(name, kept)
 }
 
-// SetPod adds or updates a pod. A pod counts on its node while it is
-// bound and has not finished, as the scheduler's cache counts it.
+// SetPod adds or updates a pod. A pod counts on the node CountedOn names.
 func (e *Existing) SetPod(pod *corev1.Pod) {
 	pod = withUID(pod)
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	counted := pod.Spec.NodeName != "" && !Terminated(pod)
-	if name, ok := e.podNode[pod.UID]; ok && (!counted || name != pod.Spec.NodeName) {
+	at := CountedOn(pod)
+	if name, ok := e.podNode[pod.UID]; ok && name != at {
 		e.unbind(pod.UID, name)
 	}
-	if !counted {
+	if at == "" {
 		return
 	}
-	kept := e.keep(pod.Spec.NodeName)
+	kept := e.keep(at)
 	if kept.pods[pod.UID] == pod {
 		return
 	}
 	kept.pods[pod.UID] = pod
 	kept.info = nil
-	e.podNode[pod.UID] = pod.Spec.NodeName
+	e.podNode[pod.UID] = at
 }
 
 // DeletePod forgets a pod.

@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	fwk "k8s.io/kube-scheduler/framework"
 	"k8s.io/kubernetes/pkg/scheduler/framework"
 
@@ -290,4 +291,36 @@ func asNodeInfos(infos []fwk.NodeInfo) []*framework.NodeInfo {
 		out[i] = ni.(*framework.NodeInfo)
 	}
 	return out
+}
+
+// A pending pod nominated to a node counts there, as the scheduler counts
+// it for pods of no higher priority: its room is not given to another pod,
+// whether the decision builds its nodes from the pods or from an Existing.
+// A pod being deleted does not hold it.
+func TestANominatedPodCountsOnItsNode(t *testing.T) {
+	nominated := pod("planned", "1", "1Gi")
+	nominated.Status.NominatedNodeName = "n1"
+	leaving := pod("leaving", "1", "1Gi")
+	leaving.Status.NominatedNodeName = "n2"
+	leaving.DeletionTimestamp = &metav1.Time{}
+	c := Cluster{
+		Pools: []Pool{nodePool("default", []Shape{shape("c4", "4", "16Gi", 4)})},
+		Nodes: []*corev1.Node{node("n1", "1", "16Gi", nil), node("n2", "1", "16Gi", nil)},
+		Pods:  []*corev1.Pod{nominated, leaving},
+	}
+	for name, cluster := range map[string]Cluster{
+		"from pods":     c,
+		"from Existing": {Pools: c.Pools, Nodes: c.Nodes, Existing: keptFrom(c)},
+	} {
+		t.Run(name, func(t *testing.T) {
+			r := solve(t, cluster, []*corev1.Pod{pod("late", "1", "1Gi", nodeSelector(corev1.LabelHostname, "n1")), pod("other", "1", "1Gi", nodeSelector(corev1.LabelHostname, "n2"))})
+			placed := map[string]string{}
+			for _, p := range r.Placements {
+				placed[p.Pod.Name] = p.Node
+			}
+			if placed["late"] != "" || placed["other"] != "n2" {
+				t.Errorf("%s; want late kept off n1, whose cpu is planned's, and other on n2", describeResult(r))
+			}
+		})
+	}
 }

@@ -176,10 +176,9 @@ func Solve(ctx context.Context, in Input) (Result, error) {
 func (s *Simulator) addExisting(nodes []*corev1.Node, pods []*corev1.Pod) error {
 	byNode := map[string][]*corev1.Pod{}
 	for _, p := range pods {
-		if p.Spec.NodeName == "" || Terminated(p) {
-			continue
+		if at := CountedOn(p); at != "" {
+			byNode[at] = append(byNode[at], withUID(p))
 		}
-		byNode[p.Spec.NodeName] = append(byNode[p.Spec.NodeName], withUID(p))
 	}
 	cl := newClassifier()
 	for _, n := range liveNodesByName(nodes) {
@@ -299,6 +298,27 @@ func (s *Simulator) addInFlight(ctx context.Context, claims []InFlight) error {
 		s.base = append(s.base, n)
 	}
 	return nil
+}
+
+// CountedOn is the node a pod counts on, "" for none: its node while it is
+// bound and has not finished, as the scheduler's cache counts it, and a
+// pending pod's nominated node. The scheduler keeps a nominated pod's room
+// on its node and, in the first of its two Filter passes, counts it there
+// for every pod of no higher priority; the packer counts it there too.
+// Left out, a round would see a pod whose spread is even only once the
+// nominated pods bind (the scheduler clears the nomination of a pod it
+// failed, and the pod is pending again) as needing a node of its own, and
+// buy one while the room planned for it waits.
+func CountedOn(p *corev1.Pod) string {
+	switch {
+	case Terminated(p):
+		return ""
+	case p.Spec.NodeName != "":
+		return p.Spec.NodeName
+	case p.DeletionTimestamp == nil && !BelongsToNode(p):
+		return p.Status.NominatedNodeName
+	}
+	return ""
 }
 
 // Terminated reports whether a pod has finished (Succeeded or Failed).

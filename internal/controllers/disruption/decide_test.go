@@ -251,6 +251,26 @@ func TestRoundDecides(t *testing.T) {
 			},
 		},
 		{
+			// Registration nominates the pods a node was bought for; until
+			// the scheduler binds them the node holds them all the same.
+			name: "a node whose pod is nominated to it is not empty",
+			fixture: func() *fixture {
+				f := newFixture(c4).node("a", c4).node("b", c4).pod("q", "b", "3").
+					pod("p", "", "1", func(pod *corev1.Pod) { pod.Status.NominatedNodeName = "a" })
+				f.pool.Spec.Disruption.ConsolidationPolicy = v1alpha1.ConsolidationWhenEmpty
+				withCondition(f.claim("a"), v1alpha1.ConditionEmpty, "Empty", f.now.Add(-time.Minute))
+				return f
+			},
+		},
+		{
+			name: "a pod nominated to a node holds it with its do-not-disrupt annotation",
+			fixture: func() *fixture {
+				return newFixture(c4).node("a", c4).node("b", c4).pod("q", "b", "3500m").
+					pod("p", "", "1", doNotDisrupt, func(pod *corev1.Pod) { pod.Status.NominatedNodeName = "a" })
+			},
+			refused: "pod default/p is annotated " + v1alpha1.AnnotationDoNotDisrupt,
+		},
+		{
 			name: "a WhenEmpty pool's underused node stays",
 			fixture: func() *fixture {
 				f := newFixture(c4).node("a", c4).node("b", c4).pod("p", "a", "1").pod("q", "b", "1")

@@ -162,7 +162,8 @@ func (f *fixture) state() *state {
 		}
 	}
 	for i := range f.pods {
-		if f.pods[i].Spec.NodeName != "" {
+		// As clusterstate's picture: a nominated pod is its node's.
+		if scheduling.CountedOn(&f.pods[i]) != "" {
 			input.Pods = append(input.Pods, &f.pods[i])
 		} else {
 			input.Pending = append(input.Pending, &f.pods[i])

@@ -53,7 +53,8 @@ func (s whatIf) freeRoom() (map[string]room, room) {
 		if scheduling.Terminated(pod) || !pod.DeletionTimestamp.IsZero() {
 			continue
 		}
-		requested[pod.Spec.NodeName] = requested[pod.Spec.NodeName].plus(requestsOf(pod))
+		at := scheduling.CountedOn(pod)
+		requested[at] = requested[at].plus(requestsOf(pod))
 	}
 	s.free = map[string]room{}
 	for _, node := range s.input.Nodes {

@@ -136,7 +136,7 @@ func (s whatIf) displaced(candidates []*candidate, staying map[string]bool) (wit
 		without[name] = true
 	}
 	for _, pod := range s.input.Pods {
-		if without[pod.Spec.NodeName] && !staying[pod.Spec.NodeName] && isWorkload(pod) {
+		if at := scheduling.CountedOn(pod); without[at] && !staying[at] && isWorkload(pod) {
 			pods = append(pods, unbound(pod))
 		}
 	}
@@ -147,6 +147,7 @@ func (s whatIf) displaced(candidates []*candidate, staying map[string]bool) (wit
 func unbound(pod *corev1.Pod) *corev1.Pod {
 	copied := *pod
 	copied.Spec.NodeName = ""
+	copied.Status.NominatedNodeName = ""
 	return &copied
 }
 

@@ -268,10 +268,20 @@ func newState(now time.Time, o objects) *state {
 		keys = append(keys, "node "+node.Name)
 	}
 	for _, pod := range o.pods {
-		if pod.Spec.NodeName != "" {
-			s.podsByNode[pod.Spec.NodeName] = append(s.podsByNode[pod.Spec.NodeName], pod)
+		// A pod nominated to a node is that node's as a bound pod is, in
+		// the simulation (scheduling.CountedOn) and here: the node is not
+		// empty, its pods' annotations and budgets hold it, and the pod
+		// waits for nothing else. Registration nominates the pods a new
+		// node was bought for before the scheduler binds them; were the
+		// node empty until then, emptiness would take it from under them.
+		node := pod.Spec.NodeName
+		if node == "" {
+			node = scheduling.CountedOn(pod)
+		}
+		if node != "" {
+			s.podsByNode[node] = append(s.podsByNode[node], pod)
 			if isWorkload(pod) {
-				keys = append(keys, "pod "+string(pod.UID)+"@"+pod.Spec.NodeName)
+				keys = append(keys, "pod "+string(pod.UID)+"@"+node)
 			}
 			continue
 		}
@@ -481,7 +491,7 @@ func (s *state) simCluster(without map[string]bool) scheduling.Cluster {
 	}
 	cluster.Pods = nil
 	for _, pod := range s.input.Pods {
-		if !without[pod.Spec.NodeName] {
+		if !without[scheduling.CountedOn(pod)] {
 			cluster.Pods = append(cluster.Pods, pod)
 		}
 	}

@@ -556,7 +556,7 @@ func (p *Provisioner) planOnInFlight(inFlight []scheduling.InFlight, placements 
 		}
 	}
 	for claim, pods := range byClaim {
-		p.Nominations.Plan(claim, pods)
+		p.Nominations.PlanOnBooting(claim, pods)
 	}
 }
 

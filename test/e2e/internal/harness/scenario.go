@@ -151,14 +151,20 @@ func MachinesOf(g *WithT, selector client.MatchingLabels) []corev1.ConfigMap {
 	return list.Items
 }
 
-// Pods returns the pods of the scenario's namespace with a label app=name.
+// Pods returns the pods of the scenario's namespace with a label app=name,
+// or all of them for "".
 func (s *Scenario) Pods(app string) []corev1.Pod {
+	options := []client.ListOption{client.InNamespace(s.Namespace)}
+	if app != "" {
+		options = append(options, client.MatchingLabels{"app": app})
+	}
 	var list corev1.PodList
-	s.G.Expect(env.Client.List(s.Ctx, &list, client.InNamespace(s.Namespace), client.MatchingLabels{"app": app})).To(Succeed())
+	s.G.Expect(env.Client.List(s.Ctx, &list, options...)).To(Succeed())
 	return list.Items
 }
 
-// RunningPods counts the pods of an app that are Running on a node.
+// RunningPods counts the pods of an app ("": any) that are Running on a
+// node.
 func (s *Scenario) RunningPods(app string) int {
 	running := 0
 	for _, pod := range s.Pods(app) {
