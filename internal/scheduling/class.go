@@ -192,6 +192,17 @@ func (c *classifier) classifyAll(pods []*corev1.Pod) ([]*podClass, error) {
 		j := first[fps[i]]
 		same[i] = j == i || sameClass(pods[j], pods[i])
 	})
+	// Building classes is most of the work when nearly every pod is a
+	// class of its own (bare pods of random sizes and labels): the first
+	// pod of each fingerprint new to the classifier has its class built
+	// here in parallel, and numbered in order below.
+	built := make([]*podClass, len(pods))
+	buildErrs := make([]error, len(pods))
+	parallelize(len(pods), func(i int) {
+		if !asPrev[i] && first[fps[i]] == i && c.lookup(pods[i], fps[i]) == nil {
+			built[i], buildErrs[i] = newPodClass(0, pods[i])
+		}
+	})
 	out := make([]*podClass, len(pods))
 	for i, p := range pods {
 		if asPrev[i] {
@@ -200,6 +211,15 @@ func (c *classifier) classifyAll(pods []*corev1.Pod) ([]*podClass, error) {
 		}
 		if j := first[fps[i]]; same[i] && j < i && out[j] != nil {
 			out[i] = out[j]
+			continue
+		}
+		if buildErrs[i] != nil {
+			return nil, fmt.Errorf("pod %s/%s: %w", p.Namespace, p.Name, buildErrs[i])
+		}
+		if built[i] != nil {
+			// No pod before it in this batch has its fingerprint, and no
+			// class before the batch is its: the class is new.
+			out[i] = c.add(built[i], fps[i])
 			continue
 		}
 		cls, err := c.classifyPrinted(p, fps[i])
@@ -229,19 +249,33 @@ func parallelize(n int, f func(int)) {
 }
 
 func (c *classifier) classifyPrinted(p *corev1.Pod, fp uint64) (*podClass, error) {
-	for _, cls := range c.buckets[fp] {
-		if sameClass(cls.rep, p) {
-			return cls, nil
-		}
+	if cls := c.lookup(p, fp); cls != nil {
+		return cls, nil
 	}
-	cls, err := newPodClass(c.next, p)
+	cls, err := newPodClass(0, p)
 	if err != nil {
 		return nil, err
 	}
+	return c.add(cls, fp), nil
+}
+
+// lookup is the known class of a pod with fingerprint fp, or nil.
+func (c *classifier) lookup(p *corev1.Pod, fp uint64) *podClass {
+	for _, cls := range c.buckets[fp] {
+		if sameClass(cls.rep, p) {
+			return cls
+		}
+	}
+	return nil
+}
+
+// add numbers a new class and files it under its fingerprint.
+func (c *classifier) add(cls *podClass, fp uint64) *podClass {
+	cls.id = c.next
 	c.next++
 	c.buckets[fp] = append(c.buckets[fp], cls)
 	c.classes = append(c.classes, cls)
-	return cls, nil
+	return cls
 }
 
 // forget drops a class that has no pods left; fp is its fingerprint.

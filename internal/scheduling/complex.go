@@ -178,7 +178,10 @@ func (r *round) placeCounted(run *classRun, pods []*corev1.Pod, opts []option) e
 // placeEach places a run's pods one at a time.
 func (r *round) placeEach(run *classRun, pods []*corev1.Pod) error {
 	cls := run.cls
-	var dead []bool
+	// dead is kept for the next run: one per class, and a class of one pod
+	// is common.
+	dead := r.dead[:0]
+	defer func() { r.dead = dead }()
 	cursor := 0
 	for i, pod := range pods {
 		if err := r.ensureState(run, pod); err != nil {
@@ -365,13 +368,13 @@ func (r *round) try(run *classRun, pod *corev1.Pod, n *simNode) (*fwk.Status, er
 		return nil, err
 	}
 	if !ok {
-		return fwk.NewStatus(fwk.UnschedulableAndUnresolvable, "node(s) didn't match the pod's node affinity, selector or tolerations").WithPlugin(names.NodeAffinity), nil
+		return failStatic, nil
 	}
 	if run.pre != nil && !run.pre.AllNodes() && !run.pre.NodeNames.Has(n.name) {
-		return fwk.NewStatus(fwk.UnschedulableAndUnresolvable, "node(s) didn't satisfy PreFilter").WithPlugin(names.NodeAffinity), nil
+		return failPreFilter, nil
 	}
 	if r.room(run.cls, n) < 1 {
-		return fwk.NewStatus(fwk.Unschedulable, "node(s) had insufficient resources").WithPlugin(names.NodeResourcesFit), nil
+		return failResources, nil
 	}
 	if run.counted != nil {
 		// Resources and the static filters are decided above; the class

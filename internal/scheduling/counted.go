@@ -522,12 +522,12 @@ func (sr *countedRun) termsFilter(ni fwk.NodeInfo) *fwk.Status {
 	if tc := sr.affinity; tc != nil {
 		n, has := tc.in(ni)
 		if !has || n == 0 && (tc.sums.total > 0 || !sr.affSelfMatch) {
-			return fwk.NewStatus(fwk.UnschedulableAndUnresolvable, interpodaffinity.ErrReasonAffinityRulesNotMatch).WithPlugin(names.InterPodAffinity)
+			return failAffinity
 		}
 	}
 	for _, tc := range sr.anti {
 		if n, _ := tc.in(ni); n > 0 {
-			return fwk.NewStatus(fwk.Unschedulable, interpodaffinity.ErrReasonAntiAffinityRulesNotMatch).WithPlugin(names.InterPodAffinity)
+			return failAntiAffinity
 		}
 	}
 	return nil
@@ -634,6 +634,18 @@ func (r *round) leastNode(cls *podClass, sr *countedRun, i, floor int) int {
 	return max(least, 0)
 }
 
+// The failures the counted filters and try answer with, built once: a scan
+// fails on most of the nodes it checks, and the statuses are only read.
+var (
+	failAffinity     = fwk.NewStatus(fwk.UnschedulableAndUnresolvable, interpodaffinity.ErrReasonAffinityRulesNotMatch).WithPlugin(names.InterPodAffinity)
+	failAntiAffinity = fwk.NewStatus(fwk.Unschedulable, interpodaffinity.ErrReasonAntiAffinityRulesNotMatch).WithPlugin(names.InterPodAffinity)
+	failSpreadLabel  = fwk.NewStatus(fwk.UnschedulableAndUnresolvable, podtopologyspread.ErrReasonNodeLabelNotMatch).WithPlugin(names.PodTopologySpread)
+	failSpreadSkew   = fwk.NewStatus(fwk.Unschedulable, podtopologyspread.ErrReasonConstraintsNotMatch).WithPlugin(names.PodTopologySpread)
+	failStatic       = fwk.NewStatus(fwk.UnschedulableAndUnresolvable, "node(s) didn't match the pod's node affinity, selector or tolerations").WithPlugin(names.NodeAffinity)
+	failPreFilter    = fwk.NewStatus(fwk.UnschedulableAndUnresolvable, "node(s) didn't satisfy PreFilter").WithPlugin(names.NodeAffinity)
+	failResources    = fwk.NewStatus(fwk.Unschedulable, "node(s) had insufficient resources").WithPlugin(names.NodeResourcesFit)
+)
+
 // countedFilter is PodTopologySpread's Filter over the run's counts.
 func (r *round) countedFilter(cls *podClass, sr *countedRun, n *simNode) *fwk.Status {
 	r.refreshCounts(cls, sr)
@@ -645,7 +657,7 @@ func (r *round) countedFilter(cls *podClass, sr *countedRun, n *simNode) *fwk.St
 	for i, c := range cls.hardSpread {
 		v, ok := labels[c.TopologyKey]
 		if !ok {
-			return fwk.NewStatus(fwk.UnschedulableAndUnresolvable, podtopologyspread.ErrReasonNodeLabelNotMatch).WithPlugin(names.PodTopologySpread)
+			return failSpreadLabel
 		}
 		self := 0
 		if sr.self[i] {
@@ -661,7 +673,7 @@ func (r *round) countedFilter(cls *podClass, sr *countedRun, n *simNode) *fwk.St
 			count = sr.domains[i][v]
 		}
 		if count+self-sr.least[i] > int(c.MaxSkew) {
-			return fwk.NewStatus(fwk.Unschedulable, podtopologyspread.ErrReasonConstraintsNotMatch).WithPlugin(names.PodTopologySpread)
+			return failSpreadSkew
 		}
 	}
 	return nil

@@ -43,6 +43,8 @@ type round struct {
 	rooms map[roomKey]roomEntry
 	// woken are the sleeping machines the round opened.
 	woken map[*sleepingMachine]bool
+	// dead is placeEach's scratch space.
+	dead []bool
 }
 
 type zoneKey struct {
@@ -443,8 +445,12 @@ func (r *round) narrow(cls *podClass, n *simNode) error {
 		n.flex = [2]int{ci, mi}
 		contrib = p.flexCapAt(ci, mi)
 	} else {
-		keep := n.cands[:0:0]
-		for _, si := range n.cands {
+		// The shapes are copied only once one is dropped, and then at
+		// their full length: a node of a 400-shape catalog narrows with
+		// every pod, and the slice is shared with what drain saved.
+		var keep []*shapeInfo
+		dropped := false
+		for i, si := range n.cands {
 			t, err := r.s.template(r.ctx, p, si, n.zone)
 			if err != nil {
 				return err
@@ -453,19 +459,25 @@ func (r *round) narrow(cls *podClass, n *simNode) error {
 			if err != nil {
 				return err
 			}
-			if st.IsSuccess() && withinBudget(si.cap, bc, bm) &&
-				n.podReq.add(t.dsReq).le(si.alloc) && n.nPods+t.dsCount <= si.allocPods {
+			fits := st.IsSuccess() && withinBudget(si.cap, bc, bm) &&
+				n.podReq.add(t.dsReq).le(si.alloc) && n.nPods+t.dsCount <= si.allocPods
+			switch {
+			case !fits && !dropped:
+				dropped = true
+				keep = make([]*shapeInfo, i, len(n.cands)-1)
+				copy(keep, n.cands[:i])
+			case fits && dropped:
 				keep = append(keep, si)
 			}
 		}
-		if len(keep) == 0 {
-			return fmt.Errorf("node %s of pool %s outgrew its shapes", n.name, p.name)
-		}
-		if len(keep) != len(n.cands) {
+		if dropped || len(n.cands) == 0 {
+			if len(keep) == 0 {
+				return fmt.Errorf("node %s of pool %s outgrew its shapes", n.name, p.name)
+			}
 			n.shapesChanged()
+			n.cands = keep
 		}
-		n.cands = keep
-		contrib = keep[0].cap
+		contrib = n.cands[0].cap
 	}
 	p.used.cpu += contrib.cpu - n.contrib.cpu
 	p.used.mem += contrib.mem - n.contrib.mem

@@ -263,6 +263,8 @@ func TestSolveIsDeterministicAcrossThreadCounts(t *testing.T) {
 	for name, workload := range map[string]func() (Cluster, []*corev1.Pod){
 		"constrained":   func() (Cluster, []*corev1.Pod) { return constrainedWorkload(500) },
 		"complementary": func() (Cluster, []*corev1.Pod) { return complementaryDeployments(60) },
+		// Classes built in parallel (classifyAll).
+		"diverse": func() (Cluster, []*corev1.Pod) { return diverseWorkload(1000) },
 	} {
 		t.Run(name, func(t *testing.T) {
 			c, pending := workload()
