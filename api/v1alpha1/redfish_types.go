@@ -10,6 +10,7 @@ import (
 // is an offering of one.
 //
 // +kubebuilder:validation:XValidation:rule="self.servers.all(a, self.servers.exists_one(b, b.endpoint == a.endpoint && has(b.system) == has(a.system) && (!has(a.system) || b.system == a.system)))",message="a BMC endpoint and system may be listed only once: two servers of the inventory would be one machine"
+// +kubebuilder:validation:XValidation:rule="has(self.mediaURL) || !((has(self.boot) && has(self.boot.userData) && self.boot.userData == 'VirtualMedia') || self.servers.exists(s, has(s.boot) && has(s.boot.userData) && s.boot.userData == 'VirtualMedia'))",message="redfish.mediaURL is needed where a boot has userData VirtualMedia: it is where the BMCs fetch each claim's seed image"
 type RedfishSettings struct {
 	// Servers is the inventory. A server is powered on only for a claim,
 	// and powered off only when it was powered on for one of ours.
@@ -48,6 +49,16 @@ type RedfishSettings struct {
 	// server says otherwise. Unset, a server boots as its BIOS says.
 	// +optional
 	Boot *RedfishBoot `json:"boot,omitempty"`
+
+	// MediaURL is where the BMCs reach the controller's media server
+	// (its --redfish-media-bind-address; the chart's
+	// redfishProvider.media), e.g. http://10.0.0.5:8089: the base of the
+	// per-claim seed images that boots with userData VirtualMedia
+	// insert. Each image's URL carries a token of its own.
+	// +optional
+	// +kubebuilder:validation:MaxLength=512
+	// +kubebuilder:validation:Pattern=`^https?://[^\s/]+(/[^\s]*)?$`
+	MediaURL string `json:"mediaURL,omitempty"`
 
 	// InsecureSkipTLSVerify disables verification of the BMCs'
 	// certificates (most BMCs ship a self-signed one). Prefer a CA bundle
@@ -122,9 +133,25 @@ const (
 	RedfishBootNone RedfishBootSource = "None"
 )
 
+// RedfishUserData is how a claim's rendered user data reaches its
+// server.
+// +kubebuilder:validation:Enum=None;VirtualMedia
+type RedfishUserData string
+
+const (
+	// RedfishUserDataNone: the server joins with what it has (a netboot
+	// image that joins by itself, an installed OS that keeps its kubelet
+	// credentials).
+	RedfishUserDataNone RedfishUserData = "None"
+	// RedfishUserDataVirtualMedia: each claim's user data is a NoCloud
+	// seed image (volume label cidata) the BMC inserts as virtual media,
+	// fetched from the controller's media server under spec.redfish.mediaURL.
+	RedfishUserDataVirtualMedia RedfishUserData = "VirtualMedia"
+)
+
 // RedfishBoot is how a server boots once when it is powered on: a
 // one-time BootSourceOverrideTarget, and for Cd the virtual media image
-// inserted first.
+// inserted first; and how the claim's user data reaches it.
 //
 // +kubebuilder:validation:XValidation:rule="self.source == 'Cd' ? has(self.image) : !has(self.image)",message="redfish boot.image is needed for source Cd, and only then"
 type RedfishBoot struct {
@@ -136,4 +163,11 @@ type RedfishBoot struct {
 	// +kubebuilder:validation:MaxLength=2048
 	// +kubebuilder:validation:Pattern=`^https?://`
 	Image string `json:"image,omitempty"`
+	// UserData is how the claim's rendered user data (the NodePool's
+	// bootstrap) reaches the server: None (the default), or VirtualMedia,
+	// a seed image of its own per claim inserted before the power-on, on
+	// a second virtual media device when the first carries the boot
+	// image. A pool that renders no user data inserts none.
+	// +optional
+	UserData RedfishUserData `json:"userData,omitempty"`
 }

@@ -42,6 +42,7 @@ func main() {
 		dryRun              bool
 		grpcOptions         externalgrpc.Options
 		bootstrapOptions    operator.BootstrapOptions
+		redfishMedia        string
 	)
 	flag.StringVar(&mode, "mode", string(operator.ModeNative), "native: claimscale provisions and disrupts; externalgrpc: serve cluster-autoscaler's externalgrpc protocol and let it decide")
 	flag.StringVar(&clusterName, "cluster-name", "", "name of this cluster, tagged on every machine; machines without it are never touched (required)")
@@ -69,6 +70,7 @@ func main() {
 	flag.StringVar(&grpcOptions.ExpanderKeyFile, "grpc-expander-key", "", "externalgrpc mode: the expander certificate's key (PEM); --grpc-key when empty")
 	flag.StringVar(&bootstrapOptions.APIServerEndpoint, "bootstrap-api-server-endpoint", "", "host:port new machines join, for pools with a bootstrap section, when neither the pool nor kube-public/cluster-info says")
 	flag.StringVar(&bootstrapOptions.CAFile, "bootstrap-ca-file", "", "cluster CA (PEM) new machines trust, when kube-public/cluster-info is missing (default: the CA the controller trusts)")
+	flag.StringVar(&redfishMedia, "redfish-media-bind-address", "", "address of the media server that gives BMCs each claim's seed image, for redfish servers that boot with userData VirtualMedia (off when empty; NodeProviders' spec.redfish.mediaURL must reach it)")
 	flag.BoolVar(&dryRun, "dry-run", false, "native mode: decide and record as usual (kubectl claimscale why), with events and metrics marked dry-run, but create, delete, cordon and evict nothing; to run beside another autoscaler and compare")
 	flag.BoolVar(&printVersion, "version", false, "print the version and exit")
 	zapOptions := zap.Options{}
@@ -100,7 +102,7 @@ func main() {
 		Mode: operator.Mode(mode), ClusterName: clusterName, Namespace: namespace,
 		BatchIdle: batchIdle, BatchMax: batchMax, GCInterval: gcInterval, GCGracePeriod: gcGrace,
 		Registry: registry, ExternalGRPC: grpcOptions, Bootstrap: bootstrapOptions,
-		DryRun: dryRun, SimulatedKubeletsElsewhere: !simulatedKubelets,
+		DryRun: dryRun, SimulatedKubeletsElsewhere: !simulatedKubelets, RedfishMediaBindAddress: redfishMedia,
 	}, metrics, healthAddress, profilingAddress, leaderElect, leaderElectionNS); err != nil {
 		logger.Error(err, "exiting")
 		os.Exit(1)
@@ -120,7 +122,7 @@ func run(logger logr.Logger, opts operator.Options, metrics metricsserver.Option
 	if leaderElectionNS == "" {
 		leaderElectionNS = opts.Namespace
 	}
-	listeners := [][2]string{{"metrics-bind-address", metrics.BindAddress}, {"health-probe-bind-address", healthAddress}, {"profiling-bind-address", profilingAddress}}
+	listeners := [][2]string{{"metrics-bind-address", metrics.BindAddress}, {"health-probe-bind-address", healthAddress}, {"profiling-bind-address", profilingAddress}, {"redfish-media-bind-address", opts.RedfishMediaBindAddress}}
 	if opts.Mode == operator.ModeExternalGRPC {
 		listeners = append(listeners, [2]string{"grpc-bind-address", opts.ExternalGRPC.BindAddress}, [2]string{"grpc-expander-bind-address", opts.ExternalGRPC.ExpanderBindAddress})
 	}

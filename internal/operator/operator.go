@@ -89,6 +89,10 @@ type Options struct {
 	ExternalScalerInterval time.Duration
 	// ExternalGRPC configures the externalgrpc server of ModeExternalGRPC.
 	ExternalGRPC externalgrpc.Options
+	// RedfishMediaBindAddress is where the media server listens that
+	// gives BMCs each claim's seed image (redfish.MediaHandler); empty
+	// serves none.
+	RedfishMediaBindAddress string
 	// Bootstrap is the fallback API endpoint and CA for pools that render
 	// user data.
 	Bootstrap BootstrapOptions
@@ -133,7 +137,7 @@ func Setup(ctx context.Context, mgr manager.Manager, opts Options) (*Operator, e
 	if err := index.Setup(ctx, mgr.GetFieldIndexer()); err != nil {
 		return nil, err
 	}
-	if err := registerInClusterProviders(mgr, opts.Registry); err != nil {
+	if err := registerInClusterProviders(mgr, opts); err != nil {
 		return nil, err
 	}
 	resolver := &providerresolver.Resolver{
@@ -343,13 +347,19 @@ func bootstrapCA(cfg *rest.Config, caFile string) ([]byte, error) {
 // leases, which must be read as written: two calls must never lease one
 // server). Both go through an uncached client; the manager's is only
 // known here.
-func registerInClusterProviders(mgr manager.Manager, registry *provider.Registry) error {
+func registerInClusterProviders(mgr manager.Manager, opts Options) error {
+	registry := opts.Registry
 	kube, err := client.New(mgr.GetConfig(), client.Options{Scheme: mgr.GetScheme(), Mapper: mgr.GetRESTMapper()})
 	if err != nil {
 		return fmt.Errorf("building the in-cluster providers' client: %w", err)
 	}
+	if opts.RedfishMediaBindAddress != "" {
+		if err := mgr.Add(&mediaServer{address: opts.RedfishMediaBindAddress, handler: redfish.MediaHandler(kube, opts.Namespace)}); err != nil {
+			return fmt.Errorf("adding the redfish media server: %w", err)
+		}
+	}
 	if !slices.Contains(registry.Types(), v1alpha1.ProviderTypeRedfish) {
-		registry.Register(v1alpha1.ProviderTypeRedfish, redfish.NewFactory(redfish.Config{Kube: kube}))
+		registry.Register(v1alpha1.ProviderTypeRedfish, redfish.NewFactory(redfish.Config{Kube: kube, MediaServing: opts.RedfishMediaBindAddress != ""}))
 	}
 	if slices.Contains(registry.Types(), v1alpha1.ProviderTypeClusterAPI) {
 		return nil

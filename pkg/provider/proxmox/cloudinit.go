@@ -10,15 +10,14 @@ import (
 	"mime/multipart"
 	"net/http"
 	"net/url"
-	"os"
 	"strconv"
 	"strings"
 	"time"
 
-	"github.com/diskfs/go-diskfs/backend/file"
-	"github.com/diskfs/go-diskfs/filesystem/iso9660"
 	pmx "github.com/luthermonson/go-proxmox"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
+
+	"github.com/claimscale/claimscale/pkg/provider/cidata"
 )
 
 // cloudInitPrefix starts the name of every cloud-init ISO the provider
@@ -46,7 +45,7 @@ func (p *Provider) attachUserData(ctx context.Context, node string, vmid int, m 
 	if cfg != nil && strings.HasPrefix(cfg.options[p.settings.cloudInitDrive], volume+",") {
 		return nil
 	}
-	image, err := cloudInitISO(userData, fmt.Sprintf("instance-id: %s\nlocal-hostname: %s\n", ProviderID(p.cluster, vmid), m.claim))
+	image, err := cidata.NoCloud(userData, cidata.MetaData(ProviderID(p.cluster, vmid), m.claim))
 	if err != nil {
 		// The error names no user data: it comes from building the image.
 		return fmt.Errorf("building the cloud-init drive of VM %d: %w", vmid, err)
@@ -235,59 +234,4 @@ func (p *Provider) upload(ctx context.Context, node, name string, data []byte) e
 		return nil
 	}
 	return p.tasks.wait(ctx, pmx.NewTask(upid, p.api.pve))
-}
-
-// cloudInitISO builds a NoCloud seed image: ISO9660 with Rock Ridge names,
-// volume label cidata, files user-data and meta-data. go-diskfs stages the
-// files in a private temporary directory, which is removed before return.
-func cloudInitISO(userData []byte, metaData string) ([]byte, error) {
-	dir, err := os.MkdirTemp("", "claimscale-cidata-")
-	if err != nil {
-		return nil, err
-	}
-	defer func() { _ = os.RemoveAll(dir) }()
-	img, err := os.OpenFile(dir+"/seed.iso", os.O_CREATE|os.O_RDWR|os.O_EXCL, 0o600)
-	if err != nil {
-		return nil, err
-	}
-	defer func() { _ = img.Close() }()
-	workspace := dir + "/workspace"
-	if err := os.Mkdir(workspace, 0o700); err != nil {
-		return nil, err
-	}
-	fs, err := iso9660.Create(file.New(img, false), 0, 0, 2048, workspace)
-	if err != nil {
-		return nil, err
-	}
-	for name, content := range map[string][]byte{"/user-data": userData, "/meta-data": []byte(metaData)} {
-		f, err := fs.OpenFile(name, os.O_CREATE|os.O_RDWR)
-		if err != nil {
-			return nil, err
-		}
-		if _, err := f.Write(content); err != nil {
-			return nil, err
-		}
-	}
-	if err := fs.Finalize(iso9660.FinalizeOptions{RockRidge: true, VolumeIdentifier: "cidata"}); err != nil {
-		return nil, err
-	}
-	if _, err := img.Seek(0, io.SeekStart); err != nil {
-		return nil, err
-	}
-	image, err := io.ReadAll(img)
-	if err != nil {
-		return nil, err
-	}
-	// ISO 9660 pads identifiers with spaces; go-diskfs pads the volume
-	// identifier (primary volume descriptor, sector 16, bytes 40-71) with
-	// NULs, which some readers keep in the label.
-	const volumeID = 16*2048 + 40
-	if len(image) >= volumeID+32 {
-		for i := volumeID + len("cidata"); i < volumeID+32; i++ {
-			if image[i] == 0 {
-				image[i] = ' '
-			}
-		}
-	}
-	return image, nil
 }

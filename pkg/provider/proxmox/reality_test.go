@@ -2,19 +2,16 @@ package proxmox_test
 
 import (
 	"context"
-	"io"
 	"net/http"
-	"os"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/diskfs/go-diskfs/backend/file"
-	"github.com/diskfs/go-diskfs/filesystem/iso9660"
 	clocktesting "k8s.io/utils/clock/testing"
 
 	"github.com/claimscale/claimscale/api/v1alpha1"
 	"github.com/claimscale/claimscale/pkg/provider"
+	"github.com/claimscale/claimscale/pkg/provider/cidata"
 	"github.com/claimscale/claimscale/pkg/provider/proxmox"
 	"github.com/claimscale/claimscale/pkg/provider/proxmox/proxmoxtest"
 )
@@ -440,30 +437,9 @@ func TestUserDataGoesOntoACloudInitDrive(t *testing.T) {
 
 func readISO(t *testing.T, image []byte) (string, map[string][]byte) {
 	t.Helper()
-	f, err := os.CreateTemp(t.TempDir(), "seed-*.iso")
+	label, files, err := cidata.Read(image)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer func() { _ = f.Close() }()
-	if _, err := f.Write(image); err != nil {
-		t.Fatal(err)
-	}
-	fs, err := iso9660.Read(file.New(f, true), int64(len(image)), 0, 2048)
-	if err != nil {
-		t.Fatalf("reading the ISO: %v", err)
-	}
-	files := map[string][]byte{}
-	entries, err := fs.ReadDir("/")
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, e := range entries {
-		r, err := fs.OpenFile("/"+e.Name(), os.O_RDONLY)
-		if err != nil {
-			t.Fatal(err)
-		}
-		b, _ := io.ReadAll(r)
-		files[e.Name()] = b
-	}
-	return strings.TrimRight(fs.Label(), " "), files
+	return label, files
 }

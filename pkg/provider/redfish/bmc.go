@@ -139,8 +139,10 @@ func (b *bmc) computerSystem(client *gofish.APIClient) (*schemas.ComputerSystem,
 }
 
 // classify turns what gofish returned into the provider's error kinds,
-// with the BMC's own message and without credentials.
-func (b *bmc) classify(err error, doing string) error {
+// with the BMC's own message and without credentials, nor the secrets
+// given (a seed image's URL token, which a BMC that cannot fetch the
+// image echoes).
+func (b *bmc) classify(err error, doing string, secrets ...string) error {
 	if err == nil {
 		return nil
 	}
@@ -157,16 +159,16 @@ func (b *bmc) classify(err error, doing string) error {
 			links = append(links, link)
 		}
 		sort.Strings(links)
-		return b.classify(collection.Failures[links[0]], doing)
+		return b.classify(collection.Failures[links[0]], doing, secrets...)
 	}
-	message := b.redact(err.Error())
+	message := b.redact(err.Error(), secrets...)
 	wrapped := fmt.Errorf("%s on the BMC %s: %s", doing, b.endpoint, message)
 	var redfishErr *schemas.Error
 	if !errors.As(err, &redfishErr) {
 		return provider.NewRetryable(wrapped, 0)
 	}
 	if redfishErr.Message != "" {
-		wrapped = fmt.Errorf("%s on the BMC %s: %d %s", doing, b.endpoint, redfishErr.HTTPReturnedStatusCode, b.redact(redfishErr.Message))
+		wrapped = fmt.Errorf("%s on the BMC %s: %d %s", doing, b.endpoint, redfishErr.HTTPReturnedStatusCode, b.redact(redfishErr.Message, secrets...))
 	}
 	switch status := redfishErr.HTTPReturnedStatusCode; {
 	case status == http.StatusUnauthorized:
@@ -193,9 +195,10 @@ func (b *bmc) classify(err error, doing string) error {
 var errTransition = errors.New("a power transition is running")
 
 // redact removes the credentials from text gofish or the BMC wrote: a URL
-// with user info, a password echoed in an error body.
-func (b *bmc) redact(text string) string {
-	for _, secret := range []string{b.password, b.username + ":" + b.password} {
+// with user info, a password echoed in an error body; and the other
+// secrets given.
+func (b *bmc) redact(text string, secrets ...string) string {
+	for _, secret := range append([]string{b.password, b.username + ":" + b.password}, secrets...) {
 		if len(secret) > 1 {
 			text = strings.ReplaceAll(text, secret, "[redacted]")
 		}

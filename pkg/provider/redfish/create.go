@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 	"sync"
 	"time"
@@ -20,7 +21,7 @@ import (
 // first (so a server we power on is always ours to power off), then the
 // one-time boot, then the power-on. Called again for the same claim, it
 // answers the server it leased.
-func (p *Provider) Create(ctx context.Context, claim *v1alpha1.NodeClaim, _ provider.CreateOptions) (*provider.Instance, error) {
+func (p *Provider) Create(ctx context.Context, claim *v1alpha1.NodeClaim, opts provider.CreateOptions) (*provider.Instance, error) {
 	// Two calls for one claim would lease two servers: the second must
 	// see the first's lease.
 	unlock := p.lockClaim(claim.Name)
@@ -31,7 +32,7 @@ func (p *Provider) Create(ctx context.Context, claim *v1alpha1.NodeClaim, _ prov
 	}
 	for _, l := range leases {
 		if l.Cluster == p.cluster && l.Claim == claim.Name {
-			return p.powerOnLeased(ctx, l, false)
+			return p.powerOnLeased(ctx, l, false, opts.UserData)
 		}
 	}
 	if p.capped(leases) {
@@ -53,7 +54,7 @@ func (p *Provider) Create(ctx context.Context, claim *v1alpha1.NodeClaim, _ prov
 			return nil, err
 		}
 		logf.FromContext(ctx).Info("leased server", "server", s.spec.Name, "nodeclaim", claim.Name)
-		return p.powerOnLeased(ctx, taken, true)
+		return p.powerOnLeased(ctx, taken, true, opts.UserData)
 	}
 	return nil, provider.NewInsufficientCapacity(fmt.Errorf("no server of shape %s of NodeProvider %s is off and free", shape.Name, p.nodeProvider))
 }
@@ -91,20 +92,27 @@ func (s *server) observation() *observation {
 	return s.observed
 }
 
-// powerOnLeased powers the leased server on (the boot override first),
-// unless it is on already. When the BMC refuses outright the power-on of a
+// powerOnLeased powers the leased server on (its virtual media and boot
+// override first), unless it is on already. userData, the claim's
+// rendered bootstrap, becomes the claim's seed for a server that boots
+// with userData VirtualMedia; a power-on without it (a wake) inserts the
+// seed written at the claim's first. When the BMC refuses outright the power-on of a
 // lease this call took (justTaken), the lease goes back: the server is
 // off and was never ours. Any other lease stays, whatever the BMC says:
 // a server we powered on earlier may be on, and must stay ours to power
 // off; and a call whose outcome is unknown (a timeout) keeps it too, so
 // the next call finds the server either way.
-func (p *Provider) powerOnLeased(ctx context.Context, l *lease, justTaken bool) (*provider.Instance, error) {
+func (p *Provider) powerOnLeased(ctx context.Context, l *lease, justTaken bool, userData []byte) (*provider.Instance, error) {
 	s := p.server(l.Server)
 	if s == nil {
 		return nil, provider.NewTerminal(fmt.Errorf("server %s of the lease for claim %s is no longer in NodeProvider %s", l.Server, l.Claim, p.nodeProvider))
 	}
+	claimSeed, err := p.seedFor(ctx, s, l, userData)
+	if err != nil {
+		return nil, p.giveBack(ctx, l, justTaken, fmt.Errorf("powering on server %s for claim %s: %w", l.Server, l.Claim, err))
+	}
 	var state provider.InstanceState
-	err := s.bmc.do(ctx, func(_ context.Context, system *schemas.ComputerSystem) error {
+	err = s.bmc.do(ctx, func(_ context.Context, system *schemas.ComputerSystem) error {
 		seen := observationOf(system, p.clock.Now())
 		if seen.uuid != l.UUID {
 			return provider.NewTerminal(fmt.Errorf("server %s now answers with system UUID %s, not %s: another machine is at its BMC address", l.Server, seen.uuid, l.UUID))
@@ -119,7 +127,7 @@ func (p *Provider) powerOnLeased(ctx context.Context, l *lease, justTaken bool) 
 		case schemas.PoweringOffPowerState:
 			return provider.NewRetryable(fmt.Errorf("server %s is still powering off", l.Server), p.cfg.PollInterval)
 		}
-		if err := s.setBoot(system); err != nil {
+		if err := s.setBoot(system, claimSeed); err != nil {
 			return err
 		}
 		resetType := pickReset(seen.resetTypes, schemas.OnResetType, schemas.ForceOnResetType)
@@ -130,12 +138,7 @@ func (p *Provider) powerOnLeased(ctx context.Context, l *lease, justTaken bool) 
 		return nil
 	})
 	if err != nil {
-		if justTaken && provider.IsTerminal(err) {
-			if releaseErr := p.ledger.release(ctx, l); releaseErr != nil {
-				return nil, errors.Join(err, releaseErr)
-			}
-		}
-		return nil, fmt.Errorf("powering on server %s for claim %s: %w", l.Server, l.Claim, err)
+		return nil, p.giveBack(ctx, l, justTaken, fmt.Errorf("powering on server %s for claim %s: %w", l.Server, l.Claim, err))
 	}
 	if l.Asleep {
 		l.Asleep, l.PoweredOnAt = false, p.clock.Now()
@@ -146,30 +149,139 @@ func (p *Provider) powerOnLeased(ctx context.Context, l *lease, justTaken bool) 
 	return p.instance(s, l, state), nil
 }
 
-// setBoot sets the server's one-time boot override, the virtual media
-// inserted first for Cd.
-func (s *server) setBoot(system *schemas.ComputerSystem) error {
-	if s.boot == nil || s.boot.Source == v1alpha1.RedfishBootNone {
-		return nil
+// giveBack releases a lease this call took when the power-on failed for
+// good before it was sent: the server is off and was never ours.
+func (p *Provider) giveBack(ctx context.Context, l *lease, justTaken bool, err error) error {
+	if !justTaken || !provider.IsTerminal(err) {
+		return err
 	}
-	if s.boot.Source == v1alpha1.RedfishBootCd {
+	if releaseErr := p.release(ctx, l); releaseErr != nil {
+		return errors.Join(err, releaseErr)
+	}
+	return err
+}
+
+// seedFor is the claim's seed for a server that boots with userData
+// VirtualMedia, written from userData, or the one written before; nil
+// when the server takes none or the pool renders no user data.
+func (p *Provider) seedFor(ctx context.Context, s *server, l *lease, userData []byte) (*seed, error) {
+	if s.boot == nil || s.boot.UserData != v1alpha1.RedfishUserDataVirtualMedia {
+		return nil, nil
+	}
+	if len(userData) == 0 {
+		written, ok, err := p.seeds.current(ctx, l)
+		if !ok || err != nil {
+			return nil, err
+		}
+		return &written, nil
+	}
+	written, err := p.seeds.put(ctx, l, s.spec.Name, userData)
+	if err != nil {
+		return nil, err
+	}
+	return &written, nil
+}
+
+// setBoot inserts the virtual media the server boots with (the boot
+// image for Cd, the claim's seed), then sets its one-time boot override.
+func (s *server) setBoot(system *schemas.ComputerSystem, claimSeed *seed) error {
+	bootImage := s.boot != nil && s.boot.Source == v1alpha1.RedfishBootCd
+	if bootImage || claimSeed != nil {
 		media, err := system.VirtualMedia()
 		if err != nil {
 			return s.bmc.classify(err, "reading the virtual media")
 		}
-		if len(media) == 0 {
-			return provider.NewTerminal(fmt.Errorf("the BMC %s offers no virtual media for boot source Cd", s.bmc.endpoint))
+		bootDevice, seedDevice, err := pickDevices(media, bootImage, claimSeed != nil)
+		if err != nil {
+			return provider.NewTerminal(fmt.Errorf("the BMC %s: %w", s.bmc.endpoint, err))
 		}
-		inserted := true
-		if _, err := media[0].InsertMedia(&schemas.VirtualMediaInsertMediaParameters{Image: s.boot.Image, Inserted: &inserted}); err != nil {
-			return s.bmc.classify(err, "inserting the virtual media")
+		if bootImage {
+			if err := s.insert(bootDevice, s.boot.Image); err != nil {
+				return err
+			}
 		}
+		if claimSeed != nil {
+			if err := s.insert(seedDevice, claimSeed.url, claimSeed.token); err != nil {
+				return err
+			}
+		}
+	}
+	if s.boot == nil || s.boot.Source == v1alpha1.RedfishBootNone {
+		return nil
 	}
 	err := system.SetBoot(&schemas.Boot{
 		BootSourceOverrideTarget:  schemas.BootSource(s.boot.Source),
 		BootSourceOverrideEnabled: schemas.OnceBootSourceOverrideEnabled,
 	})
 	return s.bmc.classify(err, "setting the one-time boot")
+}
+
+// insert puts an image into a virtual media device, unless it holds it
+// already. Redfish's VirtualMedia schema says a service should refuse
+// InsertMedia while an image is inserted ("users are expected to eject
+// media prior to inserting new media"), so another image is ejected
+// first. secrets are redacted from the BMC's answers: a BMC that cannot
+// fetch the image names its URL (sushy-tools' vmedia.py does).
+func (s *server) insert(device *schemas.VirtualMedia, image string, secrets ...string) error {
+	if device.Inserted != nil && *device.Inserted {
+		if device.Image == image {
+			return nil
+		}
+		if _, err := device.EjectMedia(); err != nil {
+			return s.bmc.classify(err, "ejecting the virtual media "+device.ID, secrets...)
+		}
+	}
+	inserted := true
+	if _, err := device.InsertMedia(&schemas.VirtualMediaInsertMediaParameters{Image: image, Inserted: &inserted}); err != nil {
+		return s.bmc.classify(err, "inserting the virtual media "+device.ID, secrets...)
+	}
+	return nil
+}
+
+// pickDevices chooses the virtual media devices: the boot image on the
+// first that takes a CD, the seed on another that does, or else on one
+// that takes a USB stick (a seed is an ISO 9660 image; Linux reads it from
+// either). A BMC that lists no media types is taken to take CDs.
+func pickDevices(media []*schemas.VirtualMedia, bootImage, seed bool) (bootDevice, seedDevice *schemas.VirtualMedia, err error) {
+	takes := func(device *schemas.VirtualMedia, types ...schemas.VirtualMediaType) bool {
+		if len(device.MediaTypes) == 0 {
+			return slices.Contains(types, schemas.CDVirtualMediaType)
+		}
+		for _, have := range device.MediaTypes {
+			if slices.Contains(types, have) {
+				return true
+			}
+		}
+		return false
+	}
+	free := slices.Clone(media)
+	take := func(types ...schemas.VirtualMediaType) *schemas.VirtualMedia {
+		for i, device := range free {
+			if takes(device, types...) {
+				free = slices.Delete(free, i, i+1)
+				return device
+			}
+		}
+		return nil
+	}
+	if bootImage {
+		if bootDevice = take(schemas.CDVirtualMediaType, schemas.DVDVirtualMediaType); bootDevice == nil {
+			return nil, nil, fmt.Errorf("offers no virtual CD for boot source Cd (%d virtual media devices)", len(media))
+		}
+	}
+	if seed {
+		seedDevice = take(schemas.CDVirtualMediaType, schemas.DVDVirtualMediaType)
+		if seedDevice == nil {
+			seedDevice = take(schemas.USBStickVirtualMediaType)
+		}
+		if seedDevice == nil {
+			if bootImage {
+				return nil, nil, fmt.Errorf("has no second virtual media device (a CD or USB stick) for the claim's seed beside the boot image (%d devices)", len(media))
+			}
+			return nil, nil, fmt.Errorf("offers no virtual CD or USB stick for the claim's seed (%d virtual media devices)", len(media))
+		}
+	}
+	return bootDevice, seedDevice, nil
 }
 
 // pickReset is the first of the wanted reset types the system allows; a

@@ -26,15 +26,24 @@ func (p *Provider) Delete(ctx context.Context, providerID string) error {
 	}
 	s := p.server(l.Server)
 	if s == nil {
-		return p.ledger.release(ctx, l)
+		return p.release(ctx, l)
 	}
 	if err := p.powerOff(ctx, s, l); err != nil {
 		return fmt.Errorf("powering off server %s of claim %s: %w", l.Server, l.Claim, err)
 	}
-	if err := s.ejectMedia(ctx); err != nil {
+	if err := p.ejectMedia(ctx, s); err != nil {
 		logf.FromContext(ctx).Info("could not eject the virtual media", "server", s.spec.Name, "error", err.Error())
 	}
 	logf.FromContext(ctx).Info("powered off server", "server", s.spec.Name, "nodeclaim", l.Claim)
+	return p.release(ctx, l)
+}
+
+// release gives a server that is off back to the off pool: its seed
+// first, so that no claim's user data outlives its lease.
+func (p *Provider) release(ctx context.Context, l *lease) error {
+	if err := p.seeds.remove(ctx, l.Server); err != nil {
+		return err
+	}
 	return p.ledger.release(ctx, l)
 }
 
@@ -102,17 +111,26 @@ func (p *Provider) powerOff(ctx context.Context, s *server, l *lease) error {
 	}
 }
 
-func (s *server) ejectMedia(ctx context.Context) error {
-	if s.boot == nil || s.boot.Source != v1alpha1.RedfishBootCd {
+// ejectMedia ejects what this provider inserted: the boot image and the
+// claim's seed; any other image is someone else's.
+func (p *Provider) ejectMedia(ctx context.Context, s *server) error {
+	if s.boot == nil || (s.boot.Source != v1alpha1.RedfishBootCd && s.boot.UserData != v1alpha1.RedfishUserDataVirtualMedia) {
 		return nil
 	}
 	return s.bmc.do(ctx, func(_ context.Context, system *schemas.ComputerSystem) error {
 		media, err := system.VirtualMedia()
-		if err != nil || len(media) == 0 || media[0].Inserted == nil || !*media[0].Inserted {
-			return err
+		if err != nil {
+			return s.bmc.classify(err, "reading the virtual media")
 		}
-		_, err = media[0].EjectMedia()
-		return s.bmc.classify(err, "ejecting the virtual media")
+		for _, device := range media {
+			if device.Inserted == nil || !*device.Inserted || (device.Image != s.boot.Image && !p.seeds.ours(device.Image)) {
+				continue
+			}
+			if _, err := device.EjectMedia(); err != nil {
+				return s.bmc.classify(err, "ejecting the virtual media "+device.ID)
+			}
+		}
+		return nil
 	})
 }
 
@@ -152,6 +170,6 @@ func (p *Provider) Resume(ctx context.Context, providerID string) error {
 	if l.Asleep && p.capped(leases) {
 		return provider.NewInsufficientCapacity(p.atCap())
 	}
-	_, err = p.powerOnLeased(ctx, l, false)
+	_, err = p.powerOnLeased(ctx, l, false, nil)
 	return err
 }

@@ -46,6 +46,10 @@ type Config struct {
 	CallTimeout time.Duration
 	// PollInterval is how often a power transition is read.
 	PollInterval time.Duration
+	// MediaServing says the controller runs the media server
+	// (MediaHandler), which serves the seeds of servers that boot with
+	// userData VirtualMedia.
+	MediaServing bool
 }
 
 // NewFactory returns the factory of the redfish type.
@@ -62,6 +66,7 @@ type Provider struct {
 	settings     settings
 	servers      []*server
 	ledger       *ledger
+	seeds        *seeds
 	clock        clock.WithTicker
 	cfg          Config
 
@@ -124,6 +129,10 @@ func New(ctx context.Context, np *v1alpha1.NodeProvider, opts provider.Options, 
 		nodeProvider: np.Name, cluster: opts.ClusterName, clock: cfg.Clock, cfg: cfg,
 		settings: settings{shutdownTimeout: DefaultShutdownTimeout},
 		ledger:   &ledger{kube: cfg.Kube, namespace: opts.Namespace, cluster: opts.ClusterName, nodeProvider: np.Name},
+		seeds: &seeds{
+			kube: cfg.Kube, namespace: opts.Namespace, cluster: opts.ClusterName, nodeProvider: np.Name,
+			baseURL: spec.MediaURL, serving: cfg.MediaServing,
+		},
 		problems: map[string]provider.Problem{},
 	}
 	if spec.MaxPoweredOn != nil {

@@ -253,14 +253,16 @@ func TestForceOnAndVirtualMedia(t *testing.T) {
 	g := NewWithT(t)
 	r := newRack(t, "s1", "small")
 	r.bmcs["s1"].SetResetTypes("1", "ForceOn", "ForceOff")
+	images := imageServer(t)
 	p := r.provider(testCluster, r.settings(func(s *v1alpha1.RedfishSettings) {
-		s.Boot = &v1alpha1.RedfishBoot{Source: v1alpha1.RedfishBootCd, Image: "http://images.example/join.iso"}
+		s.Boot = &v1alpha1.RedfishBoot{Source: v1alpha1.RedfishBootCd, Image: images.URL + "/join.iso"}
 	}), redfish.Config{})
 	instance, err := p.Create(t.Context(), claim("iso", "small"), provider.CreateOptions{})
 	g.Expect(err).NotTo(HaveOccurred())
 	system := r.bmcs["s1"].System("1")
 	g.Expect(system.Resets).To(Equal([]string{"ForceOn"}))
-	g.Expect(system.MediaImage).To(Equal("http://images.example/join.iso"))
+	g.Expect(system.MediaImage).To(Equal(images.URL + "/join.iso"))
+	g.Expect(system.Media["Cd"].Content).To(Equal([]byte(bootImage)), "the BMC fetched the image")
 	g.Expect(system.BootedFrom).To(Equal("Cd"))
 	g.Expect(p.Delete(t.Context(), instance.ProviderID)).To(Succeed())
 	system = r.bmcs["s1"].System("1")

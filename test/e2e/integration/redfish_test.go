@@ -3,6 +3,8 @@ package integration
 import (
 	"context"
 	"fmt"
+	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
@@ -18,6 +20,7 @@ import (
 	"github.com/claimscale/claimscale/api/v1alpha1"
 	"github.com/claimscale/claimscale/internal/operator"
 	"github.com/claimscale/claimscale/internal/testenv"
+	"github.com/claimscale/claimscale/pkg/provider/cidata"
 	"github.com/claimscale/claimscale/pkg/provider/redfish"
 	"github.com/claimscale/claimscale/pkg/provider/redfish/redfishtest"
 	"github.com/claimscale/claimscale/test/e2e/internal/harness"
@@ -36,18 +39,30 @@ func (m metalServer) system() redfishtest.System { return m.bmc.System("1") }
 // reports On boots and its kubelet registers a Node as a bare-metal
 // kubelet does, named by its hostname, without a providerID (no cloud
 // controller sets one), reporting the SMBIOS UUID; a server that is Off
-// has no kubelet, and its Node, if something left one, is removed.
-func bootServers(ctx context.Context, t *testing.T, servers []metalServer) {
+// (or has no hostname) has no kubelet, and the Node it registered, if
+// still there without a providerID, is removed.
+// hostname is what a booted server calls itself ("" while it cannot
+// join); nil is the server's name, as an installed OS has it.
+func bootServers(ctx context.Context, t *testing.T, servers []metalServer, hostname func(metalServer, redfishtest.System) string) {
+	if hostname == nil {
+		hostname = func(server metalServer, _ redfishtest.System) string { return server.name }
+	}
 	go func() {
 		ticker := time.NewTicker(100 * time.Millisecond)
 		defer ticker.Stop()
+		// registered is the Node each server's kubelet registered, to
+		// remove once the server is off and its seed perhaps gone.
+		registered := map[string]string{}
 		for {
 			for _, server := range servers {
 				system := server.system()
-				node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: server.name}}
-				if system.PowerState != redfishtest.On {
-					if err := env.Client.Get(ctx, client.ObjectKeyFromObject(node), node); err == nil && node.Spec.ProviderID == "" {
-						_ = env.Client.Delete(ctx, node)
+				name := hostname(server, system)
+				if system.PowerState != redfishtest.On || name == "" {
+					if last, ok := registered[server.name]; ok {
+						node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: last}}
+						if err := env.Client.Get(ctx, client.ObjectKeyFromObject(node), node); err == nil && node.Spec.ProviderID == "" {
+							_ = env.Client.Delete(ctx, node)
+						}
 					}
 					continue
 				}
@@ -55,19 +70,20 @@ func bootServers(ctx context.Context, t *testing.T, servers []metalServer) {
 					corev1.ResourceCPU: resource.MustParse(server.cpu), corev1.ResourceMemory: resource.MustParse(server.memory),
 					corev1.ResourcePods: resource.MustParse("110"),
 				}
-				node = &corev1.Node{
+				node := &corev1.Node{
 					ObjectMeta: metav1.ObjectMeta{
-						Name:        server.name,
+						Name:        name,
 						Annotations: map[string]string{testenv.KwokNodeAnnotation: "fake"},
-						Labels:      map[string]string{corev1.LabelHostname: server.name, "type": "kwok"},
+						Labels:      map[string]string{corev1.LabelHostname: name, "type": "kwok"},
 					},
 					Status: corev1.NodeStatus{
 						Capacity: allocatable, Allocatable: allocatable,
 						NodeInfo: corev1.NodeSystemInfo{SystemUUID: strings.ToUpper(system.UUID)},
 					},
 				}
+				registered[server.name] = name
 				if err := env.Client.Create(ctx, node); err != nil && !apierrors.IsAlreadyExists(err) && ctx.Err() == nil {
-					t.Logf("registering node %s: %v", server.name, err)
+					t.Logf("registering node %s: %v", name, err)
 				}
 			}
 			select {
@@ -77,6 +93,26 @@ func bootServers(ctx context.Context, t *testing.T, servers []metalServer) {
 			}
 		}
 	}()
+}
+
+// createRedfishProvider makes the scenario's redfish NodeProvider of the
+// servers, in the zone, with the BMCs' credentials in a Secret and the
+// rest of its settings as given.
+func createRedfishProvider(s *harness.Scenario, user, password string, servers []metalServer, zone string, settings v1alpha1.RedfishSettings) {
+	s.CreateSecret("redfish-bmc", map[string][]byte{"username": []byte(user), "password": []byte(password)})
+	for _, server := range servers {
+		settings.Servers = append(settings.Servers, v1alpha1.RedfishServer{Name: server.name, Endpoint: server.bmc.URL(), Shape: server.shape, Zone: zone})
+	}
+	// The fake BMCs' certificates are httptest's own.
+	settings.InsecureSkipTLSVerify = true
+	s.G.Expect(env.Client.Create(s.Ctx, &v1alpha1.NodeProvider{
+		ObjectMeta: metav1.ObjectMeta{Name: s.Name},
+		Spec: v1alpha1.NodeProviderSpec{
+			Type:                 v1alpha1.ProviderTypeRedfish,
+			CredentialsSecretRef: &v1alpha1.SecretReference{Name: "redfish-bmc", Namespace: harness.ControllerNamespace},
+			Redfish:              &settings,
+		},
+	})).To(Succeed())
 }
 
 // A rack of four servers in two shapes behind a redfish NodeProvider, one
@@ -103,22 +139,9 @@ func TestRedfishPowersTheChosenServersOnAndOff(t *testing.T) {
 	someones := servers[0]
 	someones.bmc.SetPower("1", redfishtest.On)
 
-	s.CreateSecret("redfish-bmc", map[string][]byte{"username": []byte(user), "password": []byte(password)})
-	inventory := make([]v1alpha1.RedfishServer, 0, len(servers))
-	for _, server := range servers {
-		inventory = append(inventory, v1alpha1.RedfishServer{Name: server.name, Endpoint: server.bmc.URL(), Shape: server.shape, Zone: "rack-1"})
-	}
-	s.G.Expect(env.Client.Create(s.Ctx, &v1alpha1.NodeProvider{
-		ObjectMeta: metav1.ObjectMeta{Name: s.Name},
-		Spec: v1alpha1.NodeProviderSpec{
-			Type:                 v1alpha1.ProviderTypeRedfish,
-			CredentialsSecretRef: &v1alpha1.SecretReference{Name: "redfish-bmc", Namespace: harness.ControllerNamespace},
-			Redfish: &v1alpha1.RedfishSettings{
-				Servers: inventory, InsecureSkipTLSVerify: true, MaxPoweredOn: harness.Ptr(int32(2)),
-				Boot: &v1alpha1.RedfishBoot{Source: v1alpha1.RedfishBootPxe},
-			},
-		},
-	})).To(Succeed())
+	createRedfishProvider(s, user, password, servers, "rack-1", v1alpha1.RedfishSettings{
+		MaxPoweredOn: harness.Ptr(int32(2)), Boot: &v1alpha1.RedfishBoot{Source: v1alpha1.RedfishBootPxe},
+	})
 	s.CreatePool(func(pool *v1alpha1.NodePool) {
 		pool.Spec.Shapes.Fixed = []v1alpha1.Shape{
 			{Name: "small", CPU: harness.Qty("4"), Memory: harness.Qty("8Gi"), Price: "0.10"},
@@ -127,7 +150,7 @@ func TestRedfishPowersTheChosenServersOnAndOff(t *testing.T) {
 	})
 	ctx, stopServers := context.WithCancel(context.Background())
 	defer stopServers()
-	bootServers(ctx, t, servers)
+	bootServers(ctx, t, servers, nil)
 
 	poweredOnByUs := func() []string {
 		var on []string
@@ -201,4 +224,126 @@ func TestRedfishPowersTheChosenServersOnAndOff(t *testing.T) {
 	s.G.Expect(leases.Items).To(BeEmpty())
 	s.G.Expect(someones.system().PowerState).To(Equal(redfishtest.On))
 	s.G.Expect(someones.system().Resets).To(BeEmpty())
+}
+
+// Two servers that boot a live image from virtual media and join with
+// the seed beside it: each claim's user data (a kubeadm join with the
+// claim's own bootstrap token) reaches its server as a NoCloud seed the
+// BMC fetched from the controller's media server, a server joins under
+// the hostname its seed gives it (and not at all without one), and at
+// zero both images are ejected and the seeds deleted. The seeds' tokens
+// and the user data show in no log.
+func TestRedfishServersJoinWithTheirSeeds(t *testing.T) {
+	logs := harness.TapControllerLogs(t)
+	mediaAddress := harness.FreeLocalAddress(t)
+	harness.StartOperator(t, harness.OperatorOptions{Registry: operator.DefaultRegistry(env.Client), RedfishMediaBindAddress: mediaAddress})
+	s := harness.NewScenario(t, "redfish-seed")
+	defer s.Cleanup()
+
+	const user, password, liveImage = "claimscale", "bmc-e2e-password", "a live image that runs cloud-init"
+	images := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		http.ServeContent(w, r, "live.iso", time.Time{}, strings.NewReader(liveImage))
+	}))
+	defer images.Close()
+	var servers []metalServer
+	for i := range 2 {
+		bmc := redfishtest.New(user, password, redfishtest.System{
+			ID: "1", UUID: fmt.Sprintf("4c4c4544-0042-3510-8052-c8c04f4d%04d", i), CPUs: 4, MemoryGiB: 8,
+		})
+		defer bmc.Close()
+		servers = append(servers, metalServer{name: fmt.Sprintf("redfish-seed-%d", i), shape: "small", cpu: "4", memory: "8Gi", bmc: bmc})
+	}
+	mediaURL := "http://" + mediaAddress
+	createRedfishProvider(s, user, password, servers, "", v1alpha1.RedfishSettings{
+		MediaURL: mediaURL,
+		Boot:     &v1alpha1.RedfishBoot{Source: v1alpha1.RedfishBootCd, Image: images.URL + "/live.iso", UserData: v1alpha1.RedfishUserDataVirtualMedia},
+	})
+	s.CreatePool(func(pool *v1alpha1.NodePool) {
+		pool.Spec.Shapes.Fixed = []v1alpha1.Shape{{Name: "small", CPU: harness.Qty("4"), Memory: harness.Qty("8Gi"), Price: "0.10"}}
+		pool.Spec.Template.Bootstrap = &v1alpha1.Bootstrap{Method: v1alpha1.JoinKubeadm}
+	})
+
+	// seedOf is the seed the BMC fetched for a server, as the server's
+	// cloud-init reads it from the device labelled cidata.
+	seedOf := func(system redfishtest.System) (url string, files map[string][]byte) {
+		for _, media := range system.Media {
+			if !strings.HasPrefix(media.Image, mediaURL+redfish.MediaPath) {
+				continue
+			}
+			// An unreadable seed is no seed: the server never joins.
+			if label, files, err := cidata.Read(media.Content); err == nil && label == "cidata" {
+				return media.Image, files
+			}
+			return "", nil
+		}
+		return "", nil
+	}
+	ctx, stopServers := context.WithCancel(context.Background())
+	defer stopServers()
+	bootServers(ctx, t, servers, func(_ metalServer, system redfishtest.System) string {
+		_, files := seedOf(system)
+		return seedHostname(files)
+	})
+
+	deployment := s.CreateDeployment("seeded", 2, "3", nil)
+	s.G.Eventually(func() int { return s.RunningPods("seeded") }).Should(Equal(2))
+	seedURLs := map[string]bool{}
+	var tokens []string
+	for _, claim := range s.Claims() {
+		s.G.Expect(claim.Status.BootstrapToken).NotTo(BeNil())
+		uuid, _ := v1alpha1.SystemUUIDOf(claim.Status.ProviderID)
+		var server *metalServer
+		for i := range servers {
+			if strings.EqualFold(servers[i].system().UUID, uuid) {
+				server = &servers[i]
+			}
+		}
+		s.G.Expect(server).NotTo(BeNil(), "claim %s's server (%s)", claim.Name, claim.Status.ProviderID)
+		system := server.system()
+		s.G.Expect(system.Media["Cd"].Content).To(Equal([]byte(liveImage)), "the live image on the CD")
+		s.G.Expect(system.BootedFrom).To(Equal("Cd"))
+		url, files := seedOf(system)
+		s.G.Expect(url).NotTo(BeEmpty(), "server %s has its seed", server.name)
+		seedURLs[url] = true
+		// The URL is <mediaURL>/redfish-media/<secret>/<token>/cidata.iso.
+		parts := strings.Split(strings.TrimPrefix(url, mediaURL+redfish.MediaPath), "/")
+		s.G.Expect(parts).To(HaveLen(3))
+		tokens = append(tokens, parts[1])
+		s.G.Expect(string(files["meta-data"])).To(HavePrefix("instance-id: "+claim.Name+"\n"), "the seed is the claim's")
+		s.G.Expect(string(files["user-data"])).To(And(ContainSubstring("kind: JoinConfiguration"), ContainSubstring(`token: "`+claim.Status.BootstrapToken.ID+".")),
+			"the user data joins with the claim's own token")
+		s.G.Expect(claim.Status.NodeName).To(Equal(seedHostname(files)), "the Node is the one the seeded server registered")
+	}
+	s.G.Expect(seedURLs).To(HaveLen(2), "each claim's seed has a URL of its own")
+
+	s.Scale(deployment, 0)
+	s.G.Eventually(func() int { return len(s.Claims()) }).Should(BeZero())
+	for _, server := range servers {
+		s.G.Eventually(func() string { return server.system().PowerState }).Should(Equal(redfishtest.Off))
+		s.G.Expect(server.system().Media).To(BeEmpty(), "server %s's images are ejected", server.name)
+	}
+	var seeds corev1.SecretList
+	s.G.Expect(env.Client.List(s.Ctx, &seeds, client.InNamespace(harness.ControllerNamespace), client.MatchingLabels{redfish.LabelMedia: s.Name})).To(Succeed())
+	s.G.Expect(seeds.Items).To(BeEmpty(), "the seeds are deleted with their claims")
+	for url := range seedURLs {
+		resp, err := http.Get(url)
+		s.G.Expect(err).NotTo(HaveOccurred())
+		_ = resp.Body.Close()
+		s.G.Expect(resp.StatusCode).To(Equal(http.StatusNotFound), "a seed is served no longer than its claim lives")
+	}
+	needles := map[string]string{"the user data": "kubeadm.k8s.io/v1beta4"}
+	for i, token := range tokens {
+		needles[fmt.Sprintf("seed token %d", i)] = token
+	}
+	assertNowhere(t, logs.String(), needles)
+}
+
+// seedHostname is the hostname a seed's meta-data gives its server.
+func seedHostname(files map[string][]byte) string {
+	for _, line := range strings.Split(string(files["meta-data"]), "\n") {
+		if name, ok := strings.CutPrefix(line, "local-hostname: "); ok {
+			return name
+		}
+	}
+	return ""
 }

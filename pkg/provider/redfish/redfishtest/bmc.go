@@ -46,16 +46,31 @@
 //     the allowable values is 400 PropertyValueNotInList. A Once override
 //     is spent by the next power-on (DSP0266's Boot property: "Once" means
 //     the next boot only).
-//   - VirtualMedia.InsertMedia with Image and Inserted answers 204
-//     (sushy-tools controllers/virtual_media.py); EjectMedia clears it.
+//   - VirtualMedia: two devices, Cd (MediaTypes CD, DVD) and Floppy
+//     (Floppy, USBStick), sushy-tools' default SUSHY_EMULATOR_VMEDIA_DEVICES
+//     (doc/source/admin/emulator.conf); OneMediaDevice leaves only Cd, as
+//     its OpenStack driver has. InsertMedia with Image and Inserted
+//     answers 204 (controllers/virtual_media.py) once the image is
+//     fetched: sushy-tools downloads it at insert (resources/vmedia.py
+//     _get_image), and an image it cannot fetch is refused, 400 for a 4xx
+//     of the image server and 502 for a 5xx, with a message naming the
+//     image's URL ("Failed fetching image from URL …"). The fake keeps what
+//     it fetched (Media). EjectMedia clears the device.
+//   - InsertMedia on a device that holds an image is refused: the
+//     VirtualMedia schema's InsertMedia says a service should reject it
+//     unless Image is null, and users are expected to eject first
+//     (gofish schemas/virtualmedia.go carries the text). The status, 400
+//     with Base's ActionNotSupported, is an assumption.
 //   - 503 with Retry-After (RFC 9110 §10.2.3), 401, 403 and 404 are injected
 //     with Fail; a BMC that never answers is Hang.
 package redfishtest
 
 import (
+	"context"
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"slices"
@@ -94,11 +109,33 @@ type System struct {
 	// BootedFrom is the override target the last power-on used ("" when
 	// none was set).
 	BootedFrom string
+	// MediaImage is the image in the Cd device.
 	MediaImage string
-	Resets     []string
+	// Media is what each virtual media device (Cd, Floppy) holds: the
+	// image's URL and what the fake fetched from it.
+	Media map[string]Media
+	// OneMediaDevice: the BMC has only the Cd device.
+	OneMediaDevice bool
+	Resets         []string
 
 	pending   string
 	settledAt time.Time
+}
+
+// Media is an inserted virtual media image.
+type Media struct {
+	Image   string
+	Content []byte
+}
+
+// mediaDevices are the fake's virtual media devices and their media
+// types, as sushy-tools has them by default.
+var mediaDevices = []struct {
+	id, name string
+	types    []string
+}{
+	{"Cd", "Virtual CD", []string{"CD", "DVD"}},
+	{"Floppy", "Virtual Removable Media", []string{"Floppy", "USBStick"}},
 }
 
 // Failure is an answer injected for matching requests.
@@ -147,6 +184,7 @@ func New(username, password string, systems ...System) *BMC {
 		if system.PowerState == "" {
 			system.PowerState = Off
 		}
+		system.Media = map[string]Media{}
 		b.systems[system.ID] = &system
 		b.order = append(b.order, system.ID)
 	}
@@ -227,6 +265,13 @@ func (b *BMC) SetResetTypes(id string, types ...string) {
 	b.systems[id].ResetTypes = types
 }
 
+// SetOneMediaDevice leaves the system only its Cd device.
+func (b *BMC) SetOneMediaDevice(id string) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.systems[id].OneMediaDevice = true
+}
+
 // System returns a copy of a system as it stands now.
 func (b *BMC) System(id string) System {
 	b.mu.Lock()
@@ -235,6 +280,10 @@ func (b *BMC) System(id string) System {
 	b.settle(system)
 	copied := *system
 	copied.Resets = append([]string(nil), system.Resets...)
+	copied.Media = map[string]Media{}
+	for id, media := range system.Media {
+		copied.Media[id] = media
+	}
 	return copied
 }
 
@@ -413,30 +462,16 @@ func (b *BMC) serveSystem(w http.ResponseWriter, r *http.Request, parts []string
 	case rest == "Actions/ComputerSystem.Reset" && r.Method == http.MethodPost:
 		b.reset(w, r, system)
 	case rest == "VirtualMedia" && r.Method == http.MethodGet:
+		var members []map[string]string
+		for _, device := range b.devices(system) {
+			members = append(members, map[string]string{"@odata.id": "/redfish/v1/Systems/" + system.ID + "/VirtualMedia/" + device})
+		}
 		writeJSON(w, http.StatusOK, map[string]any{
 			"@odata.id": "/redfish/v1/Systems/" + system.ID + "/VirtualMedia", "Name": "Virtual Media Services",
-			"Members": []map[string]string{{"@odata.id": "/redfish/v1/Systems/" + system.ID + "/VirtualMedia/Cd"}},
+			"Members": members, "Members@odata.count": len(members),
 		})
-	case rest == "VirtualMedia/Cd" && r.Method == http.MethodGet:
-		writeJSON(w, http.StatusOK, b.mediaJSON(system))
-	case rest == "VirtualMedia/Cd/Actions/VirtualMedia.InsertMedia" && r.Method == http.MethodPost:
-		var body struct {
-			Image    string
-			Inserted *bool
-		}
-		if err := json.NewDecoder(r.Body).Decode(&body); err != nil || body.Image == "" {
-			writeError(w, http.StatusBadRequest, "Base.1.8.ActionParameterMissing", "The action VirtualMedia.InsertMedia requires the parameter Image to be present in the request body.")
-			return
-		}
-		b.mu.Lock()
-		system.MediaImage = body.Image
-		b.mu.Unlock()
-		w.WriteHeader(http.StatusNoContent)
-	case rest == "VirtualMedia/Cd/Actions/VirtualMedia.EjectMedia" && r.Method == http.MethodPost:
-		b.mu.Lock()
-		system.MediaImage = ""
-		b.mu.Unlock()
-		w.WriteHeader(http.StatusNoContent)
+	case strings.HasPrefix(rest, "VirtualMedia/") && slices.Contains(b.devices(system), mediaDevice(rest)):
+		b.virtualMedia(w, r, system, mediaDevice(rest), strings.TrimPrefix(rest, "VirtualMedia/"+mediaDevice(rest)))
 	default:
 		writeError(w, http.StatusNotFound, "Base.1.8.ResourceMissingAtURI", fmt.Sprintf("The resource at the URI %s was not found.", r.URL.Path))
 	}
@@ -480,13 +515,113 @@ func (b *BMC) systemJSON(system *System) map[string]any {
 	}
 }
 
-func (b *BMC) mediaJSON(system *System) map[string]any {
+// mediaDevice is the device of a path VirtualMedia/<device>/….
+func mediaDevice(rest string) string {
+	device, _, _ := strings.Cut(strings.TrimPrefix(rest, "VirtualMedia/"), "/")
+	return device
+}
+
+// devices are the ids of the system's virtual media devices.
+func (b *BMC) devices(system *System) []string {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	base := "/redfish/v1/Systems/" + system.ID + "/VirtualMedia/Cd"
+	if system.OneMediaDevice {
+		return []string{mediaDevices[0].id}
+	}
+	ids := make([]string, 0, len(mediaDevices))
+	for _, device := range mediaDevices {
+		ids = append(ids, device.id)
+	}
+	return ids
+}
+
+// virtualMedia answers a virtual media device and its actions.
+func (b *BMC) virtualMedia(w http.ResponseWriter, r *http.Request, system *System, device, rest string) {
+	switch {
+	case rest == "" && r.Method == http.MethodGet:
+		writeJSON(w, http.StatusOK, b.mediaJSON(system, device))
+	case rest == "/Actions/VirtualMedia.InsertMedia" && r.Method == http.MethodPost:
+		var body struct {
+			Image    string
+			Inserted *bool
+		}
+		if err := json.NewDecoder(r.Body).Decode(&body); err != nil || body.Image == "" {
+			writeError(w, http.StatusBadRequest, "Base.1.8.ActionParameterMissing", "The action VirtualMedia.InsertMedia requires the parameter Image to be present in the request body.")
+			return
+		}
+		b.mu.Lock()
+		held := system.Media[device].Image
+		b.mu.Unlock()
+		if held != "" {
+			writeError(w, http.StatusBadRequest, "Base.1.8.ActionNotSupported", fmt.Sprintf("The action VirtualMedia.InsertMedia is not supported by the resource: device %s holds an image; eject it first.", device))
+			return
+		}
+		content, status, err := fetchImage(r.Context(), body.Image)
+		if err != nil {
+			writeError(w, status, "Base.1.8.GeneralError", fmt.Sprintf("Failed fetching image from URL %s: %v", body.Image, err))
+			return
+		}
+		b.mu.Lock()
+		system.Media[device] = Media{Image: body.Image, Content: content}
+		if device == mediaDevices[0].id {
+			system.MediaImage = body.Image
+		}
+		b.mu.Unlock()
+		w.WriteHeader(http.StatusNoContent)
+	case rest == "/Actions/VirtualMedia.EjectMedia" && r.Method == http.MethodPost:
+		b.mu.Lock()
+		delete(system.Media, device)
+		if device == mediaDevices[0].id {
+			system.MediaImage = ""
+		}
+		b.mu.Unlock()
+		w.WriteHeader(http.StatusNoContent)
+	default:
+		writeError(w, http.StatusNotFound, "Base.1.8.ResourceMissingAtURI", fmt.Sprintf("The resource at the URI %s was not found.", r.URL.Path))
+	}
+}
+
+// fetchImage downloads an image at insert, as sushy-tools does; the
+// status is the BMC's answer when it cannot.
+func fetchImage(ctx context.Context, image string) ([]byte, int, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, image, nil)
+	if err != nil {
+		return nil, http.StatusBadRequest, err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return nil, http.StatusBadRequest, err
+	}
+	defer func() { _ = resp.Body.Close() }()
+	if resp.StatusCode >= 400 {
+		status := http.StatusBadRequest
+		if resp.StatusCode >= 500 {
+			status = http.StatusBadGateway
+		}
+		return nil, status, fmt.Errorf("Cannot download virtual media: got error %d from the server", resp.StatusCode)
+	}
+	content, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return nil, http.StatusBadRequest, err
+	}
+	return content, 0, nil
+}
+
+func (b *BMC) mediaJSON(system *System, device string) map[string]any {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	base := "/redfish/v1/Systems/" + system.ID + "/VirtualMedia/" + device
+	var name string
+	var types []string
+	for _, known := range mediaDevices {
+		if known.id == device {
+			name, types = known.name, known.types
+		}
+	}
+	image := system.Media[device].Image
 	return map[string]any{
-		"@odata.type": "#VirtualMedia.v1_6_0.VirtualMedia", "@odata.id": base, "Id": "Cd", "Name": "Virtual CD",
-		"MediaTypes": []string{"CD", "DVD"}, "Image": system.MediaImage, "Inserted": system.MediaImage != "",
+		"@odata.type": "#VirtualMedia.v1_6_0.VirtualMedia", "@odata.id": base, "Id": device, "Name": name,
+		"MediaTypes": types, "Image": image, "Inserted": image != "",
 		"Actions": map[string]any{
 			"#VirtualMedia.InsertMedia": map[string]string{"target": base + "/Actions/VirtualMedia.InsertMedia"},
 			"#VirtualMedia.EjectMedia":  map[string]string{"target": base + "/Actions/VirtualMedia.EjectMedia"},

@@ -43,6 +43,9 @@ type OperatorOptions struct {
 	// SimulatedKubeletsElsewhere leaves the simulated machines' Nodes to
 	// a registrar the test runs, as make scale's controller does.
 	SimulatedKubeletsElsewhere bool
+	// RedfishMediaBindAddress runs the redfish media server there, as
+	// --redfish-media-bind-address does; empty runs none.
+	RedfishMediaBindAddress string
 }
 
 // StartOperator runs claimscale's controllers against the test control
@@ -89,6 +92,7 @@ func StartOperator(t *testing.T, opts OperatorOptions) (stop func()) {
 		ExternalScalerInterval:     250 * time.Millisecond,
 		DryRun:                     opts.DryRun,
 		SimulatedKubeletsElsewhere: opts.SimulatedKubeletsElsewhere,
+		RedfishMediaBindAddress:    opts.RedfishMediaBindAddress,
 	}); err != nil {
 		cancel()
 		t.Fatal(err)
