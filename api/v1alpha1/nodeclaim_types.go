@@ -74,6 +74,14 @@ type ClaimShape struct {
 	// +kubebuilder:validation:MaxLength=32
 	// +kubebuilder:validation:Pattern=`^[0-9]+(\.[0-9]+)?$`
 	Price string `json:"price,omitempty"`
+	// ExtendedResources of the machine, as its pool's shape names them
+	// (nvidia.com/gpu: 1): what the provider attaches, and what the node
+	// is expected to advertise.
+	// +optional
+	// +kubebuilder:validation:XValidation:rule="size(self) <= 8",message="extendedResources: at most 8 kinds of device"
+	// +kubebuilder:validation:XValidation:rule="self.all(k, k.contains('/') && !k.contains('kubernetes.io/') && !k.startsWith('requests.') && !format.qualifiedName().validate(k).hasValue())",message="extendedResources: every name must be an extended resource: a domain-prefixed name (example.com/device) outside kubernetes.io"
+	// +kubebuilder:validation:XValidation:rule="self.all(k, string(self[k]).matches('^[1-9][0-9]{0,3}$'))",message="extendedResources: every count must be a whole number from 1 to 9999"
+	ExtendedResources corev1.ResourceList `json:"extendedResources,omitempty"`
 }
 
 // NodeClaimRequirements are what a claim was sized for.

@@ -509,6 +509,18 @@ type Shape struct {
 	// +kubebuilder:validation:MaxLength=32
 	// +kubebuilder:validation:Pattern=`^[0-9]+(\.[0-9]+)?$`
 	Price string `json:"price,omitempty"`
+	// ExtendedResources the machine has besides cpu and memory, in whole
+	// units: the devices a device plugin on it advertises
+	// (nvidia.com/gpu: 1). Its template node has them in capacity and
+	// allocatable, so a pod that asks for one is packed onto this shape
+	// and its node is bought for it; the claim carries them to the
+	// provider, which attaches the devices where it can (Proxmox PCI
+	// passthrough) or only reports them.
+	// +optional
+	// +kubebuilder:validation:XValidation:rule="size(self) <= 8",message="extendedResources: at most 8 kinds of device"
+	// +kubebuilder:validation:XValidation:rule="self.all(k, k.contains('/') && !k.contains('kubernetes.io/') && !k.startsWith('requests.') && !format.qualifiedName().validate(k).hasValue())",message="extendedResources: every name must be an extended resource: a domain-prefixed name (example.com/device) outside kubernetes.io"
+	// +kubebuilder:validation:XValidation:rule="self.all(k, string(self[k]).matches('^[1-9][0-9]{0,3}$'))",message="extendedResources: every count must be a whole number from 1 to 9999"
+	ExtendedResources corev1.ResourceList `json:"extendedResources,omitempty"`
 }
 
 // FlexibleShape is a range of sizes: CPU and memory from min to max, in steps.
