@@ -192,7 +192,11 @@ func (r *round) placeEach(run *classRun, pods []*corev1.Pod) error {
 			return nil
 		}
 		var target *simNode
-		for ni := cursor; ni < len(r.nodes); ni++ {
+		scan := len(r.nodes)
+		if r.excludedEverywhere(run) {
+			scan = 0
+		}
+		for ni := cursor; ni < scan; ni++ {
 			if ni < len(dead) && dead[ni] {
 				continue
 			}
@@ -257,6 +261,40 @@ func (r *round) placeEach(run *classRun, pods []*corev1.Pod) error {
 		}
 	}
 	return nil
+}
+
+// excludedEverywhere reports whether a counted class's anti-affinity
+// keeps its pods off every node there is: every node has the key of one
+// of its terms, and every domain of the key holds a pod the term matches.
+// A scan would fail on each node in turn: a class whose pods each need a
+// node of their own (the anti-affine fifth of the diverse mix) would scan
+// every node opened before it, for each of its pods, to open one anyway.
+func (r *round) excludedEverywhere(run *classRun) bool {
+	sr := run.counted
+	if sr == nil || len(sr.anti) == 0 {
+		return false
+	}
+	r.refreshCounts(run.cls, sr)
+	nodes := len(r.s.snap.list())
+	for _, tc := range sr.anti {
+		sums := tc.sums
+		withKey, free := 0, false
+		if sums.host {
+			for count, n := range sums.perNode {
+				withKey += n
+				free = free || count == 0 && n > 0
+			}
+		} else {
+			for v, n := range sums.nodes {
+				withKey += n
+				free = free || sums.domains[v] == 0
+			}
+		}
+		if withKey == nodes && !free {
+			return true
+		}
+	}
+	return false
 }
 
 // monotone reports whether a Filter failure stays a failure as more pods
