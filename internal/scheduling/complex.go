@@ -39,6 +39,9 @@ type classRun struct {
 	// spread decides a class whose only pod-dependent constraint is hard
 	// spread, without the framework (see counted.go).
 	counted *countedRun
+	// watches are the class's hard spreads as watched (see watched.go),
+	// once one of its pods is placed.
+	watches []*spreadWatch
 }
 
 // buildView picks the nodes a class's PreFilter must see.
@@ -196,25 +199,38 @@ func (r *round) placeEach(run *classRun, pods []*corev1.Pod) error {
 		if r.excludedEverywhere(run) {
 			scan = 0
 		}
-		for ni := cursor; ni < scan; ni++ {
-			if ni < len(dead) && dead[ni] {
-				continue
-			}
-			n := r.nodes[ni]
-			st, err := r.try(run, pod, n)
-			if err != nil {
-				return err
-			}
-			if st.IsSuccess() {
-				target = n
-				break
-			}
-			if monotone(st) {
-				for len(dead) <= ni {
-					dead = append(dead, false)
+		watched := r.watched(cls)
+		for pass := 0; target == nil && pass < 2; pass++ {
+			if pass == 1 {
+				if !watched || scan == 0 {
+					break
 				}
-				dead[ni] = true
+				// No node takes the pod within the watches: one that
+				// takes it without does, before a node is opened.
+				r.breakWatches = true
 			}
+			for ni := cursor; ni < scan; ni++ {
+				if ni < len(dead) && dead[ni] {
+					continue
+				}
+				n := r.nodes[ni]
+				st, err := r.try(run, pod, n)
+				if err != nil {
+					r.breakWatches = false
+					return err
+				}
+				if st.IsSuccess() {
+					target = n
+					break
+				}
+				if monotone(st) {
+					for len(dead) <= ni {
+						dead = append(dead, false)
+					}
+					dead[ni] = true
+				}
+			}
+			r.breakWatches = false
 		}
 		for cursor < len(dead) && dead[cursor] {
 			cursor++
@@ -227,6 +243,14 @@ func (r *round) placeEach(run *classRun, pods []*corev1.Pod) error {
 			n, reason, refusals, err := r.openFor(run, pod)
 			if err != nil {
 				return err
+			}
+			if n == nil && watched {
+				r.breakWatches = true
+				n, reason, refusals, err = r.openFor(run, pod)
+				r.breakWatches = false
+				if err != nil {
+					return err
+				}
 			}
 			if n == nil {
 				if refusals != nil || reason == "" {
@@ -241,6 +265,11 @@ func (r *round) placeEach(run *classRun, pods []*corev1.Pod) error {
 		pi, err := r.place(cls, target, pods[i:i+1])
 		if err != nil {
 			return err
+		}
+		if len(cls.hardSpread) > 0 {
+			if err := r.watch(run, target); err != nil {
+				return err
+			}
 		}
 		if run.self {
 			r.addToView(run, target.name)
@@ -413,6 +442,11 @@ func (r *round) try(run *classRun, pod *corev1.Pod, n *simNode) (*fwk.Status, er
 	}
 	if r.room(run.cls, n) < 1 {
 		return failResources, nil
+	}
+	if r.watchedRoom(run.cls, n) < 1 {
+		// More pods the spread selector of a pod placed earlier counts
+		// would break its spread.
+		return failSpreadSkew, nil
 	}
 	if run.counted != nil {
 		// Resources and the static filters are decided above; the class

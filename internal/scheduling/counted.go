@@ -203,6 +203,16 @@ func (t *tally) count(ni fwk.NodeInfo) int {
 
 func (t *tally) matchesPod(p *corev1.Pod) bool { return t.match(p) }
 
+// matchesClass reports whether the tally counts the class's pods.
+func (t *tally) matchesClass(cls *podClass) bool {
+	m, known := t.byClass[cls]
+	if !known {
+		m = t.match(cls.rep)
+		t.byClass[cls] = m
+	}
+	return m
+}
+
 func (t *tally) matches(pi fwk.PodInfo) bool {
 	if own, ok := pi.(*podInfo); ok {
 		m, known := t.byClass[own.cls]

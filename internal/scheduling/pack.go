@@ -45,6 +45,15 @@ type round struct {
 	woken map[*sleepingMachine]bool
 	// dead is placeEach's scratch space.
 	dead []bool
+	// watches are the hard spreads of the pods placed (see watched.go),
+	// in the order they were made; watchedBy lists those that count a
+	// class.
+	watches    map[watchKey]*spreadWatch
+	watchOrder []*spreadWatch
+	watchedBy  map[*podClass]watchList
+	// breakWatches is set while a pod is placed that no node takes within
+	// the watches.
+	breakWatches bool
 }
 
 type zoneKey struct {
@@ -112,22 +121,20 @@ func (r *round) packOnce(items []item) error {
 // placeSimple places pods whose fit depends on nothing but static filters
 // and resources: it fills each node with as many as fit in one step.
 func (r *round) placeSimple(cls *podClass, pods []*corev1.Pod) error {
-	i := 0
-	for ni := 0; ni < len(r.nodes) && i < len(pods); ni++ {
-		n := r.nodes[ni]
-		ok, err := r.staticOK(cls, n)
+	i, err := r.fillNodes(cls, pods)
+	if err != nil {
+		return err
+	}
+	if i < len(pods) && r.watched(cls) {
+		// What the nodes cannot take within the watches, they take
+		// without, before a node is opened for it.
+		r.breakWatches = true
+		k, err := r.fillNodes(cls, pods[i:])
+		r.breakWatches = false
 		if err != nil {
 			return err
 		}
-		if !ok {
-			continue
-		}
-		if k := min(r.room(cls, n), len(pods)-i); k > 0 {
-			if _, err := r.place(cls, n, pods[i:i+k]); err != nil {
-				return err
-			}
-			i += k
-		}
+		i += k
 	}
 	for i < len(pods) {
 		if !r.allowOpen {
@@ -142,12 +149,20 @@ func (r *round) placeSimple(cls *podClass, pods []*corev1.Pod) error {
 			r.failRefused(pods[i:], r.refusals(reasons))
 			return nil
 		}
-		n, err := r.createNode(opts[0])
+		n, err := r.openWatched(cls, opts)
 		if err != nil {
 			return err
 		}
+		if n == nil {
+			r.breakWatches = true
+			if n, err = r.createNode(opts[0]); err != nil {
+				r.breakWatches = false
+				return err
+			}
+		}
 		r.activate(n)
-		k := min(r.room(cls, n), len(pods)-i)
+		k := min(r.room(cls, n), r.watchedRoom(cls, n), len(pods)-i)
+		r.breakWatches = false
 		if k == 0 {
 			return fmt.Errorf("new node %s of pool %s has no room for pod %s/%s", n.name, n.pool.name, pods[i].Namespace, pods[i].Name)
 		}
@@ -157,6 +172,50 @@ func (r *round) placeSimple(cls *podClass, pods []*corev1.Pod) error {
 		i += k
 	}
 	return nil
+}
+
+// fillNodes places as many of pods as the nodes take, in node order, and
+// returns how many.
+func (r *round) fillNodes(cls *podClass, pods []*corev1.Pod) (int, error) {
+	i := 0
+	for ni := 0; ni < len(r.nodes) && i < len(pods); ni++ {
+		n := r.nodes[ni]
+		ok, err := r.staticOK(cls, n)
+		if err != nil {
+			return i, err
+		}
+		if !ok {
+			continue
+		}
+		k := min(r.room(cls, n), len(pods)-i)
+		if k > 0 {
+			k = min(k, r.watchedRoom(cls, n))
+		}
+		if k > 0 {
+			if _, err := r.place(cls, n, pods[i:i+k]); err != nil {
+				return i, err
+			}
+			i += k
+		}
+	}
+	return i, nil
+}
+
+// openWatched creates a node for the first option where a pod of cls
+// keeps the spreads of the pods placed before it that count it (see
+// watched.go); nil when there is none.
+func (r *round) openWatched(cls *podClass, opts []option) (*simNode, error) {
+	for _, o := range opts {
+		n, err := r.createNode(o)
+		if err != nil {
+			return nil, err
+		}
+		if r.watchedRoom(cls, n) > 0 {
+			return n, nil
+		}
+		r.removeNode(nil, n)
+	}
+	return nil, nil
 }
 
 func (r *round) fail(pods []*corev1.Pod, reason string) {
