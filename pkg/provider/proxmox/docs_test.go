@@ -89,7 +89,7 @@ func TestDocumentedManifestsAreValid(t *testing.T) {
 			t.Errorf("NodePool %s: %d shapes, %v", pool.Name, len(shapes), err)
 		}
 	}
-	if kinds["Secret"] != 1 || kinds["NodeProvider"] != 4 || kinds["NodePool"] != 2 {
-		t.Errorf("documented manifests = %v, want a Secret, four NodeProviders (clone, per-node templates, bootstrap and netboot) and two NodePools", kinds)
+	if kinds["Secret"] != 1 || kinds["NodeProvider"] != 5 || kinds["NodePool"] != 3 {
+		t.Errorf("documented manifests = %v, want a Secret, five NodeProviders (clone, per-node templates, bootstrap, netboot and GPU passthrough) and three NodePools", kinds)
 	}
 }
