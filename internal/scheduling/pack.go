@@ -149,20 +149,20 @@ func (r *round) placeSimple(cls *podClass, pods []*corev1.Pod) error {
 			r.failRefused(pods[i:], r.refusals(reasons))
 			return nil
 		}
+		// The pods left fit on no node there is, watched or not: a new
+		// node goes where the watches let one pod go, and takes as many
+		// as fit, so that the watches open no more nodes than without.
 		n, err := r.openWatched(cls, opts)
 		if err != nil {
 			return err
 		}
 		if n == nil {
-			r.breakWatches = true
 			if n, err = r.createNode(opts[0]); err != nil {
-				r.breakWatches = false
 				return err
 			}
 		}
 		r.activate(n)
-		k := min(r.room(cls, n), r.watchedRoom(cls, n), len(pods)-i)
-		r.breakWatches = false
+		k := min(r.room(cls, n), len(pods)-i)
 		if k == 0 {
 			return fmt.Errorf("new node %s of pool %s has no room for pod %s/%s", n.name, n.pool.name, pods[i].Namespace, pods[i].Name)
 		}

@@ -47,3 +47,23 @@ func TestPodsCountedByAPlacedSpreadKeepIt(t *testing.T) {
 		})
 	}
 }
+
+// Plain pods that fit on no node there is open no more nodes for the
+// watches than without: a new node goes to a zone the watches let a pod
+// go to, and takes as many as fit. Spread pods in each of three zones
+// count the web pods; once the zones' nodes are full, the four left take
+// one new node, not one per zone and skew.
+func TestWatchesOpenNoMoreNodes(t *testing.T) {
+	var nodes []*corev1.Node
+	for _, zone := range []string{"a", "b", "c"} {
+		nodes = append(nodes, node("n-"+zone, "4", "16Gi", map[string]string{corev1.LabelTopologyZone: zone}))
+	}
+	// One spread pod per zone.
+	pending := pods(3, "spread", "1", "1Gi", spread(corev1.LabelTopologyZone, 1, "web"), podAntiAffinity(corev1.LabelTopologyZone, "spread"))
+	pending = append(pending, pods(13, "web", "1", "1Gi")...)
+	c := Cluster{Pools: []Pool{nodePool("default", []Shape{shape("c4", "4", "16Gi", 4)}, zones("a", "b", "c"))}, Nodes: nodes}
+	r := solve(t, c, pending)
+	if len(r.NewNodes) != 1 || len(r.Unschedulable) > 0 {
+		t.Errorf("%s; want the 4 web pods the zones' nodes cannot hold on one new node", describeResult(r))
+	}
+}
