@@ -138,22 +138,36 @@ func bindInOrder(t *testing.T, c Cluster, r Result, order []*corev1.Pod) (failed
 // node. Bound in the scheduler's order, whichever order the pods come in,
 // every pod then binds on the nodes of the plan.
 func TestTheDiverseMixBindsWherePlannedInTheSchedulersOrder(t *testing.T) {
-	c := Cluster{Pools: []Pool{nodePool("fidelity", []Shape{
+	shapes := []Shape{
 		shape("s2", "2", "8Gi", 0.06), shape("m4", "4", "16Gi", 0.11), shape("l8", "8", "32Gi", 0.2), shape("x16", "16", "64Gi", 0.38),
-	}, zones("zone-a", "zone-b", "zone-c"))}}
-	pods := workloads.NewGenerator().Diverse(500)
-	r := solve(t, c, pods)
-	if len(r.NewNodes) != 100 || len(r.Unschedulable) > 0 {
-		t.Fatalf("%d nodes, %d pods unschedulable; want 100 nodes, one per anti-affine pod, for every pod", len(r.NewNodes), len(r.Unschedulable))
 	}
-	replay(t, c, r)
-	shuffled := slices.Clone(pods)
-	rand.New(rand.NewPCG(7, 11)).Shuffle(len(shuffled), func(i, j int) { shuffled[i], shuffled[j] = shuffled[j], shuffled[i] })
-	for name, order := range map[string][]*corev1.Pod{"the generator's order": pods, "shuffled": shuffled} {
-		failedFirst, elsewhere, neverBound := bindInOrder(t, c, r, order)
-		if len(neverBound) > 0 {
-			t.Errorf("in %s, %d pods never bind: %v", name, len(neverBound), neverBound)
-		}
-		t.Logf("in %s, %d pods failed at their first turn; %d of them bound on another node than planned", name, failedFirst, elsewhere)
+	for name, selected := range map[string]bool{
+		"bare pods": false,
+		// As the end-to-end test makes them: only nodes of the pool's
+		// label are domains of their spreads.
+		"pods that select the pool's label": true,
+	} {
+		t.Run(name, func(t *testing.T) {
+			c := Cluster{Pools: []Pool{nodePool("fidelity", shapes, zones("zone-a", "zone-b", "zone-c"), poolLabels("scenario", "fidelity"))}}
+			generator := workloads.NewGenerator()
+			if selected {
+				generator.Adjust = func(p *corev1.Pod) { p.Spec.NodeSelector = map[string]string{"scenario": "fidelity"} }
+			}
+			pods := generator.Diverse(500)
+			r := solve(t, c, pods)
+			if len(r.NewNodes) != 100 || len(r.Unschedulable) > 0 {
+				t.Fatalf("%d nodes, %d pods unschedulable; want 100 nodes, one per anti-affine pod, for every pod", len(r.NewNodes), len(r.Unschedulable))
+			}
+			replay(t, c, r)
+			shuffled := slices.Clone(pods)
+			rand.New(rand.NewPCG(7, 11)).Shuffle(len(shuffled), func(i, j int) { shuffled[i], shuffled[j] = shuffled[j], shuffled[i] })
+			for order, pods := range map[string][]*corev1.Pod{"the generator's order": pods, "shuffled": shuffled} {
+				failedFirst, elsewhere, neverBound := bindInOrder(t, c, r, pods)
+				if len(neverBound) > 0 {
+					t.Errorf("in %s, %d pods never bind: %v", order, len(neverBound), neverBound)
+				}
+				t.Logf("in %s, %d pods failed at their first turn; %d of them bound on another node than planned", order, failedFirst, elsewhere)
+			}
+		})
 	}
 }

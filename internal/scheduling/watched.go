@@ -55,10 +55,13 @@ type spreadWatch struct {
 	// a class's own spread is checked as its pods are placed, and needs
 	// no watch over them.
 	only *podClass
-	// least is the smallest domain as of snapshot change count at.
-	least int
-	at    int
-	valid bool
+	// least is the smallest domain as of snapshot change count at, and
+	// domains, for holders with node affinity, what each domain holds of
+	// the nodes it admits.
+	least   int
+	domains map[string]int
+	at      int
+	valid   bool
 }
 
 type watchKey struct {
@@ -200,6 +203,7 @@ func (r *round) leastDomain(w *spreadWatch) int {
 		}
 	} else {
 		domains := map[string]int{}
+		w.domains = domains
 		for _, ni := range snap.list() {
 			node := ni.Node()
 			v, has := node.Labels[w.key]
@@ -255,13 +259,20 @@ func (r *round) watchedRoom(cls *podClass, n *simNode) int {
 				continue
 			}
 		}
+		least := r.leastDomain(w)
 		var count int
-		if w.key == corev1.LabelHostname {
+		switch {
+		case w.key == corev1.LabelHostname:
 			count = w.tally.count(ni)
-		} else {
-			count = w.tally.sumsOf(r.s.snap, w.key).domains[v]
+		case w.hasRequired:
+			count = w.domains[v]
+		default:
+			// A zone's domain holds what its nodes hold, and what a node
+			// the holders could open there would (as their own check
+			// counts it).
+			count = w.tally.sumsOf(r.s.snap, w.key).domains[v] + w.empty[v]
 		}
-		room = min(room, max(w.maxSkew+r.leastDomain(w)-count, 0))
+		room = min(room, max(w.maxSkew+least-count, 0))
 	}
 	return room
 }
