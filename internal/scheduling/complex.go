@@ -277,6 +277,8 @@ func (r *round) placeEach(run *classRun, pods []*corev1.Pod) error {
 		if run.counted != nil {
 			r.countedPlaced(cls, run.counted, target)
 		}
+		// After countedPlaced, which reads the counts as they were.
+		r.tallyPlaced(cls, 1)
 		switch {
 		case len(cls.hardSpread) > 0:
 			// PodTopologySpread's AddPod tracks only the two smallest

@@ -225,6 +225,29 @@ func (t *tally) matches(pi fwk.PodInfo) bool {
 	return t.match(pi.GetPod())
 }
 
+// tallyPlaced brings the tallies' counts of the node the last place put
+// k pods of cls on up to date, where they were current before it and
+// nothing changed on the node since (the node's shapes, its DaemonSet
+// pods): a node of a hundred pods is not counted again by every tally
+// after each placement.
+func (r *round) tallyPlaced(cls *podClass, k int) {
+	a := r.added
+	if len(r.tallies) == 0 || r.s.snap.lookup(a.node).GetGeneration() != a.after {
+		return
+	}
+	for _, t := range r.tallies {
+		e, ok := t.nodes[a.node]
+		if !ok || e.gen != a.before {
+			continue
+		}
+		if t.matchesClass(cls) {
+			e.count += k
+		}
+		e.gen = a.after
+		t.nodes[a.node] = e
+	}
+}
+
 func (r *round) tally(key tallyKey, match func(*corev1.Pod) bool) *tally {
 	if r.tallies == nil {
 		r.tallies = map[tallyKey]*tally{}

@@ -54,6 +54,15 @@ type round struct {
 	// breakWatches is set while a pod is placed that no node takes within
 	// the watches.
 	breakWatches bool
+	// added is what the last place changed (see tallyPlaced).
+	added addedPods
+}
+
+// addedPods is a node's NodeInfo generation before and after place added
+// pods to it.
+type addedPods struct {
+	node          string
+	before, after int64
 }
 
 type zoneKey struct {
@@ -195,6 +204,7 @@ func (r *round) fillNodes(cls *podClass, pods []*corev1.Pod) (int, error) {
 			if _, err := r.place(cls, n, pods[i:i+k]); err != nil {
 				return i, err
 			}
+			r.tallyPlaced(cls, k)
 			i += k
 		}
 	}
@@ -463,9 +473,11 @@ func (r *round) place(cls *podClass, n *simNode, pods []*corev1.Pod) (fwk.PodInf
 	for i, p := range pods {
 		infos[i] = podInfo{pod: p, cls: cls}
 	}
+	before := r.s.snap.lookup(n.name).GetGeneration()
 	if err := r.s.snap.addPodInfos(infos, n.name); err != nil {
 		return nil, err
 	}
+	r.added = addedPods{node: n.name, before: before, after: r.s.snap.lookup(n.name).GetGeneration()}
 	var last fwk.PodInfo = &infos[len(infos)-1]
 	if len(cls.where) == 0 {
 		r.placedClasses = append(r.placedClasses, cls)
