@@ -277,8 +277,6 @@ func (r *round) placeEach(run *classRun, pods []*corev1.Pod) error {
 		if run.counted != nil {
 			r.countedPlaced(cls, run.counted, target)
 		}
-		// After countedPlaced, which reads the counts as they were.
-		r.tallyPlaced(cls, 1)
 		switch {
 		case len(cls.hardSpread) > 0:
 			// PodTopologySpread's AddPod tracks only the two smallest
@@ -305,10 +303,16 @@ func (r *round) excludedEverywhere(run *classRun) bool {
 	if sr == nil || len(sr.anti) == 0 {
 		return false
 	}
-	r.refreshCounts(run.cls, sr)
 	nodes := len(r.s.snap.list())
 	for _, tc := range sr.anti {
-		sums := tc.sums
+		// Only sums kept already, followed from the log of changed
+		// nodes: summing a term anew is a pass over every node, which the
+		// scan it would spare may not cost (refreshCounts, which would
+		// also count the class's spread domains, is not called either).
+		if !tc.tally.summing(r.s.snap, tc.term.TopologyKey) {
+			continue
+		}
+		sums := tc.tally.sumsOf(r.s.snap, tc.term.TopologyKey)
 		withKey, free := 0, false
 		if sums.host {
 			for count, n := range sums.perNode {

@@ -37,8 +37,10 @@ type round struct {
 	optCache map[optionKey]cachedOptions
 	// member is scratch space for frontier, by shapeInfo.idx.
 	member []bool
-	// tallies count the pods each spread selector matches, per node.
+	// tallies count the pods each spread selector matches, per node;
+	// placed logs per node the pods placed on it, for the tallies.
 	tallies map[tallyKey]*tally
+	placed  map[string][]addedPods
 	// rooms memoises room on new nodes by the node's version.
 	rooms map[roomKey]roomEntry
 	// woken are the sleeping machines the round opened.
@@ -54,14 +56,13 @@ type round struct {
 	// breakWatches is set while a pod is placed that no node takes within
 	// the watches.
 	breakWatches bool
-	// added is what the last place changed (see tallyPlaced).
-	added addedPods
 }
 
-// addedPods is a node's NodeInfo generation before and after place added
-// pods to it.
+// addedPods is k pods of cls that place added to a node, with the node's
+// NodeInfo generation before and after.
 type addedPods struct {
-	node          string
+	cls           *podClass
+	k             int
 	before, after int64
 }
 
@@ -204,7 +205,6 @@ func (r *round) fillNodes(cls *podClass, pods []*corev1.Pod) (int, error) {
 			if _, err := r.place(cls, n, pods[i:i+k]); err != nil {
 				return i, err
 			}
-			r.tallyPlaced(cls, k)
 			i += k
 		}
 	}
@@ -477,7 +477,9 @@ func (r *round) place(cls *podClass, n *simNode, pods []*corev1.Pod) (fwk.PodInf
 	if err := r.s.snap.addPodInfos(infos, n.name); err != nil {
 		return nil, err
 	}
-	r.added = addedPods{node: n.name, before: before, after: r.s.snap.lookup(n.name).GetGeneration()}
+	if r.placed != nil {
+		r.placed[n.name] = append(r.placed[n.name], addedPods{cls: cls, k: len(pods), before: before, after: r.s.snap.lookup(n.name).GetGeneration()})
+	}
 	var last fwk.PodInfo = &infos[len(infos)-1]
 	if len(cls.where) == 0 {
 		r.placedClasses = append(r.placedClasses, cls)
