@@ -52,7 +52,11 @@ generate: bin/controller-gen ## Generate deepcopy code.
 
 .PHONY: manifests
 manifests: bin/controller-gen ## Generate CRDs and RBAC, and copy them into the Helm chart.
-	$(BIN)/controller-gen crd paths=./api/... output:crd:artifacts:config=config/crd/bases
+	$(BIN)/controller-gen crd paths=./api/v1alpha1/... output:crd:artifacts:config=config/crd/bases
+	# The autoscaling SIG's kinds claimscale serves (ProvisioningRequest,
+	# CapacityBuffer): not claimscale's to install by default, since
+	# cluster-autoscaler or Kueue may have installed them already.
+	$(BIN)/controller-gen crd paths=./api/autoscaling/... output:crd:artifacts:config=config/crd/autoscaling
 	go run ./hack/crdbounds config/crd/bases/*.yaml
 	$(BIN)/controller-gen rbac:roleName=claimscale paths=./internal/operator/... output:rbac:artifacts:config=config/rbac
 	mkdir -p charts/claimscale/crds charts/claimscale/files
