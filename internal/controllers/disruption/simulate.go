@@ -389,7 +389,7 @@ func abbreviate(names []string, n int) string {
 	return fmt.Sprintf("%s and %d more", strings.Join(names[:n], ", "), len(names)-n)
 }
 
-// headroomViolation names the pool whose headroom the candidates' removal
+// headroomViolation names the pool (or the CapacityBuffer) whose headroom the candidates' removal
 // would break, if any: with them (and the nodes already going) gone, their
 // pods placed first and every pool's headroom after them, at the lowest
 // priority, more of a pool's headroom fits on no node than fits on none
@@ -426,7 +426,7 @@ func (s whatIf) headroomViolation(ctx context.Context, candidates []*candidate) 
 	sort.Strings(names)
 	for _, name := range names {
 		if missing[name] > s.headroomMissing[name] {
-			return fmt.Sprintf("pool %s would lose headroom: %d of its headroom pods would fit on no node", name, missing[name]), nil
+			return fmt.Sprintf("%s would lose headroom: %d of its headroom pods would fit on no node", name, missing[name]), nil
 		}
 	}
 	return "", nil
@@ -448,6 +448,7 @@ func (s whatIf) buildHeadroom(ctx context.Context) error {
 		}
 		s.headroom = append(s.headroom, nodes...)
 	}
+	s.headroom = append(s.headroom, s.buffered...)
 	if len(s.headroom) == 0 {
 		s.headroomMissing = map[string]int{}
 	}
@@ -471,7 +472,7 @@ func (s whatIf) missingHeadroom(ctx context.Context, candidates []*candidate) (m
 	missing := map[string]int{}
 	count := func(pod *corev1.Pod) {
 		if warmcapacity.IsPlaceholder(pod) {
-			missing[pod.Labels[v1alpha1.LabelNodePool]]++
+			missing[warmcapacity.Owner(pod)]++
 		}
 	}
 	for _, node := range result.NewNodes {
