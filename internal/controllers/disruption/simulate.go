@@ -117,8 +117,16 @@ func (s whatIf) leavesPendingPodsOut(ctx context.Context, candidates []*candidat
 	if err != nil || !alone.Fits() {
 		return "", err
 	}
-	return fmt.Sprintf("%s: %d pending pods have room now (pod %s/%s first), and with the node gone %d pods would find none",
-		pendingPodsNote, len(pending), pending[0].Namespace, pending[0].Name, len(removal.Unschedulable)), nil
+	first := fmt.Sprintf("pod %s/%s first", pending[0].Namespace, pending[0].Name)
+	for _, u := range removal.Unschedulable {
+		if warmcapacity.IsBooked(u.Pod) {
+			// The room a ProvisioningRequest booked: say whose.
+			first = "among them the room booked for " + warmcapacity.Owner(u.Pod)
+			break
+		}
+	}
+	return fmt.Sprintf("%s: %d pending pods have room now (%s), and with the node gone %d pods would find none",
+		pendingPodsNote, len(pending), first, len(removal.Unschedulable)), nil
 }
 
 // pendingPodsNote starts the note of a removal refused because it would

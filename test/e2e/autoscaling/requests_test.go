@@ -9,6 +9,7 @@ import (
 	"time"
 
 	. "github.com/onsi/gomega"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	clocktesting "k8s.io/utils/clock/testing"
 
@@ -142,6 +143,15 @@ func TestProvisioningRequestBookingKeepsNodesUntilItExpires(t *testing.T) {
 	s.G.Expect(s.Claims()).To(HaveLen(3))
 	s.G.Consistently(func() int { return len(s.Claims()) }, 5*time.Second, 250*time.Millisecond).Should(Equal(3),
 		"empty past consolidateAfter, but booked")
+	s.G.Eventually(func() []string {
+		var kept []string
+		for _, claim := range s.Claims() {
+			if c := meta.FindStatusCondition(claim.Status.Conditions, v1alpha1.ConditionConsolidatable); c != nil && c.Status == metav1.ConditionFalse {
+				kept = append(kept, c.Message)
+			}
+		}
+		return kept
+	}).Should(ContainElement(ContainSubstring("room booked for ProvisioningRequest "+s.Namespace+"/train")), "the claims say what keeps them")
 
 	bookingClock.SetTime(bookingClock.Now().Add(provisioningrequest.DefaultBookingTime))
 	s.G.Eventually(func() string { return s.RequestCondition("train", autoscalingv1.ConditionBookingExpired).Reason }).
