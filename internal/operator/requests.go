@@ -65,6 +65,7 @@ func capacityBuffers(ctx context.Context, mgr manager.Manager, pools clusterstat
 	return &capacitybuffer.Controller{
 		Kube: mgr.GetClient(), Workloads: mgr.GetAPIReader(), Pools: pools,
 		Buffers: &capacitybuffer.Buffers{}, Clock: opts.Clock, Recheck: opts.Requests.Recheck, Changed: changed,
+		DryRun: opts.DryRun,
 	}, nil
 }
 

@@ -58,6 +58,9 @@ type Controller struct {
 	Recheck time.Duration
 	// Changed is told when the room the buffers keep changed.
 	Changed func()
+	// DryRun keeps the buffers' room in the simulation but writes no
+	// status: beside another autoscaler, that one writes it.
+	DryRun bool
 }
 
 // SetupWithManager registers the controller on buffers and PodTemplates.
@@ -108,7 +111,7 @@ func (c *Controller) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	}
 	updated := buffer.DeepCopy()
 	err := c.reconcile(ctx, updated)
-	if !equality.Semantic.DeepEqual(buffer.Status, updated.Status) {
+	if !c.DryRun && !equality.Semantic.DeepEqual(buffer.Status, updated.Status) {
 		if patchErr := c.Kube.Status().Patch(ctx, updated, client.MergeFromWithOptions(&buffer, client.MergeFromWithOptimisticLock{})); patchErr != nil {
 			return reconcile.Result{}, errors.Join(err, fmt.Errorf("writing the status of CapacityBuffer %s: %w", req.NamespacedName, patchErr))
 		}
