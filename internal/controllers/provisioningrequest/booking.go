@@ -55,10 +55,11 @@ func (c *Controller) keepBooking(ctx context.Context, request *autoscalingv1.Pro
 	for _, podSet := range request.Spec.PodSets {
 		total += int(podSet.Count)
 	}
-	_, bound, err := consumers(ctx, c.Kube, key)
+	arrived, err := consumers(ctx, c.Kube, key)
 	if err != nil {
 		return reconcile.Result{}, err
 	}
+	bound := arrived.bound()
 	now := c.Clock.Now()
 	if bound >= total {
 		setCondition(request, autoscalingv1.ConditionBookingExpired, metav1.ConditionTrue, autoscalingv1.ReasonCapacityBookingConsumed,

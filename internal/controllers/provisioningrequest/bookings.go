@@ -3,6 +3,7 @@ package provisioningrequest
 import (
 	"context"
 	"fmt"
+	"maps"
 	"sort"
 	"sync"
 
@@ -117,7 +118,7 @@ func (b *Bookings) placeholders(ctx context.Context, except types.NamespacedName
 	}
 	var pods []*corev1.Pod
 	for _, key := range keys {
-		arrived, _, err := consumers(ctx, b.Kube, key)
+		arrived, err := consumers(ctx, b.Kube, key)
 		if err != nil {
 			log.FromContext(ctx).Error(err, "booked pods left out this round", "provisioningRequest", key.String())
 			continue
@@ -125,17 +126,40 @@ func (b *Bookings) placeholders(ctx context.Context, except types.NamespacedName
 		bk := bookings[key]
 		owner := "ProvisioningRequest " + key.String()
 		name := fmt.Sprintf("provreq-%s-%s", key.Namespace, key.Name)
-		// The pods that arrived take the room of as many placeholders.
-		for i := min(arrived, len(bk.pods)); i < len(bk.pods); i++ {
-			pod := bk.pods[i]
-			node := pod.node
+		// A pod of the request that arrived takes the room of a
+		// placeholder on its node; one not bound yet, or bound where none
+		// was booked, that of the first placeholder left.
+		bound := maps.Clone(arrived.byNode)
+		nodes := make([]string, len(bk.pods))
+		for i, pod := range bk.pods {
+			nodes[i] = pod.node
 			if pod.claim != "" {
-				node = pod.claim
+				nodes[i] = pod.claim
 				if registered := nodeOfClaim[pod.claim]; registered != "" {
-					node = registered
+					nodes[i] = registered
 				}
 			}
-			pods = append(pods, warmcapacity.Reserved(owner, name, i, pod.template, warmcapacity.BookedPriority, node))
+		}
+		taken := make([]bool, len(bk.pods))
+		for i, node := range nodes {
+			if bound[node] > 0 {
+				bound[node]--
+				taken[i] = true
+			}
+		}
+		elsewhere := arrived.unbound
+		for _, n := range bound {
+			elsewhere += n
+		}
+		for i, pod := range bk.pods {
+			if taken[i] {
+				continue
+			}
+			if elsewhere > 0 {
+				elsewhere--
+				continue
+			}
+			pods = append(pods, warmcapacity.Reserved(owner, name, i, pod.template, warmcapacity.BookedPriority, nodes[i]))
 		}
 	}
 	return pods
@@ -156,26 +180,44 @@ func (b *Bookings) claimNodes(ctx context.Context) (map[string]string, error) {
 	return nodes, nil
 }
 
-// consumers counts the request's pods that are there (not finished, not
-// leaving), and of those the ones bound to a node: pods that name the
+// arrival is where a request's pods that are there (not finished, not
+// leaving) are: the number bound to each node, and how many are not bound
+// yet.
+type arrival struct {
+	byNode  map[string]int
+	unbound int
+}
+
+// bound is how many of the request's pods are bound.
+func (a arrival) bound() int {
+	n := 0
+	for _, count := range a.byNode {
+		n += count
+	}
+	return n
+}
+
+// consumers finds the request's pods that are there: pods that name the
 // request in their consume-provisioning-request annotation (Kueue sets it
 // on the pods of a workload it admitted through the request).
-func consumers(ctx context.Context, kube client.Reader, key types.NamespacedName) (present, bound int, err error) {
+func consumers(ctx context.Context, kube client.Reader, key types.NamespacedName) (arrival, error) {
 	var pods corev1.PodList
 	if err := kube.List(ctx, &pods, client.InNamespace(key.Namespace), client.UnsafeDisableDeepCopy); err != nil {
-		return 0, 0, fmt.Errorf("listing the pods of namespace %s: %w", key.Namespace, err)
+		return arrival{}, fmt.Errorf("listing the pods of namespace %s: %w", key.Namespace, err)
 	}
+	found := arrival{byNode: map[string]int{}}
 	for i := range pods.Items {
 		pod := &pods.Items[i]
 		if consumed(pod) != key.Name || !pod.DeletionTimestamp.IsZero() || scheduling.Terminated(pod) {
 			continue
 		}
-		present++
 		if pod.Spec.NodeName != "" {
-			bound++
+			found.byNode[pod.Spec.NodeName]++
+		} else {
+			found.unbound++
 		}
 	}
-	return present, bound, nil
+	return found, nil
 }
 
 // consumed is the name of the request a pod says it uses, "" for none.

@@ -100,6 +100,15 @@ func TestAtomicScaleUpBuysEveryNodeAtOnceAndIsProvisionedWhenAllAreReady(t *test
 	f.g.Expect(provisioned.Status).To(Equal(metav1.ConditionTrue), provisioned.Message)
 	f.g.Expect(provisioned.Reason).To(Equal(autoscalingv1.ReasonCapacityIsProvisioned))
 	f.g.Expect(expect.Claims(t, env.Client, "general")).To(HaveLen(3), "nothing more bought")
+
+	// A pod of the request bound to the third node takes the room booked
+	// there, and only there.
+	f.consumer("trainer-0", "train", claims[2].Name, "1500m")
+	booked := f.controller.Bookings.Placeholders(f.ctx)
+	f.g.Expect(booked).To(HaveLen(2))
+	for _, pod := range booked {
+		f.g.Expect(pinnedTo(pod)).To(BeElementOf(claims[0].Name, claims[1].Name))
+	}
 }
 
 func TestAtomicScaleUpLargerThanThePoolFailsAndBuysNothing(t *testing.T) {
