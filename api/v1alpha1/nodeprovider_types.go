@@ -333,6 +333,77 @@ type ProxmoxSettings struct {
 	// +listType=map
 	// +listMapKey=name
 	ExtraOptions []NameValue `json:"extraOptions,omitempty"`
+
+	// PCIDevices pass host PCI devices (GPUs) through to the VMs by the
+	// Proxmox cluster's PCI resource mappings (Datacenter > Resource
+	// Mappings, /cluster/mapping/pci): a VM whose shape has N of an
+	// extended resource listed here gets N devices of its mapping, as
+	// hostpci0, hostpci1, … with mapping=<mapping> and the options set
+	// here, and is placed only on a Proxmox node where that mapping has N
+	// devices no running VM uses. A pool's shape with an extended resource
+	// not listed here is refused, and so is a hostpciN in extraOptions
+	// beside this list (the provider numbers the devices itself).
+	// +optional
+	// +listType=map
+	// +listMapKey=resource
+	// +kubebuilder:validation:MaxItems=8
+	// +kubebuilder:validation:XValidation:rule="self.all(a, self.exists_one(b, b.mapping == a.mapping))",message="pciDevices: a mapping may serve one resource only"
+	PCIDevices []ProxmoxPCIDevice `json:"pciDevices,omitempty"`
+}
+
+// ProxmoxPCIDevice maps an extended resource of the pools' shapes to a
+// Proxmox cluster PCI resource mapping, with the hostpci options
+// (qemu-server's pve-qm-hostpci format) each of its devices gets.
+type ProxmoxPCIDevice struct {
+	// Resource is the extended resource a shape counts these devices in,
+	// as the device plugin on the node advertises them (nvidia.com/gpu).
+	// +kubebuilder:validation:MinLength=3
+	// +kubebuilder:validation:MaxLength=253
+	// +kubebuilder:validation:XValidation:rule="self.contains('/') && !self.contains('kubernetes.io/') && !self.startsWith('requests.') && !format.qualifiedName().validate(self).hasValue()",message="pciDevices.resource must be an extended resource: a domain-prefixed name (example.com/device) outside kubernetes.io"
+	Resource string `json:"resource"`
+	// Mapping is the ID of the cluster PCI resource mapping (a Proxmox
+	// configuration ID: a letter, then letters, digits, '-' and '_').
+	// Each of its entries for a Proxmox node is one device of that node.
+	// +kubebuilder:validation:MinLength=2
+	// +kubebuilder:validation:MaxLength=128
+	// +kubebuilder:validation:Pattern=`^[a-zA-Z][a-zA-Z0-9_-]+$`
+	Mapping string `json:"mapping"`
+	// PCIe puts each device on the PCI Express bus (hostpci pcie=1);
+	// Proxmox refuses to start such a VM unless its machine type is q35
+	// (the template's, or machine in extraOptions).
+	// +optional
+	PCIe *bool `json:"pcie,omitempty"`
+	// ROMBar says whether the device's ROM is visible in the guest's
+	// memory map (hostpci rombar; Proxmox's default is true).
+	// +optional
+	ROMBar *bool `json:"rombar,omitempty"`
+	// XVGA enables vfio-vga support, for a GPU that is the guest's primary
+	// display (hostpci x-vga=1).
+	// +optional
+	XVGA *bool `json:"xVGA,omitempty"`
+	// Driver is vfio (Proxmox's default: the device is reset and bound to
+	// vfio-pci) or keep (neither reset nor rebound, for devices already
+	// bound to the right driver). Proxmox VE 9.1 (qemu-server 9.0.25) and
+	// later.
+	// +optional
+	// +kubebuilder:validation:Enum=vfio;keep
+	Driver string `json:"driver,omitempty"`
+	// VendorID overrides the PCI vendor ID the guest sees (0x10de).
+	// +optional
+	// +kubebuilder:validation:Pattern=`^0x[0-9a-fA-F]{4}$`
+	VendorID string `json:"vendorID,omitempty"`
+	// DeviceID overrides the PCI device ID the guest sees.
+	// +optional
+	// +kubebuilder:validation:Pattern=`^0x[0-9a-fA-F]{4}$`
+	DeviceID string `json:"deviceID,omitempty"`
+	// SubVendorID overrides the PCI subsystem vendor ID the guest sees.
+	// +optional
+	// +kubebuilder:validation:Pattern=`^0x[0-9a-fA-F]{4}$`
+	SubVendorID string `json:"subVendorID,omitempty"`
+	// SubDeviceID overrides the PCI subsystem device ID the guest sees.
+	// +optional
+	// +kubebuilder:validation:Pattern=`^0x[0-9a-fA-F]{4}$`
+	SubDeviceID string `json:"subDeviceID,omitempty"`
 }
 
 // VMIDRange is an inclusive range of Proxmox VM IDs.

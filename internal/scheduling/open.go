@@ -31,7 +31,7 @@ func (r *round) options(cls *podClass) ([]option, map[*poolState]PoolRefusal, er
 	// only the order does, by the nodes opened per zone.
 	cacheable := true
 	for _, p := range r.s.pools {
-		cacheable = cacheable && p.limNodes < 0 && p.limCPU < 0 && p.limMem < 0
+		cacheable = cacheable && p.limNodes < 0 && p.limCPU < 0 && p.limMem < 0 && p.free == nil
 	}
 	key := optionKey{statics: cls.statics, req: cls.req}
 	if cls.scalar {
@@ -152,7 +152,7 @@ func (r *round) option(cls *podClass, p *poolState, zone string, bc, bm int64) (
 	var largest *shapeInfo
 	var largestNeed vec
 	var largestPods int64
-	overBudget := false
+	overBudget, taken := false, false
 	for _, si := range p.shapesIn(zone) {
 		t, err := r.s.template(r.ctx, p, si, zone)
 		if err != nil {
@@ -179,11 +179,17 @@ func (r *round) option(cls *podClass, p *poolState, zone string, bc, bm int64) (
 			overBudget = true
 			continue
 		}
+		if r.exhausted(p, si, nil) {
+			taken = true
+			continue
+		}
 		cands = append(cands, si)
 	}
 	switch {
 	case len(cands) > 0:
 		return option{pool: p, zone: zone, cands: cands, price: cands[0].shape.Price}, PoolRefusal{}, nil
+	case taken:
+		return option{}, takenRefusal(p), nil
 	case overBudget:
 		return option{}, limitReason(p), nil
 	case largest != nil:

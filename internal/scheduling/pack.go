@@ -477,6 +477,10 @@ func (r *round) narrow(cls *podClass, n *simNode) error {
 			n.shapesChanged()
 			n.cands = keep
 		}
+		if kept := r.withoutExhausted(n, n.cands); len(kept) != len(n.cands) {
+			n.shapesChanged()
+			n.cands = kept
+		}
 		contrib = n.cands[0].cap
 	}
 	p.used.cpu += contrib.cpu - n.contrib.cpu

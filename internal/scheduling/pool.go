@@ -36,6 +36,9 @@ type poolState struct {
 	noneFree, noneFreeWhy []string
 	// unavailableIn are shapes backed off in one zone only, by zone.
 	unavailableIn map[string]map[string]bool
+	// free counts the machines free of the pool's inventory shapes
+	// (Pool.Free); nil when the pool has none.
+	free map[*shapeInfo]int
 
 	limNodes, limCPU, limMem int64 // -1: no limit
 	inUse                    usage
@@ -149,6 +152,12 @@ func newPoolState(p *Pool) (*poolState, error) {
 			ps.byName[sh.Name] = si
 			if !unavailable[sh.Name] {
 				ps.shapes = append(ps.shapes, si)
+			}
+			if n, counted := p.Free[sh.Name]; counted {
+				if ps.free == nil {
+					ps.free = map[*shapeInfo]int{}
+				}
+				ps.free[si] = n
 			}
 		}
 		ps.unavailable = len(ps.shapes) == 0

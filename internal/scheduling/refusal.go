@@ -291,6 +291,18 @@ func backoffRefusal(p *poolState) PoolRefusal {
 	return PoolRefusal{Pool: p.name, Kind: RefusalBackoff, Message: message}
 }
 
+// takenRefusal says that the shapes that would hold the pod are servers
+// of an inventory the round has already given to other nodes.
+func takenRefusal(p *poolState) PoolRefusal {
+	var names []string
+	for si, free := range p.free {
+		names = append(names, fmt.Sprintf("%s (%d free)", si.shape.Name, free))
+	}
+	sort.Strings(names)
+	return PoolRefusal{Pool: p.name, Kind: RefusalBackoff,
+		Message: fmt.Sprintf("every free machine of the shapes that fit is taken by other new nodes of this round: %s", strings.Join(names, ", "))}
+}
+
 // resourcesOf turns a vec and a pod count into a ResourceList, for the
 // numbers of a refusal.
 func resourcesOf(v vec, pods int64) corev1.ResourceList {

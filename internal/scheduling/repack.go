@@ -19,8 +19,8 @@ import (
 // A pod is free to move when its fit depends on nothing but static
 // filters and resources (a simple class) and no pod of another kind looks
 // at it (affinity, spread, anti-affinity): moving it within a zone then
-// changes no other pod's verdict. Pools with limits or a flexible range,
-// and woken sleeping machines, are left as packed, as are groups above repackBudget. It runs once,
+// changes no other pod's verdict. Pools with limits, a flexible range or
+// an inventory's counts, and woken sleeping machines, are left as packed, as are groups above repackBudget. It runs once,
 // when packing is over: what the snapshot shows of the nodes is not
 // updated, Solve reverts it anyway.
 func (r *round) repack(classes []*podClass) error {
@@ -30,7 +30,7 @@ func (r *round) repack(classes []*podClass) error {
 	for _, n := range r.opened {
 		p := n.pool
 		// A sleeping machine has the shape it has.
-		if n.wake != nil || p.flex != nil || len(p.shapes) < 2 || p.limNodes >= 0 || p.limCPU >= 0 || p.limMem >= 0 {
+		if n.wake != nil || p.flex != nil || len(p.shapes) < 2 || p.limNodes >= 0 || p.limCPU >= 0 || p.limMem >= 0 || p.free != nil {
 			continue
 		}
 		movable := len(n.segs) > 0

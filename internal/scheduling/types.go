@@ -75,6 +75,10 @@ type Pool struct {
 	// provider says. No new node gets them, as Unavailable, and a pod
 	// refused for them is told so.
 	NoneFree map[string]string
+	// Free counts, for shapes of a fixed inventory with machines free, how
+	// many new nodes of the shape the round may open (one per server
+	// off). A shape not named has no such count.
+	Free map[string]int
 }
 
 // Usage is what a pool holds.

@@ -48,3 +48,25 @@ func TestAnInventoryShapeWithNoMachineFreeIsNotPackedAndSaysSo(t *testing.T) {
 	r := solve(t, c, pods(1, "api", "100m", "128Mi"))
 	wantUnschedulable("api-00000", "no machine of shapes large, small is free", "(large: large-01 on for claim metal-x; small: small-01 on for claim metal-x)")(t, r)
 }
+
+func freeMachines(kv map[string]int) poolOpt {
+	return func(_ *v1alpha1.NodePool, p *Pool) { p.Free = kv }
+}
+
+// An inventory shape with some machines free gets no more new nodes than
+// that: pods that would fill more small servers than are off go onto the
+// larger ones, in the same round, instead of waiting for a round that
+// finds the small ones gone.
+func TestAnInventoryShapeGetsNoMoreNodesThanItHasMachinesFree(t *testing.T) {
+	// Each pod needs a server of its own, of either shape.
+	small, large := shape("small", "2", "4Gi", 1), shape("large", "3", "6Gi", 2)
+	c := Cluster{Pools: []Pool{nodePool("metal", []Shape{small, large}, freeMachines(map[string]int{"small": 2, "large": 3}))}}
+	r := solve(t, c, pods(4, "api", "1700m", "128Mi"))
+	wantNodes("metal/small/:1", "metal/small/:1", "metal/large/:1", "metal/large/:1")(t, r)
+
+	// With every server taken, the pods left are told why.
+	c = Cluster{Pools: []Pool{nodePool("metal", []Shape{small}, freeMachines(map[string]int{"small": 2}))}}
+	r = solve(t, c, pods(3, "api", "1700m", "128Mi"))
+	wantNodes("metal/small/:1", "metal/small/:1")(t, r)
+	wantUnschedulable("api-00002", "every free machine of the shapes that fit is taken by other new nodes of this round: small (2 free)")(t, r)
+}

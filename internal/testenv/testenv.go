@@ -130,6 +130,11 @@ func Start(opts Options) (*Environment, error) {
 		ErrorIfCRDPathMissing: true,
 		BinaryAssetsDirectory: binDir,
 		Scheme:                scheme,
+		// envtest gives each process 20 s to answer, then kills and
+		// retries it; on a busy two-core machine, where go test starts
+		// two control planes at once beside the compiler, kube-apiserver
+		// can take longer than that to load its CRDs and be ready.
+		ControlPlaneStartTimeout: 90 * time.Second,
 	}
 	// Without a kube-controller-manager nothing removes the not-ready taint
 	// that admission puts on new nodes, and there are no service account

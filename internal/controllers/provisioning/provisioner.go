@@ -11,6 +11,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"sync"
 	"time"
 
@@ -419,7 +420,7 @@ func (p *Provisioner) schedulingPool(ctx context.Context, pool *v1alpha1.NodePoo
 		zones = providerZones
 	}
 	zones, unavailable, unavailableIn := p.Capacity.Narrow(pool.Name, zones, shapeNames)
-	noneFree := p.countInventory(pool, offered, claims)
+	free, noneFree := p.countInventory(pool, offered, claims)
 	p.Decisions.RecordPoolOffer(decisions.PoolOffer{Pool: pool.Name, Shapes: offerShapes(offered), Zones: zones, Unavailable: unavailable, UnavailableIn: unavailableIn})
 	return scheduling.Pool{
 		NodePool: pool,
@@ -431,15 +432,17 @@ func (p *Provisioner) schedulingPool(ctx context.Context, pool *v1alpha1.NodePoo
 		Unavailable:   unavailable,
 		UnavailableIn: unavailableIn,
 		NoneFree:      noneFree,
+		Free:          free,
 	}, nil
 }
 
 // countInventory records how many machines of each inventory shape (a
 // bare-metal server powered on for a claim) the pool may still claim: the
 // provider's free ones less the pool's claims of the shape that hold none
-// yet (not launched). It returns the shapes with none left, which the
+// yet (not launched). It returns, by shape, how many the round may open
+// (the packer opens no more) and the shapes with none left, which the
 // round does not pack.
-func (p *Provisioner) countInventory(pool *v1alpha1.NodePool, offered []provider.Shape, claims []*v1alpha1.NodeClaim) map[string]string {
+func (p *Provisioner) countInventory(pool *v1alpha1.NodePool, offered []provider.Shape, claims []*v1alpha1.NodeClaim) (map[string]int, map[string]string) {
 	free := map[string]int{}
 	var noneFree map[string]string
 	for _, shape := range offered {
@@ -474,13 +477,14 @@ func (p *Provisioner) countInventory(pool *v1alpha1.NodePool, offered []provider
 	} else {
 		p.free[pool.Name] = free
 	}
-	return noneFree
+	return maps.Clone(free), noneFree
 }
 
 // takeInventory reports whether the round may claim one more machine of
-// the shape, and counts it taken: a packer plan may hold more nodes of an
-// inventory shape than it has machines free, and those wait for the next
-// round, which packs their pods on what is left.
+// the shape, and counts it taken. The packer opens no more nodes of a
+// shape than Pool.Free allows, but a node that outgrows its shape onto one
+// whose machines the round has given out keeps it; such a node waits for
+// the next round, which packs its pods on what is left.
 func (p *Provisioner) takeInventory(pool, shape string) bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()

@@ -3,6 +3,7 @@ package cloudscale
 import (
 	"context"
 	"fmt"
+	"maps"
 	"net/http"
 	"slices"
 	"strconv"
@@ -45,9 +46,73 @@ type flavor struct {
 	Name      string `json:"name"`
 	VCPUCount int    `json:"vcpu_count"`
 	MemoryGB  int    `json:"memory_gb"`
-	Zones     []struct {
+	// GPU is null for a flavor without GPUs (cloudscale-go-sdk v8
+	// flavors.go, FlavorGPU).
+	GPU *struct {
+		Name  string `json:"name"`
+		Count int    `json:"count"`
+	} `json:"gpu"`
+	Zones []struct {
 		Slug string `json:"slug"`
 	} `json:"zones"`
+}
+
+// Extended resources of GPU flavors: what the vendor's device plugin on
+// the server advertises (NVIDIA's k8s-device-plugin nvidia.com/gpu, AMD's
+// amd.com/gpu).
+const (
+	ResourceNVIDIAGPU corev1.ResourceName = "nvidia.com/gpu"
+	ResourceAMDGPU    corev1.ResourceName = "amd.com/gpu"
+)
+
+// devices are a flavor's GPUs as extended resources, by the vendor the
+// model's name starts with; nil for a flavor without GPUs or of a vendor
+// this provider cannot name.
+func (f flavor) devices() corev1.ResourceList {
+	if f.GPU == nil || f.GPU.Count < 1 {
+		return nil
+	}
+	var name corev1.ResourceName
+	switch model := strings.ToLower(f.GPU.Name); {
+	case strings.HasPrefix(model, "nvidia"):
+		name = ResourceNVIDIAGPU
+	case strings.HasPrefix(model, "amd"):
+		name = ResourceAMDGPU
+	default:
+		return nil
+	}
+	return corev1.ResourceList{name: *resource.NewQuantity(int64(f.GPU.Count), resource.DecimalSI)}
+}
+
+// checkDevices says whether a pool's shape declares only the extended
+// resources its flavor has, as many as it has: a node bought for a device
+// the server would not have would leave its pods pending.
+func checkDevices(pool string, s v1alpha1.Shape, f flavor) error {
+	have := f.devices()
+	for _, name := range slices.Sorted(maps.Keys(s.ExtendedResources)) {
+		want, got := s.ExtendedResources[name], have[name]
+		if want.Cmp(got) == 0 {
+			continue
+		}
+		gpus := "no GPU"
+		if f.GPU != nil {
+			gpus = fmt.Sprintf("%d %s", f.GPU.Count, f.GPU.Name)
+		}
+		return fmt.Errorf("nodepool %s shape %s declares %s %s, but the cloudscale flavor has %s (as extended resources: %s)", pool, s.Name, want.String(), name, gpus, describeResources(have))
+	}
+	return nil
+}
+
+func describeResources(l corev1.ResourceList) string {
+	if len(l) == 0 {
+		return "none"
+	}
+	var parts []string
+	for _, name := range slices.Sorted(maps.Keys(l)) {
+		q := l[name]
+		parts = append(parts, fmt.Sprintf("%s: %s", name, q.String()))
+	}
+	return strings.Join(parts, ", ")
 }
 
 func (f flavor) offeredIn(zone string) bool {
@@ -76,7 +141,9 @@ type flavorCache struct {
 // knows no prices; a pool that prices none of its flavors gets price zero,
 // unknown, which provisioning ranks by size (so the cheapest-first choice
 // still prefers the smaller flavor and never takes one as free) without
-// showing the rank as money.
+// showing the rank as money. A GPU flavor's GPUs are in its capacity as
+// an extended resource (nvidia.com/gpu for NVIDIA's); a shape that
+// declares extended resources its flavor lacks is refused.
 func (p *Provider) Shapes(ctx context.Context, pool *v1alpha1.NodePool) ([]provider.Shape, error) {
 	if pool.Spec.Shapes.Flexible != nil {
 		return nil, provider.NewTerminal(fmt.Errorf("nodepool %s sets shapes.flexible, but cloudscale servers come in fixed flavors: list them under shapes.fixed", pool.Name))
@@ -118,6 +185,9 @@ func (p *Provider) Shapes(ctx context.Context, pool *v1alpha1.NodePool) ([]provi
 	shapes := make([]provider.Shape, 0, len(pool.Spec.Shapes.Fixed))
 	for _, s := range pool.Spec.Shapes.Fixed {
 		f := flavors[s.Name]
+		if err := checkDevices(pool.Name, s, f); err != nil {
+			return nil, provider.NewTerminal(err)
+		}
 		// Unpriced: zero, the provider contract's "unknown". Provisioning
 		// ranks such flavors by size, and shows and counts no price.
 		price := 0.0
@@ -127,14 +197,12 @@ func (p *Provider) Shapes(ctx context.Context, pool *v1alpha1.NodePool) ([]provi
 				return nil, provider.NewTerminal(fmt.Errorf("nodepool %s shape %s: price %q: %w", pool.Name, s.Name, s.Price, err))
 			}
 		}
-		shapes = append(shapes, provider.Shape{
-			Name: f.Slug,
-			Capacity: corev1.ResourceList{
-				corev1.ResourceCPU:    *resource.NewQuantity(int64(f.VCPUCount), resource.DecimalSI),
-				corev1.ResourceMemory: *resource.NewQuantity(int64(f.MemoryGB)<<30, resource.BinarySI),
-			},
-			Price: price,
-		})
+		capacity := corev1.ResourceList{
+			corev1.ResourceCPU:    *resource.NewQuantity(int64(f.VCPUCount), resource.DecimalSI),
+			corev1.ResourceMemory: *resource.NewQuantity(int64(f.MemoryGB)<<30, resource.BinarySI),
+		}
+		maps.Copy(capacity, f.devices())
+		shapes = append(shapes, provider.Shape{Name: f.Slug, Capacity: capacity, Price: price})
 	}
 	return shapes, nil
 }

@@ -101,7 +101,8 @@ func (p *Provider) Create(ctx context.Context, claim *v1alpha1.NodeClaim, opts p
 	log := logf.FromContext(ctx).WithValues("nodeclaim", claim.Name)
 
 	taken := map[int]bool{}
-	avoid := map[string]bool{}
+	// avoid are the nodes where the claim's VM could not start, with why.
+	avoid := map[string]string{}
 	for {
 		l, err := p.launch(ctx, log, claim, m, want, taken, avoid)
 		if err != nil {
@@ -114,7 +115,7 @@ func (p *Provider) Create(ctx context.Context, claim *v1alpha1.NodeClaim, opts p
 			inst, err = p.finish(ctx, log, l, m, want, opts)
 			p.release(l.vmid)
 		}
-		var short *memoryShortError
+		var refused *startRefusedError
 		switch {
 		case err == nil:
 			return inst, nil
@@ -124,9 +125,12 @@ func (p *Provider) Create(ctx context.Context, claim *v1alpha1.NodeClaim, opts p
 			log.V(1).Info("VM ID taken on another node, trying the next", "vmid", l.vmid)
 			taken[l.vmid] = true
 			p.forget(l.vmid)
-		case errors.As(err, &short):
-			log.Info("Proxmox node lacks the memory to start the VM; the VM is removed and another node tried", "proxmoxNode", short.node)
-			avoid[short.node] = true
+		case errors.As(err, &refused) && refused.devices:
+			log.Info("Proxmox node cannot give the VM its PCI devices; the VM is removed and another node tried", "proxmoxNode", refused.node, "reason", refused.reason)
+			avoid[refused.node] = refused.reason
+		case errors.As(err, &refused):
+			log.Info("Proxmox node lacks the memory to start the VM; the VM is removed and another node tried", "proxmoxNode", refused.node)
+			avoid[refused.node] = refused.reason
 		default:
 			return nil, err
 		}
@@ -136,7 +140,7 @@ func (p *Provider) Create(ctx context.Context, claim *v1alpha1.NodeClaim, opts p
 // launch looks for the claim's VM and, when there is none, chooses a node
 // and a free VM ID and calls Proxmox to make the VM. It holds p.mu so that
 // concurrent Creates see each other's choices.
-func (p *Provider) launch(ctx context.Context, log logr.Logger, claim *v1alpha1.NodeClaim, m markers, want size, taken map[int]bool, avoid map[string]bool) (*launch, error) {
+func (p *Provider) launch(ctx context.Context, log logr.Logger, claim *v1alpha1.NodeClaim, m markers, want size, taken map[int]bool, avoid map[string]string) (*launch, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 
@@ -166,7 +170,7 @@ func (p *Provider) launch(ctx context.Context, log logr.Logger, claim *v1alpha1.
 		return nil, provider.NewTerminal(fmt.Errorf("no template of spec.proxmox.clone found in the Proxmox cluster (%s), or the %s lacks VM.Audit on it", p.settings.clone.describe(), p.api.principal))
 	}
 	usable := func(node string) bool {
-		if !allowed(node) || avoid[node] {
+		if _, avoided := avoid[node]; !allowed(node) || avoided {
 			return false
 		}
 		if p.settings.clone == nil {
@@ -175,7 +179,18 @@ func (p *Provider) launch(ctx context.Context, log logr.Logger, claim *v1alpha1.
 		_, ok := templates[node]
 		return ok || templates[""] != nil
 	}
-	node, err := placement{nodes: nodes, vms: vms, inflight: p.inflight, pool: m.pool, avoid: avoid}.choose(usable, want)
+	pl := placement{nodes: nodes, vms: vms, inflight: p.inflight, pool: m.pool, avoid: avoid}
+	if len(want.devices) > 0 {
+		mappings, err := p.pciMappings(ctx)
+		if err != nil {
+			return nil, p.api.classify(err, "listing the cluster's PCI mappings")
+		}
+		if err := p.notePCIMappings(mappings, want.devices); err != nil {
+			return nil, provider.NewTerminal(fmt.Errorf("not making a VM for NodeClaim %s: %w", claim.Name, err))
+		}
+		pl.devices = p.pciAvailability(ctx, nodes, usable, mappings, want.devices)
+	}
+	node, err := pl.choose(usable, want)
 	if err != nil {
 		return nil, provider.NewInsufficientCapacity(err)
 	}
@@ -230,7 +245,14 @@ func (p *Provider) launch(ctx context.Context, log logr.Logger, claim *v1alpha1.
 			}
 			return nil, p.classifyTags(err, "%s VM %d on %s for NodeClaim %s", what, vmid, node, claim.Name)
 		}
-		p.inflight[vmid] = reservation{node: node, pool: m.pool, cores: want.cores, memMiB: want.vmMemMiB}
+		r := reservation{node: node, pool: m.pool, cores: want.cores, memMiB: want.vmMemMiB}
+		for _, d := range want.devices {
+			if r.devices == nil {
+				r.devices = map[string]int{}
+			}
+			r.devices[d.mapping] += d.count
+		}
+		p.inflight[vmid] = r
 		return &launch{vmid: vmid, node: node, task: task, template: template}, nil
 	}
 	if len(taken) >= maxIDConflicts {
@@ -473,6 +495,7 @@ func (p *Provider) vmOptions(want size, vmid int, name string) []pmx.VirtualMach
 	for i, nic := range p.settings.nics {
 		opts = append(opts, pmx.VirtualMachineOption{Name: "net" + strconv.Itoa(i), Value: nic})
 	}
+	opts = append(opts, hostpciOptions(want.devices)...)
 	if p.settings.cicustom != "" {
 		opts = append(opts, pmx.VirtualMachineOption{Name: "cicustom", Value: p.settings.cicustom})
 	}
@@ -554,7 +577,7 @@ func (p *Provider) adopt(ctx context.Context, log logr.Logger, found *claimVM, m
 		// A VM that already has the wanted size was sized (or made with
 		// it); sizing it again could allocate extra disks named in
 		// extraOptions a second time.
-		if cfg.vcpus() != int64(want.cores) || int64(cfg.Memory) != want.vmMemMiB {
+		if cfg.vcpus() != int64(want.cores) || int64(cfg.Memory) != want.vmMemMiB || !p.settings.hasDevices(cfg, want.devices) {
 			if err := p.configure(ctx, vm.Node, vm.VMID, m.claim, want, cfg.Protection != 0); err != nil {
 				return nil, err
 			}
@@ -627,15 +650,19 @@ func (p *Provider) configure(ctx context.Context, node string, vmid int, name st
 	return nil
 }
 
-// memoryShortError says a VM could not start because its node lacked the
-// memory; the VM has been removed so that another node can be tried.
-type memoryShortError struct {
+// startRefusedError says a VM could not start because its node lacked the
+// memory or could not give it its PCI devices; the VM has been removed so
+// that another node can be tried.
+type startRefusedError struct {
 	node string
 	vmid int
+	// reason says what the node lacked; devices that it was PCI devices.
+	reason  string
+	devices bool
 }
 
-func (e *memoryShortError) Error() string {
-	return fmt.Sprintf("Proxmox node %s could not give VM %d its memory", e.node, e.vmid)
+func (e *startRefusedError) Error() string {
+	return fmt.Sprintf("Proxmox node %s could not start VM %d: %s", e.node, e.vmid, e.reason)
 }
 
 func (p *Provider) start(ctx context.Context, node string, vmid int) error {
@@ -643,15 +670,21 @@ func (p *Provider) start(ctx context.Context, node string, vmid int) error {
 	if err == nil {
 		return nil
 	}
-	if p.outOfMemory(ctx, err) {
-		// The VM is ours and stopped; it goes, with its cloud-init ISO, so
-		// that the claim's next VM can be made on another node.
-		if derr := p.discard(ctx, node, vmid); derr != nil {
-			return derr
-		}
-		return &memoryShortError{node: node, vmid: vmid}
+	refused := &startRefusedError{node: node, vmid: vmid}
+	switch why, busy := devicesUnavailable(err); {
+	case busy:
+		refused.reason, refused.devices = p.api.redact.Replace(why), true
+	case p.outOfMemory(ctx, err):
+		refused.reason = "lack of memory"
+	default:
+		return p.api.classify(err, "starting VM %d on %s", vmid, node)
 	}
-	return p.api.classify(err, "starting VM %d on %s", vmid, node)
+	// The VM is ours and stopped; it goes, with its cloud-init ISO, so
+	// that the claim's next VM can be made on another node.
+	if derr := p.discard(ctx, node, vmid, refused.reason); derr != nil {
+		return derr
+	}
+	return refused
 }
 
 // startTask starts a VM and waits for the start task. A VM that is
@@ -674,7 +707,7 @@ func (p *Provider) startTask(ctx context.Context, node string, vmid int) error {
 
 // discard removes a stopped VM of ours that could not start, and its
 // cloud-init ISO.
-func (p *Provider) discard(ctx context.Context, node string, vmid int) error {
+func (p *Provider) discard(ctx context.Context, node string, vmid int, why string) error {
 	cfg, err := p.vmConfig(ctx, node, vmid)
 	if err == nil {
 		err = p.removeUserData(ctx, node, cfg)
@@ -683,7 +716,7 @@ func (p *Provider) discard(ctx context.Context, node string, vmid int) error {
 		err = p.destroy(ctx, node, vmid)
 	}
 	if err != nil && !notExists(err) {
-		return p.api.classify(err, "removing VM %d on %s, which could not start for lack of memory", vmid, node)
+		return p.api.classify(err, "removing VM %d on %s, which could not start (%s)", vmid, node, why)
 	}
 	return nil
 }

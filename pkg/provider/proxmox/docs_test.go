@@ -24,6 +24,10 @@ func TestDocumentedManifestsAreValid(t *testing.T) {
 	}
 	blocks := regexp.MustCompile("(?s)```yaml\n(.*?)```").FindAllStringSubmatch(string(doc), -1)
 	kinds := map[string]int{}
+	// providers are the documented NodeProviders' settings, for the
+	// shapes of the pools that name them.
+	providers := map[string]*settings{}
+	var pools []v1alpha1.NodePool
 	for _, block := range blocks {
 		for _, manifest := range strings.Split(block[1], "\n---\n") {
 			if !strings.Contains(manifest, "apiVersion:") {
@@ -58,24 +62,34 @@ func TestDocumentedManifestsAreValid(t *testing.T) {
 					t.Errorf("NodeProvider: %v", err)
 					continue
 				}
-				if _, err := parseSettings(&np); err != nil {
+				s, err := parseSettings(&np)
+				if err != nil {
 					t.Errorf("NodeProvider %s: %v", np.Name, err)
 				}
+				providers[np.Name] = s
 			case "NodePool":
 				var pool v1alpha1.NodePool
 				if err := yaml.UnmarshalStrict([]byte(manifest), &pool); err != nil {
 					t.Errorf("NodePool: %v", err)
 					continue
 				}
-				if shapes, err := (&Provider{}).Shapes(context.Background(), &pool); err != nil || len(shapes) == 0 {
-					t.Errorf("NodePool %s: %d shapes, %v", pool.Name, len(shapes), err)
-				}
+				pools = append(pools, pool)
 			default:
 				t.Errorf("unexpected manifest kind %q", meta.Kind)
 			}
 		}
 	}
-	if kinds["Secret"] != 1 || kinds["NodeProvider"] != 4 || kinds["NodePool"] != 2 {
-		t.Errorf("documented manifests = %v, want a Secret, four NodeProviders (clone, per-node templates, bootstrap and netboot) and two NodePools", kinds)
+	for _, pool := range pools {
+		s, ok := providers[pool.Spec.ProviderRef.Name]
+		if !ok {
+			t.Errorf("NodePool %s names NodeProvider %s, which the page does not show", pool.Name, pool.Spec.ProviderRef.Name)
+			continue
+		}
+		if shapes, err := (&Provider{settings: s}).Shapes(context.Background(), &pool); err != nil || len(shapes) == 0 {
+			t.Errorf("NodePool %s: %d shapes, %v", pool.Name, len(shapes), err)
+		}
+	}
+	if kinds["Secret"] != 1 || kinds["NodeProvider"] != 5 || kinds["NodePool"] != 3 {
+		t.Errorf("documented manifests = %v, want a Secret, five NodeProviders (clone, per-node templates, bootstrap, netboot and GPU passthrough) and three NodePools", kinds)
 	}
 }

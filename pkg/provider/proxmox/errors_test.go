@@ -428,6 +428,28 @@ func TestNewRejectsBadSettings(t *testing.T) {
 			wantText: `sets "net0"`,
 		},
 		{
+			name: "a hostpci extra option beside pciDevices",
+			mutate: func(np *v1alpha1.NodeProvider, _ map[string][]byte, _ *provider.Options) {
+				np.Spec.Proxmox.PCIDevices = []v1alpha1.ProxmoxPCIDevice{{Resource: "nvidia.com/gpu", Mapping: "gpu"}}
+				np.Spec.Proxmox.ExtraOptions = []v1alpha1.NameValue{{Name: "hostpci0", Value: "mapping=nic"}}
+			},
+			wantText: `sets "hostpci0", but spec.proxmox.pciDevices is set`,
+		},
+		{
+			name: "one PCI mapping for two resources",
+			mutate: func(np *v1alpha1.NodeProvider, _ map[string][]byte, _ *provider.Options) {
+				np.Spec.Proxmox.PCIDevices = []v1alpha1.ProxmoxPCIDevice{{Resource: "nvidia.com/gpu", Mapping: "gpu"}, {Resource: "example.com/gpu", Mapping: "gpu"}}
+			},
+			wantText: "which already serves nvidia.com/gpu",
+		},
+		{
+			name: "a PCI device that is not an extended resource",
+			mutate: func(np *v1alpha1.NodeProvider, _ map[string][]byte, _ *provider.Options) {
+				np.Spec.Proxmox.PCIDevices = []v1alpha1.ProxmoxPCIDevice{{Resource: "gpu", Mapping: "gpu"}}
+			},
+			wantText: `spec.proxmox.pciDevices[0].resource "gpu" is not an extended resource`,
+		},
+		{
 			name: "a token without its secret",
 			mutate: func(_ *v1alpha1.NodeProvider, creds map[string][]byte, _ *provider.Options) {
 				delete(creds, proxmox.SecretKeyTokenSecret)

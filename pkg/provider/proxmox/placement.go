@@ -18,6 +18,8 @@ type size struct {
 	// memMiB is the shape's memory; the VM gets vmMemMiB, with the overhead.
 	memMiB   int64
 	vmMemMiB int64
+	// devices are the PCI devices passed through to it.
+	devices []deviceWant
 }
 
 // reservation is a VM being made by this provider, counted against its
@@ -28,6 +30,8 @@ type reservation struct {
 	pool   string
 	cores  int
 	memMiB int64
+	// devices counts the PCI devices it gets, by mapping.
+	devices map[string]int
 }
 
 // placement chooses the Proxmox node for a VM.
@@ -37,9 +41,12 @@ type placement struct {
 	inflight map[int]reservation
 	// pool is the NodePool whose VMs are spread over the nodes.
 	pool string
-	// avoid are nodes where a VM of this claim could not start for lack
-	// of memory.
-	avoid map[string]bool
+	// avoid are nodes where a VM of this claim could not start, with why
+	// (no memory, or its PCI devices busy).
+	avoid map[string]string
+	// devices says, per node, how many devices of each PCI mapping the VM
+	// wants it has and how many are free; nil when it wants none.
+	devices map[string]nodeDevices
 }
 
 // choose returns the allowed, online node with room for the VM that holds
@@ -51,7 +58,9 @@ type placement struct {
 // and what its running VMs were given, because a guest that just started has
 // not touched its memory yet; free CPU is the share of the node's CPUs that
 // is idle now. VMs still being made by this provider count with the size
-// they are being given.
+// they are being given, and with their PCI devices. A VM with PCI devices
+// goes only to a node where each of its mappings has that many free
+// devices; a node without the mapping is not a candidate.
 func (pl placement) choose(allowed func(node string) bool, want size) (string, error) {
 	nodes := slices.Clone(pl.nodes)
 	slices.SortFunc(nodes, func(a, b *pmx.NodeStatus) int { return strings.Compare(a.Node, b.Node) })
@@ -64,9 +73,16 @@ func (pl placement) choose(allowed func(node string) bool, want size) (string, e
 		committed[vm.Node] += vm.MaxMem
 	}
 	reservedCores := map[string]float64{}
+	reservedDevices := map[string]map[string]int{}
 	for _, r := range pl.inflight {
 		committed[r.node] += uint64(r.memMiB) * mib
 		reservedCores[r.node] += float64(r.cores)
+		for m, n := range r.devices {
+			if reservedDevices[r.node] == nil {
+				reservedDevices[r.node] = map[string]int{}
+			}
+			reservedDevices[r.node][m] += n
+		}
 	}
 
 	// The pool's VMs per node, by their tags (fresh in the listing),
@@ -93,8 +109,8 @@ func (pl placement) choose(allowed func(node string) bool, want size) (string, e
 	need := uint64(want.vmMemMiB) * mib
 	for _, n := range nodes {
 		if n == nil || !allowed(n.Node) {
-			if n != nil && pl.avoid[n.Node] {
-				reasons = append(reasons, n.Node+": could not start the VM for lack of memory")
+			if why, avoided := pl.avoid[n.Node]; n != nil && avoided {
+				reasons = append(reasons, n.Node+": could not start the VM: "+why)
 			}
 			continue
 		}
@@ -108,6 +124,10 @@ func (pl placement) choose(allowed func(node string) bool, want size) (string, e
 			free = n.MaxMem - used
 		}
 		idle := float64(n.MaxCPU)*(1-n.CPU) - reservedCores[n.Node]
+		if short := pl.lackingDevices(n.Node, want.devices, reservedDevices[n.Node]); short != "" {
+			reasons = append(reasons, n.Node+": "+short)
+			continue
+		}
 		switch {
 		case want.cores > n.MaxCPU:
 			reasons = append(reasons, fmt.Sprintf("%s: has %d CPUs", n.Node, n.MaxCPU))
@@ -125,7 +145,37 @@ func (pl placement) choose(allowed func(node string) bool, want size) (string, e
 	if len(reasons) == 0 {
 		return "", fmt.Errorf("no Proxmox node is allowed for the VM (check spec.proxmox.nodes and the claim's zone requirement)")
 	}
+	if len(want.devices) > 0 {
+		return "", fmt.Errorf("no allowed, online Proxmox node has %d CPUs, %d MiB and %s free (%s)", want.cores, want.vmMemMiB, describeDevices(want.devices), strings.Join(reasons, "; "))
+	}
 	return "", fmt.Errorf("no allowed, online Proxmox node has %d CPUs and %d MiB free (%s)", want.cores, want.vmMemMiB, strings.Join(reasons, "; "))
+}
+
+// lackingDevices says what a node lacks of the PCI devices wanted, "" when
+// it has them free; reserved are the devices of VMs this provider is
+// making there.
+func (pl placement) lackingDevices(node string, want []deviceWant, reserved map[string]int) string {
+	if len(want) == 0 {
+		return ""
+	}
+	nd, ok := pl.devices[node]
+	if !ok {
+		return "its PCI devices were not looked at"
+	}
+	if nd.unknown != "" {
+		return "its PCI devices' use is unknown (" + nd.unknown + ")"
+	}
+	var lacks []string
+	for _, d := range want {
+		total, free := nd.total[d.mapping], nd.free[d.mapping]-reserved[d.mapping]
+		switch {
+		case total == 0:
+			lacks = append(lacks, fmt.Sprintf("PCI mapping %s has no device there", d.mapping))
+		case free < d.count:
+			lacks = append(lacks, fmt.Sprintf("%d of its %d %s of PCI mapping %s free", max(free, 0), total, plural(total, "device", "devices"), d.mapping))
+		}
+	}
+	return strings.Join(lacks, ", ")
 }
 
 // allows returns the test for the nodes a claim's VM may go to: the

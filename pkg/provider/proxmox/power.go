@@ -68,8 +68,9 @@ func (p *Provider) Suspend(ctx context.Context, providerID string) error {
 
 // Resume starts a sleeping VM of this cluster where it is. A running VM is
 // success. A start that fails because the node cannot give the VM its
-// memory is InsufficientCapacity: the VM's disks are local to the node, so
-// it cannot start elsewhere, and the caller replaces it.
+// memory, or its PCI devices (another VM started with them while it
+// slept), is InsufficientCapacity: the VM's disks are local to the node,
+// so it cannot start elsewhere, and the caller replaces it.
 func (p *Provider) Resume(ctx context.Context, providerID string) error {
 	target, err := p.powerTarget(ctx, providerID, "resume")
 	if err != nil {
@@ -84,10 +85,14 @@ func (p *Provider) Resume(ctx context.Context, providerID string) error {
 		return nil
 	}
 	err = p.startTask(ctx, node, vmid)
+	why, devicesBusy := devicesUnavailable(err)
 	switch {
 	case err == nil:
 		logf.FromContext(ctx).Info("started sleeping VM", "vmid", vmid, "proxmoxNode", node, "nodeclaim", target.markers.claim)
 		return nil
+	case devicesBusy:
+		return provider.NewInsufficientCapacity(fmt.Errorf("Proxmox node %s cannot give sleeping VM %d (NodeClaim %s) its PCI devices to start (%s); its disks are on that node, so it cannot start elsewhere and is to be replaced",
+			node, vmid, target.markers.claim, p.api.redact.Replace(why)))
 	case p.outOfMemory(ctx, err):
 		return provider.NewInsufficientCapacity(fmt.Errorf("Proxmox node %s cannot give sleeping VM %d (NodeClaim %s) its %d MiB of memory to start (%s); its disks are on that node, so it cannot start elsewhere and is to be replaced",
 			node, vmid, target.markers.claim, int64(target.cfg.Memory), p.api.scrub(err)))

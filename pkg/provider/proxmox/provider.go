@@ -83,6 +83,9 @@ type Provider struct {
 	// staleLocks says, by VM ID, what is wrong with each VM locked past
 	// the deadline, for Problems.
 	staleLocks map[int]string
+	// pciProblems says, by mapping ID, what is wrong with each PCI mapping
+	// of spec.proxmox.pciDevices the cluster did not list, for Problems.
+	pciProblems map[string]string
 	// started is when the provider was built: a claim made since cannot
 	// own a VM the provider did not begin.
 	started time.Time
@@ -105,7 +108,8 @@ var (
 
 // Problems reports what an operator must fix in the Proxmox cluster that
 // fails no single call: a tag policy that refuses our tags, VMs of the ID
-// range locked past the stale-lock deadline.
+// range locked past the stale-lock deadline, PCI mappings of
+// spec.proxmox.pciDevices the cluster does not have.
 func (p *Provider) Problems() []provider.Problem {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -115,6 +119,9 @@ func (p *Provider) Problems() []provider.Problem {
 	}
 	for _, vmid := range slices.Sorted(maps.Keys(p.staleLocks)) {
 		out = append(out, provider.Problem{Reason: ProblemStaleLock, Message: p.staleLocks[vmid]})
+	}
+	for _, mapping := range slices.Sorted(maps.Keys(p.pciProblems)) {
+		out = append(out, provider.Problem{Reason: ProblemPCIMappingMissing, Message: p.pciProblems[mapping]})
 	}
 	return out
 }
@@ -127,6 +134,10 @@ const (
 	// ProblemTagPolicy: the datacenter's tag policy refuses our tags, so
 	// no VM is made until it changes.
 	ProblemTagPolicy = "TagPolicy"
+	// ProblemPCIMappingMissing: a PCI mapping of spec.proxmox.pciDevices
+	// is not in the cluster (or the API token may not see it), so no VM
+	// with its devices can be made.
+	ProblemPCIMappingMissing = "PCIMappingMissing"
 )
 
 // New builds the Proxmox provider of a NodeProvider; it is the
@@ -212,8 +223,9 @@ func newProvider(np *v1alpha1.NodeProvider, opts provider.Options, t Tuning) (*P
 		lockSeen: map[int]time.Time{},
 		reported: map[int]bool{},
 
-		staleLocks: map[int]string{},
-		started:    t.Clock.Now(),
+		staleLocks:  map[int]string{},
+		pciProblems: map[string]string{},
+		started:     t.Clock.Now(),
 
 		staleLockAfter: t.StaleLockAfter,
 		shutdownGrace:  t.ShutdownGrace,
@@ -251,7 +263,11 @@ func (p *Provider) sizeOf(claim *v1alpha1.NodeClaim) (size, error) {
 	if cores < 1 || memMiB < 1 {
 		return size{}, provider.NewTerminal(fmt.Errorf("NodeClaim %s has shape %s with cpu %s and memory %s; both must be positive", claim.Name, claim.Spec.Shape.Name, cpu.String(), mem.String()))
 	}
-	return size{cores: int(cores), memMiB: memMiB, vmMemMiB: memMiB + p.settings.overheadMiB}, nil
+	devices, err := p.settings.devicesOf(claim.Spec.Shape.ExtendedResources)
+	if err != nil {
+		return size{}, provider.NewTerminal(fmt.Errorf("NodeClaim %s has shape %s: %w", claim.Name, claim.Spec.Shape.Name, err))
+	}
+	return size{cores: int(cores), memMiB: memMiB, vmMemMiB: memMiB + p.settings.overheadMiB, devices: devices}, nil
 }
 
 // Get returns a VM of this cluster, or NotFound when it is gone or not ours.
@@ -338,7 +354,11 @@ func (p *Provider) describe(ctx context.Context, vm vmResource, cfg *vmConfig, m
 	_, making := p.inflight[vm.VMID]
 	p.mu.Unlock()
 	st := state(vm.Status, lock, making || markersFromTags(vm.Tags).cluster == "")
-	return p.instance(vm.VMID, vm.Node, size{cores: int(cfg.vcpus()), memMiB: int64(cfg.Memory) - p.settings.overheadMiB}, m, st, created), nil
+	inst := p.instance(vm.VMID, vm.Node, size{cores: int(cfg.vcpus()), memMiB: int64(cfg.Memory) - p.settings.overheadMiB}, m, st, created)
+	// The devices its configuration passes through, by the resources
+	// spec.proxmox.pciDevices names them.
+	maps.Copy(inst.Capacity, p.settings.mappedDevices(cfg))
+	return inst, nil
 }
 
 func (p *Provider) instance(vmid int, node string, sz size, m markers, st provider.InstanceState, created time.Time) *provider.Instance {
@@ -347,7 +367,7 @@ func (p *Provider) instance(vmid int, node string, sz size, m markers, st provid
 		Name:       m.claim,
 		// The shape's memory, without the overhead the guest keeps to
 		// itself: what the node will report.
-		Capacity:  shapeCapacity(int64(sz.cores), sz.memMiB),
+		Capacity:  withDevices(shapeCapacity(int64(sz.cores), sz.memMiB), sz.devices),
 		Labels:    map[string]string{"topology.kubernetes.io/zone": node},
 		Tags:      m.asTags(),
 		State:     st,

@@ -12,6 +12,9 @@ import (
 	"strings"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/util/validation"
+
 	"github.com/claimscale/claimscale/api/v1alpha1"
 	"github.com/claimscale/claimscale/pkg/provider"
 )
@@ -53,7 +56,24 @@ type settings struct {
 	// shutdownTimeout is how long a VM put to sleep is given to shut down
 	// before it is stopped.
 	shutdownTimeout time.Duration
+	// pci says which PCI mapping passes through each extended resource's
+	// devices.
+	pci map[corev1.ResourceName]pciDevice
 }
+
+// pciDevice is how the devices of one extended resource reach a VM: each
+// as a hostpciN option naming the cluster PCI mapping, with the options
+// of spec.proxmox.pciDevices.
+type pciDevice struct {
+	resource corev1.ResourceName
+	mapping  string
+	// options follow mapping=<mapping> in the hostpciN value, e.g.
+	// ",pcie=1,x-vga=1".
+	options string
+}
+
+// hostpci is the value of one hostpciN option for a device.
+func (d pciDevice) hostpci() string { return "mapping=" + d.mapping + d.options }
 
 // DefaultShutdownTimeout is spec.proxmox.shutdownTimeout's default.
 const DefaultShutdownTimeout = 2 * time.Minute
@@ -218,7 +238,14 @@ func parseSettings(np *v1alpha1.NodeProvider) (*settings, error) {
 		s.overheadMiB = ceilDiv(px.MemoryOverhead.Value(), mib)
 	}
 
+	if err := s.parsePCIDevices(px.PCIDevices); err != nil {
+		return nil, provider.NewTerminal(err)
+	}
+
 	for _, o := range px.ExtraOptions {
+		if len(s.pci) > 0 && hostPCIOption.MatchString(o.Name) {
+			return nil, provider.NewTerminal(fmt.Errorf("spec.proxmox.extraOptions sets %q, but spec.proxmox.pciDevices is set: the provider numbers the passed-through devices itself", o.Name))
+		}
 		if why, ok := reservedOptions[o.Name]; ok {
 			return nil, provider.NewTerminal(fmt.Errorf("spec.proxmox.extraOptions may not set %q: %s", o.Name, why))
 		}
@@ -231,6 +258,79 @@ func parseSettings(np *v1alpha1.NodeProvider) (*settings, error) {
 		s.extra = append(s.extra, o)
 	}
 	return s, nil
+}
+
+// maxHostPCI is how many hostpciN options a VM may have: qemu-server's
+// $MAX_HOSTPCI_DEVICES (src/PVE/QemuServer/PCI.pm), hostpci0 to hostpci15.
+const maxHostPCI = 16
+
+var (
+	hostPCIOption = regexp.MustCompile(`^hostpci[0-9]+$`)
+	// configID is Proxmox's pve-configid format (pve-common
+	// PVE/JSONSchema.pm $CONFIGID_RE), which a mapping's ID has.
+	configID = regexp.MustCompile(`(?i)^[a-z][a-z0-9_-]+$`)
+	hexID    = regexp.MustCompile(`^0x[0-9a-fA-F]{4}$`)
+)
+
+// parsePCIDevices checks spec.proxmox.pciDevices as the CRD's rules do (a
+// NodeProvider written before them, or by hand into a test, is not
+// trusted) and renders each entry's hostpci options in the order of
+// qemu-server's pve-qm-hostpci format.
+func (s *settings) parsePCIDevices(devices []v1alpha1.ProxmoxPCIDevice) error {
+	if len(devices) == 0 {
+		return nil
+	}
+	s.pci = make(map[corev1.ResourceName]pciDevice, len(devices))
+	mappings := map[string]string{}
+	for i, d := range devices {
+		name := corev1.ResourceName(d.Resource)
+		field := fmt.Sprintf("spec.proxmox.pciDevices[%d]", i)
+		switch {
+		case !strings.Contains(d.Resource, "/") || len(validation.IsQualifiedName(d.Resource)) > 0 || strings.Contains(d.Resource, "kubernetes.io/"):
+			return fmt.Errorf("%s.resource %q is not an extended resource (a domain-prefixed name outside kubernetes.io, such as nvidia.com/gpu)", field, d.Resource)
+		case !configID.MatchString(d.Mapping):
+			return fmt.Errorf("%s.mapping %q is not a Proxmox mapping ID (a letter, then letters, digits, '-' and '_')", field, d.Mapping)
+		case d.Driver != "" && d.Driver != "vfio" && d.Driver != "keep":
+			return fmt.Errorf("%s.driver %q is neither vfio nor keep", field, d.Driver)
+		}
+		if _, dup := s.pci[name]; dup {
+			return fmt.Errorf("%s names resource %s a second time", field, name)
+		}
+		if other, dup := mappings[d.Mapping]; dup {
+			return fmt.Errorf("%s maps PCI mapping %s to %s, which already serves %s: its devices would be counted twice", field, d.Mapping, name, other)
+		}
+		mappings[d.Mapping] = d.Resource
+		var opts strings.Builder
+		flag := func(key string, v *bool) {
+			switch {
+			case v == nil:
+			case *v:
+				fmt.Fprintf(&opts, ",%s=1", key)
+			default:
+				fmt.Fprintf(&opts, ",%s=0", key)
+			}
+		}
+		flag("rombar", d.ROMBar)
+		flag("pcie", d.PCIe)
+		flag("x-vga", d.XVGA)
+		for _, id := range []struct{ key, field, value string }{
+			{"vendor-id", "vendorID", d.VendorID}, {"device-id", "deviceID", d.DeviceID},
+			{"sub-vendor-id", "subVendorID", d.SubVendorID}, {"sub-device-id", "subDeviceID", d.SubDeviceID},
+		} {
+			if id.value == "" {
+				continue
+			}
+			if !hexID.MatchString(id.value) {
+				return fmt.Errorf("%s.%s %q is not a PCI ID such as 0x10de", field, id.field, id.value)
+			}
+			fmt.Fprintf(&opts, ",%s=%s", id.key, id.value)
+		}
+		if d.Driver != "" {
+			opts.WriteString(",driver=" + d.Driver)
+		}
+		s.pci[name] = pciDevice{resource: name, mapping: d.Mapping, options: opts.String()}
+	}
+	return nil
 }
 
 // nicIndex returns 3 for "net3".

@@ -18,11 +18,14 @@ import (
 // the grid claims are sized on (shapecatalog.Grid), at most
 // shapecatalog.MaxExpandedShapes sizes, each rounded up to whole cores and
 // MiB, because that is what the VM gets, and named by
-// shapecatalog.FlexibleName of the rounded size (flex-2-4Gi).
+// shapecatalog.FlexibleName of the rounded size (flex-2-4Gi). A fixed
+// shape's extended resources are its VM's PCI devices and are in its
+// capacity; a resource that spec.proxmox.pciDevices does not map is an
+// error that names the shape, since no VM could have it.
 func (p *Provider) Shapes(_ context.Context, pool *v1alpha1.NodePool) ([]provider.Shape, error) {
 	switch {
 	case len(pool.Spec.Shapes.Fixed) > 0:
-		return fixedShapes(pool)
+		return p.fixedShapes(pool)
 	case pool.Spec.Shapes.Flexible != nil:
 		return flexibleShapes(pool.Spec.Shapes.Flexible)
 	default:
@@ -30,7 +33,7 @@ func (p *Provider) Shapes(_ context.Context, pool *v1alpha1.NodePool) ([]provide
 	}
 }
 
-func fixedShapes(pool *v1alpha1.NodePool) ([]provider.Shape, error) {
+func (p *Provider) fixedShapes(pool *v1alpha1.NodePool) ([]provider.Shape, error) {
 	out := make([]provider.Shape, 0, len(pool.Spec.Shapes.Fixed))
 	for _, s := range pool.Spec.Shapes.Fixed {
 		if s.CPU == nil || s.Memory == nil {
@@ -40,8 +43,13 @@ func fixedShapes(pool *v1alpha1.NodePool) ([]provider.Shape, error) {
 		if cores < 1 || memMiB < 1 {
 			return nil, provider.NewTerminal(fmt.Errorf("shape %q of NodePool %s needs positive cpu and memory", s.Name, pool.Name))
 		}
+		devices, err := p.settings.devicesOf(s.ExtendedResources)
+		if err != nil {
+			return nil, provider.NewTerminal(fmt.Errorf("shape %q of NodePool %s: %w", s.Name, pool.Name, err))
+		}
 		capacity := shapeCapacity(cores, memMiB)
 		price := shapecatalog.DefaultSizePrice(capacity[corev1.ResourceCPU], capacity[corev1.ResourceMemory])
+		capacity = withDevices(capacity, devices)
 		if s.Price != "" {
 			var err error
 			if price, err = strconv.ParseFloat(s.Price, 64); err != nil {

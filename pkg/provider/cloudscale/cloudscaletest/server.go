@@ -29,6 +29,11 @@
 //   - 503 {"detail": "The API is currently not available due to
 //     maintenance."} during maintenance windows (DetailMaintenance): the
 //     wording is the one operators reported; an assumption beyond that.
+//   - GET /v1/flavors lists every flavor with its zones and, since GPU
+//     flavors exist, its GPUs: "gpu": null for a flavor without, else the
+//     model, count, memory per GPU and in all (cloudscale-go-sdk
+//     flavors.go and flavors_test.go's example answer, v8.0.0, commit
+//     4905b50; the SDK v6 this project pins has no flavor service).
 //   - Tag filters on lists (tag:key=value, tag:key= for presence) as in the
 //     SDK's WithTagFilter and the API docs on tags.
 //   - Servers are "changing" until they have booted (MarkRunning), as the
@@ -120,10 +125,35 @@ type Flavor struct {
 	VCPUCount int
 	MemoryGB  int
 	Zones     []string
+	// GPU is the flavor's GPUs, nil for a flavor without (listed as
+	// "gpu": null).
+	GPU *FlavorGPU
+}
+
+// FlavorGPU is what GET /v1/flavors says of a GPU flavor's GPUs: the
+// model, how many, and the memory of each (cloudscale-go-sdk flavors.go,
+// FlavorGPU, since v8.0.0, commit 4905b50 "feat: add flavors support";
+// its test's example answer also has total_vram_gb, which the fake sends
+// as count × vram_per_gpu_gb).
+type FlavorGPU struct {
+	Name         string
+	Count        int
+	VRAMPerGPUGB int
+}
+
+// GPUFlavor is the GPU flavor of the cloudscale-go-sdk's example answer
+// (flavors_test.go, v8.0.0): gpu2-128-16-1-200, 16 vCPUs, 128 GB and one
+// NVIDIA RTX PRO 6000 Max-Q with 96 GB, offered in lpg1 and rma1.
+func GPUFlavor() Flavor {
+	return Flavor{
+		Slug: "gpu2-128-16-1-200", Name: "GPU2-128-16-1-200", VCPUCount: 16, MemoryGB: 128,
+		Zones: []string{"rma1", "lpg1"},
+		GPU:   &FlavorGPU{Name: "NVIDIA RTX PRO 6000 Max-Q", Count: 1, VRAMPerGPUGB: 96},
+	}
 }
 
 // DefaultFlavors are cloudscale-like flex (shared vCPU) and plus (dedicated
-// vCPU) flavors, offered in lpg1 and rma1.
+// vCPU) flavors, and the GPU flavor GPUFlavor, offered in lpg1 and rma1.
 func DefaultFlavors() []Flavor {
 	zones := []string{"lpg1", "rma1"}
 	var flavors []Flavor
@@ -146,7 +176,7 @@ func DefaultFlavors() []Flavor {
 			Zones:     zones,
 		})
 	}
-	return flavors
+	return append(flavors, GPUFlavor())
 }
 
 // Fault is an error the fake answers with instead of doing the request.
@@ -614,7 +644,15 @@ type flavorJSON struct {
 	Name      string     `json:"name"`
 	VCPUCount int        `json:"vcpu_count"`
 	MemoryGB  int        `json:"memory_gb"`
+	GPU       *gpuJSON   `json:"gpu"`
 	Zones     []zoneJSON `json:"zones"`
+}
+
+type gpuJSON struct {
+	Count        int    `json:"count"`
+	Name         string `json:"name"`
+	VRAMPerGPUGB int    `json:"vram_per_gpu_gb"`
+	TotalVRAMGB  int    `json:"total_vram_gb"`
 }
 
 type zoneJSON struct {
@@ -625,6 +663,9 @@ func (s *Server) listFlavors(w http.ResponseWriter) {
 	out := make([]flavorJSON, 0, len(s.flavors))
 	for _, f := range s.flavors {
 		fj := flavorJSON{Slug: f.Slug, Name: f.Name, VCPUCount: f.VCPUCount, MemoryGB: f.MemoryGB, Zones: []zoneJSON{}}
+		if g := f.GPU; g != nil {
+			fj.GPU = &gpuJSON{Count: g.Count, Name: g.Name, VRAMPerGPUGB: g.VRAMPerGPUGB, TotalVRAMGB: g.Count * g.VRAMPerGPUGB}
+		}
 		for _, z := range f.Zones {
 			fj.Zones = append(fj.Zones, zoneJSON{Slug: z})
 		}

@@ -1,8 +1,9 @@
 // Package proxmoxtest is a fake Proxmox VE API on an httptest TLS server. It
 // answers the part of /api2/json that claimscale's proxmox provider uses
-// (nodes, guests, clone, create, config, start, shutdown, stop, destroy, tasks, login
-// tickets and API tokens) the way Proxmox does, with fault injection and
-// inspection, for the provider's tests and for end-to-end tests.
+// (nodes, guests, clone, create, config, start, shutdown, stop, destroy,
+// tasks, login tickets and API tokens, PCI resource mappings) the way
+// Proxmox does, with fault injection and inspection, for the provider's
+// tests and for end-to-end tests.
 //
 // The behaviours that matter, and where they come from (commits of the
 // public repositories: pve-manager 14a22df3, qemu-server e6352be6,
@@ -107,6 +108,21 @@
 //     storage's volumes is GET /nodes/{node}/storage/{storage}/content
 //     with an optional content filter, each volume with its volid (pve-
 //     storage PVE/API2/Storage/Content.pm index).
+//   - PCI resource mappings (pve-guest-common src/PVE/Mapping/PCI.pm,
+//     listed by pve-manager PVE/API2/Cluster/Mapping/PCI.pm): GET
+//     /cluster/mapping/pci lists each mapping with its map, one property
+//     string per device and node (node, path, id, iommugroup,
+//     subsystem-id). A VM's hostpciN: mapping=M[,options] is checked
+//     against qemu-server's pve-qm-hostpci format when it is set (400
+//     "Parameter verification failed."), and resolved only when the VM
+//     starts: every entry of M for the VM's node is one alternative, each
+//     hostpciN gets one no other VM holds, and the start fails with
+//     qemu-server's message when the node has no entry ("PCI device
+//     mapping not found for 'M'") or no free one ("could not find a free
+//     device for 'hostpciN'", "PCI device 'ID' already in use by VMID
+//     'V'"). A device is held while its VM starts or runs; a stopped VM
+//     holds none (vm_stop_cleanup drops its reservations, and a leftover
+//     reservation of a VM not running is taken over). See choosePCI.
 //
 // Authentication follows pveproxy: an API token header, or a ticket cookie
 // with a CSRF token for requests that change something.
@@ -175,6 +191,9 @@ type VM struct {
 	// IgnoresShutdown is a guest that does not act on the ACPI power
 	// button (no acpid, hung, still booting): a shutdown times out.
 	IgnoresShutdown bool
+	// PCI are the host PCI devices the VM holds while it starts or runs
+	// (qemu-server's reservations, see choosePCI); set by the fake.
+	PCI []string
 }
 
 // Tags returns the VM's tags.
@@ -289,6 +308,8 @@ type Server struct {
 	noOverruleShutdown bool
 	pools              map[string]bool
 	storages           map[string]Storage
+	// pciMappings are the cluster PCI resource mappings by ID.
+	pciMappings map[string]*PCIMapping
 	// volumes are uploaded files by volume ID (storage:iso/name).
 	volumes map[string][]byte
 }
@@ -336,6 +357,8 @@ func NewServer(nodes ...Node) *Server {
 		pools:     map[string]bool{},
 		storages:  map[string]Storage{},
 		volumes:   map[string][]byte{},
+
+		pciMappings: map[string]*PCIMapping{},
 	}
 	s.srv = httptest.NewUnstartedServer(s)
 	// Clients that refuse the certificate are part of the tests; their
@@ -515,6 +538,15 @@ func (s *Server) AddVM(vm VM) {
 	if _, ok := c.Config["meta"]; !ok {
 		c.Config["meta"] = fmt.Sprintf("creation-qemu=9.0.2,ctime=%d", time.Now().Unix())
 	}
+	c.PCI = nil
+	if c.Status == "running" {
+		// A running guest holds the devices its start reserved.
+		ids, failed := s.choosePCI(&c)
+		if failed != "" {
+			panic(fmt.Sprintf("proxmoxtest: running VM %d cannot hold its PCI devices: %s", c.VMID, failed))
+		}
+		c.PCI = ids
+	}
 	s.vms[c.VMID] = &c
 	// A guest added this way has been there for a while: pvestatd knows it.
 	s.published[c.VMID] = statsOf(&c)
@@ -617,6 +649,7 @@ func (s *Server) FailTask(f TaskFault) {
 func (vm *VM) copy() VM {
 	c := *vm
 	c.Config = maps.Clone(vm.Config)
+	c.PCI = slices.Clone(vm.PCI)
 	c.Name = vm.Config["name"]
 	return c
 }
@@ -653,6 +686,8 @@ var routes = []route{
 	{http.MethodGet, regexp.MustCompile(`^/cluster/resources$`), (*Server).clusterResources},
 	{http.MethodGet, regexp.MustCompile(`^/cluster/nextid$`), (*Server).nextID},
 	{http.MethodGet, regexp.MustCompile(`^/cluster/status$`), (*Server).clusterStatus},
+	{http.MethodGet, regexp.MustCompile(`^/cluster/mapping/pci$`), (*Server).listPCIMappings},
+	{http.MethodGet, regexp.MustCompile(`^/cluster/mapping/pci/([^/]+)$`), (*Server).getPCIMapping},
 	{http.MethodGet, regexp.MustCompile(`^/nodes$`), (*Server).listNodes},
 	{http.MethodGet, regexp.MustCompile(`^/nodes/([^/]+)/status$`), (*Server).nodeStatus},
 	{http.MethodGet, regexp.MustCompile(`^/nodes/([^/]+)/tasks/([^/]+)/status$`), (*Server).taskStatus},
@@ -991,6 +1026,9 @@ func (s *Server) createVM(c *call) (any, *apiError) {
 	if vmid < 100 {
 		return nil, errorf(http.StatusBadRequest, "Parameter verification failed.")
 	}
+	if failed := checkHostPCI(c.params); failed != nil {
+		return nil, failed
+	}
 	if existing, ok := s.vms[vmid]; ok {
 		s.idConflicts++
 		return nil, errorf(http.StatusInternalServerError, "VM %d already exists on node '%s'", vmid, existing.Node)
@@ -1104,6 +1142,9 @@ func (s *Server) postConfig(c *call) (any, *apiError) {
 	if failed != nil {
 		return nil, failed
 	}
+	if failed := checkHostPCI(c.params); failed != nil {
+		return nil, failed
+	}
 	if vm.Lock != "" {
 		return nil, errorf(http.StatusInternalServerError, "VM is locked (%s)", vm.Lock)
 	}
@@ -1123,6 +1164,9 @@ func (s *Server) postConfig(c *call) (any, *apiError) {
 func (s *Server) putConfig(c *call) (any, *apiError) {
 	vm, failed := s.vmOn(c.args[0], c.args[1])
 	if failed != nil {
+		return nil, failed
+	}
+	if failed := checkHostPCI(c.params); failed != nil {
 		return nil, failed
 	}
 	if vm.Lock != "" {
@@ -1202,16 +1246,23 @@ func (s *Server) currentStatus(c *call) (any, *apiError) {
 // startVM answers POST status/start. Like qemu-server since 2011, the
 // API call itself checks nothing: the qmstart worker finds the VM running
 // ("VM N already running"), locked ("VM is locked (L)") or its flock held
-// by a shutdown still running ("can't lock file … - got timeout"), or QEMU
+// by a shutdown still running ("can't lock file … - got timeout"), its
+// PCI devices are missing or held by another VM (choosePCI), or QEMU
 // fails to start it (a missing volume, memory the node cannot give).
 func (s *Server) startVM(c *call) (any, *apiError) {
 	vm, failed := s.vmOn(c.args[0], c.args[1])
 	if failed != nil {
 		return nil, failed
 	}
+	starting := false
 	upid := s.newTask(vm.Node, "qmstart", strconv.Itoa(vm.VMID), c.user, func(ok bool) {
-		if ok {
+		switch {
+		case ok:
 			vm.Status = "running"
+		case starting:
+			// The failed start's cleanup_pci_devices drops the
+			// reservations it took.
+			vm.PCI = nil
 		}
 	})
 	t := s.tasks[upid]
@@ -1227,11 +1278,22 @@ func (s *Server) startVM(c *call) (any, *apiError) {
 		t.fail(fmt.Sprintf("VM %d already running", vm.VMID))
 	case missing != "":
 		t.fail(fmt.Sprintf("volume '%s' does not exist", missing))
-	case s.lacksMemory(vm):
-		t.log = append(t.log, "kvm: cannot set up guest memory 'pc.ram': Cannot allocate memory")
-		t.fail("start failed: QEMU exited with code 1")
-	case warningsStatus.MatchString(t.exit):
-		t.log = append(t.log, "WARN: current machine version 'pc-i440fx-5.1' is deprecated - see the documentation and change to a newer one")
+	default:
+		// The devices are chosen and reserved (a time reservation) when
+		// the worker builds QEMU's command line, before QEMU runs.
+		ids, refused := s.choosePCI(vm)
+		if refused != "" {
+			t.fail(refused)
+			break
+		}
+		vm.PCI, starting = ids, true
+		switch {
+		case s.lacksMemory(vm):
+			t.log = append(t.log, "kvm: cannot set up guest memory 'pc.ram': Cannot allocate memory")
+			t.fail("start failed: QEMU exited with code 1")
+		case warningsStatus.MatchString(t.exit):
+			t.log = append(t.log, "WARN: current machine version 'pc-i440fx-5.1' is deprecated - see the documentation and change to a newer one")
+		}
 	}
 	return upid, nil
 }
@@ -1283,7 +1345,8 @@ func (s *Server) shutdownVM(c *call) (any, *apiError) {
 	}
 	upid := s.newTask(vm.Node, "qmshutdown", strconv.Itoa(vm.VMID), c.user, func(ok bool) {
 		if ok {
-			vm.Status = "stopped"
+			// vm_stop_cleanup drops the VM's PCI reservations.
+			vm.Status, vm.PCI = "stopped", nil
 		}
 	})
 	t := s.tasks[upid]
@@ -1328,7 +1391,7 @@ func (s *Server) stopVM(c *call) (any, *apiError) {
 	}
 	upid := s.newTask(vm.Node, "qmstop", strconv.Itoa(vm.VMID), c.user, func(ok bool) {
 		if ok {
-			vm.Status = "stopped"
+			vm.Status, vm.PCI = "stopped", nil
 		}
 	})
 	t := s.tasks[upid]

@@ -8,6 +8,7 @@ import (
 	"io"
 	"mime/multipart"
 	"net/http"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -289,5 +290,96 @@ func TestServerPowerFollowsQemuServer(t *testing.T) {
 	api.WithoutOverruleShutdown()
 	if got := post("stop", `{"overrule-shutdown":1}`); !strings.HasPrefix(got, "400 Parameter verification failed.") {
 		t.Errorf("overrule-shutdown on Proxmox VE 8.1: %q", got)
+	}
+}
+
+// TestServerPCIMappingsFollowQemuServer checks the PCI resource mappings
+// as the package comment cites them: the listing's wire format, the
+// hostpci format checked when it is set, and a start that takes a free
+// device of the node's entries, or fails with qemu-server's message.
+func TestServerPCIMappingsFollowQemuServer(t *testing.T) {
+	api := proxmoxtest.NewServer(proxmoxtest.Node{Name: "pve", CPUs: 16, MemoryMiB: 65536}, proxmoxtest.Node{Name: "pve2", CPUs: 16, MemoryMiB: 65536})
+	defer api.Close()
+	api.SetTaskPolls(0)
+	api.AddPCIMapping(proxmoxtest.PCIMapping{ID: "gpu", Description: "RTX 4090", Map: []proxmoxtest.PCIMapEntry{
+		{Node: "pve", Path: "0000:01:00.0", ID: "10de:2684", IOMMUGroup: 12, SubsystemID: "1458:408c"},
+		{Node: "pve", Path: "0000:02:00.0", ID: "10de:2684", IOMMUGroup: 13},
+		{Node: "pve2", Path: "0000:81:00", ID: "10de:2684", IOMMUGroup: -1},
+	}})
+	client := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: api.CertPool()}}}
+	call := func(method, path, body string) (string, any) {
+		t.Helper()
+		req, _ := http.NewRequest(method, api.Endpoint()+path, strings.NewReader(body))
+		req.Header.Set("Content-Type", "application/json")
+		resp, err := client.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer func() { _ = resp.Body.Close() }()
+		var env struct{ Data any }
+		_ = json.NewDecoder(resp.Body).Decode(&env)
+		return resp.Status, env.Data
+	}
+	start := func(vmid int) string {
+		t.Helper()
+		vm := mustVM(t, api, vmid)
+		status, upid := call(http.MethodPost, fmt.Sprintf("/nodes/%s/qemu/%d/status/start", vm.Node, vmid), `{}`)
+		if status != "200 OK" {
+			t.Fatalf("start of VM %d: %s", vmid, status)
+		}
+		_, st := call(http.MethodGet, "/nodes/"+vm.Node+"/tasks/"+upid.(string)+"/status", "")
+		return st.(map[string]any)["exitstatus"].(string)
+	}
+
+	_, list := call(http.MethodGet, "/cluster/mapping/pci?check-node=pve2", "")
+	want := `[map[checks:[] description:RTX 4090 digest:0e2b7a1c5d9f id:gpu map:[node=pve,path=0000:01:00.0,id=10de:2684,iommugroup=12,subsystem-id=1458:408c node=pve,path=0000:02:00.0,id=10de:2684,iommugroup=13 node=pve2,path=0000:81:00,id=10de:2684] type:pci]]`
+	if fmt.Sprint(list) != want {
+		t.Errorf("mapping listing:\n%v\nwant\n%s", list, want)
+	}
+	if status, _ := call(http.MethodGet, "/cluster/mapping/pci/nic", ""); status != "500 mapping 'nic' not found" {
+		t.Errorf("an unknown mapping: %s", status)
+	}
+
+	api.AddVM(proxmoxtest.VM{VMID: 100, Node: "pve", Config: map[string]string{"memory": "1024"}})
+	if status, _ := call(http.MethodPut, "/nodes/pve/qemu/100/config", `{"hostpci0":"mapping=gpu,gpus=2"}`); !strings.HasPrefix(status, "400 Parameter verification failed.") {
+		t.Errorf("a hostpci key qemu-server lacks: %s", status)
+	}
+	if status, _ := call(http.MethodPut, "/nodes/pve/qemu/100/config", `{"hostpci0":"mapping=gpu,pcie=1,rombar=0,x-vga=1","hostpci1":"mapping=gpu","machine":"q35"}`); status != "200 OK" {
+		t.Fatalf("two devices of the mapping: %s", status)
+	}
+	if got := start(100); got != "OK" || !slices.Equal(mustVM(t, api, 100).PCI, []string{"0000:01:00.0", "0000:02:00.0"}) {
+		t.Fatalf("start with two devices: %q, holding %v; want both of the node's devices", got, mustVM(t, api, 100).PCI)
+	}
+
+	api.AddVM(proxmoxtest.VM{VMID: 101, Node: "pve", Config: map[string]string{"hostpci0": "mapping=gpu"}})
+	if got := start(101); got != "could not find a free device for 'hostpci0'" {
+		t.Errorf("start while the running VM 100 holds both devices: %q", got)
+	}
+	api.AddVM(proxmoxtest.VM{VMID: 102, Node: "pve", Config: map[string]string{"hostpci0": "0000:01:00.0"}})
+	if got := start(102); got != "PCI device '0000:01:00.0' already in use by VMID '100'" {
+		t.Errorf("start of a raw host device VM 100 holds: %q", got)
+	}
+	api.AddVM(proxmoxtest.VM{VMID: 103, Node: "pve", Config: map[string]string{"hostpci0": "mapping=gpu,pcie=1"}})
+	if got := start(103); !strings.HasPrefix(got, "q35 machine model is not enabled") {
+		t.Errorf("pcie=1 without q35: %q", got)
+	}
+	api.AddVM(proxmoxtest.VM{VMID: 104, Node: "pve2", Config: map[string]string{"hostpci0": "mapping=gpu", "hostpci1": "mapping=gpu"}})
+	if got := start(104); got != "device '0000:81:00' assigned more than once" {
+		t.Errorf("two devices of a mapping with one entry on the node: %q", got)
+	}
+	api.AddVM(proxmoxtest.VM{VMID: 105, Node: "pve2", Config: map[string]string{"hostpci0": "mapping=nic"}})
+	if got := start(105); got != "PCI device mapping not found for 'nic'" {
+		t.Errorf("a mapping without an entry for the node: %q", got)
+	}
+
+	// A stopped VM holds nothing: VM 100's devices are free once it stops.
+	if status, upid := call(http.MethodPost, "/nodes/pve/qemu/100/status/stop", `{}`); status == "200 OK" {
+		call(http.MethodGet, "/nodes/pve/tasks/"+upid.(string)+"/status", "")
+	}
+	if got := start(101); got != "OK" || !slices.Equal(mustVM(t, api, 101).PCI, []string{"0000:01:00.0"}) {
+		t.Errorf("start after VM 100 stopped: %q, holding %v", got, mustVM(t, api, 101).PCI)
+	}
+	if got := api.PCIReservations(); fmt.Sprint(got) != "map[pve/0000:01:00.0:101]" {
+		t.Errorf("reservations = %v, want only VM 101's", got)
 	}
 }
