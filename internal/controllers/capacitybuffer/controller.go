@@ -267,7 +267,8 @@ func (c *Controller) fitsNoPool(ctx context.Context, buffer *autoscalingv1beta1.
 	empty := scheduling.Input{Cluster: scheduling.Cluster{DaemonSets: picture.DaemonSets, Namespaces: picture.Namespaces}}
 	for _, pool := range picture.Input.Pools {
 		pool.InUse = scheduling.Usage{}
-		pool.Unavailable, pool.UnavailableIn, pool.NoneFree = nil, nil, nil
+		// Every shape open, an inventory's servers all off.
+		pool.Unavailable, pool.UnavailableIn, pool.NoneFree, pool.Free = nil, nil, nil, nil
 		empty.Pools = append(empty.Pools, pool)
 	}
 	pod := &corev1.Pod{

@@ -93,7 +93,8 @@ func (c *Controller) fitsEmptyPools(ctx context.Context, request *autoscalingv1.
 	empty := scheduling.Input{Cluster: scheduling.Cluster{DaemonSets: picture.DaemonSets, Namespaces: picture.Namespaces}}
 	for _, pool := range picture.Input.Pools {
 		pool.InUse = scheduling.Usage{CPU: resource.Quantity{}, Memory: resource.Quantity{}}
-		pool.Unavailable, pool.UnavailableIn, pool.NoneFree = nil, nil, nil
+		// Every shape open, an inventory's servers all off.
+		pool.Unavailable, pool.UnavailableIn, pool.NoneFree, pool.Free = nil, nil, nil, nil
 		empty.Pools = append(empty.Pools, pool)
 	}
 	empty.Pending = pods.pods
