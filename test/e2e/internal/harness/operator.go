@@ -46,6 +46,9 @@ type OperatorOptions struct {
 	// RedfishMediaBindAddress runs the redfish media server there, as
 	// --redfish-media-bind-address does; empty runs none.
 	RedfishMediaBindAddress string
+	// RequestClock times the ProvisioningRequests' bookings; nil is the
+	// real clock.
+	RequestClock clock.PassiveClock
 }
 
 // StartOperator runs claimscale's controllers against the test control
@@ -93,6 +96,9 @@ func StartOperator(t *testing.T, opts OperatorOptions) (stop func()) {
 		DryRun:                     opts.DryRun,
 		SimulatedKubeletsElsewhere: opts.SimulatedKubeletsElsewhere,
 		RedfishMediaBindAddress:    opts.RedfishMediaBindAddress,
+		// Requests and buffers that wait are looked at again each second,
+		// not each half minute: a scenario waits for them.
+		Requests: operator.RequestOptions{Clock: opts.RequestClock, Recheck: time.Second},
 	}); err != nil {
 		cancel()
 		t.Fatal(err)
