@@ -77,8 +77,14 @@ func StartOperator(t *testing.T, opts OperatorOptions) (stop func()) {
 		LeaderElection:          opts.LeaderElection,
 		LeaderElectionID:        "claimscale-" + ClusterName,
 		LeaderElectionNamespace: ControllerNamespace,
-		Metrics:                 metrics,
-		HealthProbeBindAddress:  "0",
+		// A lease renewed late on a busy machine (two control planes and
+		// the compiler on two cores) would stop the test's controller
+		// mid-scenario; the next test's takes a released lease at once.
+		LeaderElectionReleaseOnCancel: true,
+		LeaseDuration:                 Ptr(60 * time.Second),
+		RenewDeadline:                 Ptr(45 * time.Second),
+		Metrics:                       metrics,
+		HealthProbeBindAddress:        "0",
 		// Each test starts its own manager in this process.
 		Controller: config.Controller{SkipNameValidation: Ptr(true)},
 	})
