@@ -34,8 +34,9 @@ type podClass struct {
 	priority int32
 	dominant float64
 
-	// scalar is set when the pod asks for an extended resource, which no
-	// shape offers.
+	// scalar is set when the pod asks for an extended resource (or
+	// another scalar resource): the snapshot then counts its pods one by
+	// one, as NodeInfo sums those in a map.
 	scalar bool
 	// hardSpread holds the DoNotSchedule topology spread constraints.
 	hardSpread []corev1.TopologySpreadConstraint
@@ -69,18 +70,59 @@ type podClass struct {
 	staticErr    *fwk.Status
 }
 
-// vec is the part of a request packing does arithmetic on.
-type vec struct{ cpu, mem, eph int64 }
+// vec is the part of a request packing does arithmetic on: cpu, memory,
+// ephemeral storage and, where a device is involved, extended resources.
+type vec struct {
+	cpu, mem, eph int64
+	// ext are the scalar resources (nvidia.com/gpu: 1); nil for none, as
+	// for every pod and shape of a cluster without devices.
+	ext *scalars
+}
 
-func (a vec) add(b vec) vec   { return vec{a.cpu + b.cpu, a.mem + b.mem, a.eph + b.eph} }
-func (a vec) sub(b vec) vec   { return vec{a.cpu - b.cpu, a.mem - b.mem, a.eph - b.eph} }
-func (a vec) scale(n int) vec { k := int64(n); return vec{a.cpu * k, a.mem * k, a.eph * k} }
+func (a vec) add(b vec) vec {
+	v := vec{cpu: a.cpu + b.cpu, mem: a.mem + b.mem, eph: a.eph + b.eph}
+	if a.ext != nil || b.ext != nil {
+		v.ext = combine(a.ext, b.ext, 1)
+	}
+	return v
+}
 
-// le reports whether a fits in b.
-func (a vec) le(b vec) bool { return a.cpu <= b.cpu && a.mem <= b.mem && a.eph <= b.eph }
+func (a vec) sub(b vec) vec {
+	v := vec{cpu: a.cpu - b.cpu, mem: a.mem - b.mem, eph: a.eph - b.eph}
+	if a.ext != nil || b.ext != nil {
+		v.ext = combine(a.ext, b.ext, -1)
+	}
+	return v
+}
 
+func (a vec) scale(n int) vec {
+	k := int64(n)
+	return vec{cpu: a.cpu * k, mem: a.mem * k, eph: a.eph * k, ext: a.ext.scaled(k)}
+}
+
+// le reports whether a fits in b: a scalar resource a does not ask for
+// never stops it, as in NodeResourcesFit.
+func (a vec) le(b vec) bool {
+	return a.cpu <= b.cpu && a.mem <= b.mem && a.eph <= b.eph && (a.ext == nil || a.ext.within(b.ext))
+}
+
+// eq reports whether a and b hold the same amounts.
+func (a vec) eq(b vec) bool {
+	return a.cpu == b.cpu && a.mem == b.mem && a.eph == b.eph && a.ext.equal(b.ext)
+}
+
+// vmax is the larger of a and b per resource.
+func vmax(a, b vec) vec {
+	return vec{cpu: max(a.cpu, b.cpu), mem: max(a.mem, b.mem), eph: max(a.eph, b.eph), ext: maxScalars(a.ext, b.ext)}
+}
+
+// vecOf is a pod's or a node's resources as packing counts them.
 func vecOf(r fwk.Resource) vec {
-	return vec{r.GetMilliCPU(), r.GetMemory(), r.GetEphemeralStorage()}
+	v := vec{cpu: r.GetMilliCPU(), mem: r.GetMemory(), eph: r.GetEphemeralStorage()}
+	if m := r.GetScalarResources(); len(m) > 0 {
+		v.ext = scalarsOfMap(m)
+	}
+	return v
 }
 
 func vecOfList(rl corev1.ResourceList) vec {
@@ -88,6 +130,7 @@ func vecOfList(rl corev1.ResourceList) vec {
 		cpu: rl.Cpu().MilliValue(),
 		mem: rl.Memory().Value(),
 		eph: rl.StorageEphemeral().Value(),
+		ext: scalarsOfList(rl),
 	}
 }
 
@@ -101,6 +144,7 @@ func (a vec) list() corev1.ResourceList {
 	if a.eph > 0 {
 		rl[corev1.ResourceEphemeralStorage] = *resource.NewQuantity(a.eph, resource.BinarySI)
 	}
+	a.ext.addTo(rl)
 	return rl
 }
 
@@ -112,6 +156,13 @@ func fitCount(free vec, slots int64, req vec) int {
 	for _, r := range [][2]int64{{free.cpu, req.cpu}, {free.mem, req.mem}, {free.eph, req.eph}} {
 		if r[1] > 0 {
 			n = min(n, r[0]/r[1])
+		}
+	}
+	if req.ext != nil {
+		for i, name := range req.ext.names {
+			if w := req.ext.counts[i]; w > 0 {
+				n = min(n, free.ext.get(name)/w)
+			}
 		}
 	}
 	if n < 0 {
@@ -378,7 +429,7 @@ func (c *podClass) needsFullFramework() bool {
 	if len(c.info.GetRequiredAffinityTerms()) > 0 || len(c.info.GetRequiredAntiAffinityTerms()) > 0 {
 		return true
 	}
-	if len(c.hardSpread) > 0 || c.scalar || len(p.Spec.ResourceClaims) > 0 {
+	if len(c.hardSpread) > 0 || len(p.Spec.ResourceClaims) > 0 {
 		return true
 	}
 	for _, v := range p.Spec.Volumes {

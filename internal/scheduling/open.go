@@ -34,9 +34,6 @@ func (r *round) options(cls *podClass) ([]option, map[*poolState]PoolRefusal, er
 		cacheable = cacheable && p.limNodes < 0 && p.limCPU < 0 && p.limMem < 0
 	}
 	key := optionKey{statics: cls.statics, req: cls.req}
-	if cls.scalar {
-		key.cls = cls
-	}
 	if c, ok := r.optCache[key]; ok && cacheable {
 		// The sleeping machines are not cached: each is woken once.
 		reasons := maps.Clone(c.reasons)
@@ -86,12 +83,12 @@ func (r *round) options(cls *podClass) ([]option, map[*poolState]PoolRefusal, er
 }
 
 // optionKey names the classes with equal options: static twins of one
-// request (a class asking for extended resources stands alone, for the
-// refusal names them).
+// request. Requests with extended resources are told apart by their
+// scalars' pointer, so such a class may miss a twin's options but never
+// takes another request's.
 type optionKey struct {
 	statics *staticCache
 	req     vec
-	cls     *podClass
 }
 
 type cachedOptions struct {
@@ -134,7 +131,7 @@ func (r *round) option(cls *podClass, p *poolState, zone string, bc, bm int64) (
 			return option{}, filterRefusal(p, st, cls.rep, t.node), nil
 		}
 		need := cls.req.add(t.dsReq)
-		if cls.scalar || t.dsCount+1 > p.maxPods {
+		if t.dsCount+1 > p.maxPods {
 			return option{}, insufficient(p, cls, need, t.dsCount+1, p.flexMax), nil
 		}
 		if _, _, ok := p.flexFit(need, -1, -1); !ok {
@@ -172,7 +169,7 @@ func (r *round) option(cls *podClass, p *poolState, zone string, bc, bm int64) (
 		if largest == nil || si.alloc.cpu > largest.alloc.cpu || si.alloc.cpu == largest.alloc.cpu && si.alloc.mem > largest.alloc.mem {
 			largest, largestNeed, largestPods = si, need, t.dsCount+1
 		}
-		if cls.scalar || !need.le(si.alloc) || t.dsCount+1 > si.allocPods {
+		if !need.le(si.alloc) || t.dsCount+1 > si.allocPods {
 			continue
 		}
 		if !withinBudget(si.cap, bc, bm) {
@@ -208,18 +205,8 @@ func insufficient(p *poolState, cls *podClass, need vec, pods int64, si *shapeIn
 	if need.eph > si.alloc.eph {
 		short = append(short, "ephemeral-storage")
 	}
-	if cls.scalar {
-		var names []string
-		for n := range cls.res.Resource.GetScalarResources() {
-			names = append(names, string(n))
-		}
-		sort.Strings(names)
-		short = append(short, names...)
-	}
+	short = append(short, need.ext.short(si.alloc.ext)...)
 	requested := resourcesOf(need, pods)
-	for name, quantity := range cls.res.Resource.GetScalarResources() {
-		requested[name] = *resource.NewQuantity(quantity, resource.DecimalSI)
-	}
 	return PoolRefusal{
 		Pool: p.name, Kind: RefusalTooSmall, Shape: si.shape.Name,
 		Message:   fmt.Sprintf("no shape fits the pod and its DaemonSet pods: insufficient %s", strings.Join(short, ", ")),

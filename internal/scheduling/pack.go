@@ -224,12 +224,16 @@ func (r *round) staticOK(cls *podClass, n *simNode) (bool, error) {
 func (r *round) room(cls *podClass, n *simNode) int {
 	if n.kind != newNode {
 		ni := r.s.snap.lookup(n.name)
-		free := vecOf(ni.GetAllocatable()).sub(vecOf(ni.GetRequested()))
-		slots := int64(ni.GetAllocatable().GetAllowedPodNumber() - len(ni.GetPods()))
-		return fitCount(free, slots, cls.req)
-	}
-	if cls.scalar {
-		return 0
+		alloc, requested := ni.GetAllocatable(), ni.GetRequested()
+		// Scalar resources are looked up only for a pod that asks for
+		// some: a node's map of them is read, not converted.
+		free := vec{
+			cpu: alloc.GetMilliCPU() - requested.GetMilliCPU(),
+			mem: alloc.GetMemory() - requested.GetMemory(),
+			eph: alloc.GetEphemeralStorage() - requested.GetEphemeralStorage(),
+		}
+		slots := int64(alloc.GetAllowedPodNumber() - len(ni.GetPods()))
+		return fitCount(free, scalarFit(alloc, requested, cls.req.ext, slots), vec{cpu: cls.req.cpu, mem: cls.req.mem, eph: cls.req.eph})
 	}
 	p := n.pool
 	if p.limCPU >= 0 || p.limMem >= 0 {
@@ -495,13 +499,13 @@ func (r *round) refreshNode(n *simNode) error {
 	largest, maxAlloc := n.cands[0], vec{}
 	var maxPods int64
 	for _, si := range n.cands {
-		maxAlloc = vec{max(maxAlloc.cpu, si.alloc.cpu), max(maxAlloc.mem, si.alloc.mem), max(maxAlloc.eph, si.alloc.eph)}
+		maxAlloc = vmax(maxAlloc, si.alloc)
 		maxPods = max(maxPods, si.allocPods)
 		if si.alloc.cpu > largest.alloc.cpu || si.alloc.cpu == largest.alloc.cpu && si.alloc.mem > largest.alloc.mem {
 			largest = si
 		}
 	}
-	if maxAlloc == n.maxAlloc && largest == n.tmpl.shape {
+	if maxAlloc.eq(n.maxAlloc) && largest == n.tmpl.shape {
 		return nil
 	}
 	t, err := r.s.template(r.ctx, n.pool, largest, n.zone)

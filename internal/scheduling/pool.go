@@ -177,7 +177,8 @@ func (p *poolState) newShapeInfo(sh Shape) (*shapeInfo, error) {
 // shapeNamed finds the shapeInfo of an in-flight claim's shape, making one
 // for shapes the pool no longer lists or flexible sizes.
 func (p *poolState) shapeNamed(sh Shape) *shapeInfo {
-	if si, ok := p.byName[sh.Name]; ok && si.shape.CPU.Cmp(sh.CPU) == 0 && si.shape.Memory.Cmp(sh.Memory) == 0 {
+	if si, ok := p.byName[sh.Name]; ok && si.shape.CPU.Cmp(sh.CPU) == 0 && si.shape.Memory.Cmp(sh.Memory) == 0 &&
+		sameDevices(si.shape.ExtendedResources, sh.ExtendedResources) {
 		return si
 	}
 	si, err := p.newShapeInfo(sh)
@@ -222,7 +223,8 @@ func (p *poolState) flexFit(need vec, budgetCPU, budgetMem int64) (ci, mi int, o
 	cg, mg := p.flex.cpuGrid(), p.flex.memGrid()
 	ci = sort.Search(cg.Len(), func(i int) bool { return p.flexAlloc(0, i) >= need.cpu })
 	mi = sort.Search(mg.Len(), func(i int) bool { return p.flexAlloc(1, i) >= need.mem })
-	if ci == cg.Len() || mi == mg.Len() || need.eph > p.flexMax.alloc.eph {
+	// A flexible range has no devices.
+	if ci == cg.Len() || mi == mg.Len() || need.eph > p.flexMax.alloc.eph || !need.ext.within(nil) {
 		return 0, 0, false
 	}
 	if budgetCPU >= 0 && cg.Size(ci) > budgetCPU || budgetMem >= 0 && mg.Size(mi) > budgetMem {
@@ -249,11 +251,11 @@ func (p *poolState) flexLargest(budgetCPU, budgetMem int64) (ci, mi int, ok bool
 }
 
 func (p *poolState) flexAllocAt(ci, mi int) vec {
-	return vec{p.flexAlloc(0, ci), p.flexAlloc(1, mi), p.flexMax.alloc.eph}
+	return vec{cpu: p.flexAlloc(0, ci), mem: p.flexAlloc(1, mi), eph: p.flexMax.alloc.eph}
 }
 
 func (p *poolState) flexCapAt(ci, mi int) vec {
-	return vec{p.flex.cpuGrid().Size(ci), p.flex.memGrid().Size(mi), p.flexMax.cap.eph}
+	return vec{cpu: p.flex.cpuGrid().Size(ci), mem: p.flex.memGrid().Size(mi), eph: p.flexMax.cap.eph}
 }
 
 // budget is what a node of the pool may still take of the cpu and memory

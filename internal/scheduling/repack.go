@@ -60,7 +60,7 @@ func (r *round) movableClasses(classes []*podClass) map[*podClass]bool {
 	free := map[*podClass]bool{}
 	for _, c := range classes {
 		// A pod that selects on a node's name stays where it is.
-		if !c.simple || c.scalar || c.perNode {
+		if !c.simple || c.perNode {
 			continue
 		}
 		ok := true

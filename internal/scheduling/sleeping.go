@@ -46,7 +46,7 @@ func (s *Simulator) addSleeping(claims []Sleeping) error {
 // shapes are all out (closed this round, or every shape in capacity
 // backoff) wakes none: its provider just failed.
 func (r *round) sleepingOptions(cls *podClass, opts []option, reasons map[*poolState]PoolRefusal) ([]option, error) {
-	if r.s.sleeping == 0 || cls.scalar {
+	if r.s.sleeping == 0 {
 		return opts, nil
 	}
 	type kind struct {

@@ -337,9 +337,9 @@ func (s *Snapshot) addPodInfos(infos []podInfo, nodeName string) error {
 		}
 		return nil
 	}
-	// Pods of a simple class use no host ports, volumes or extended
-	// resources, and have no pod affinity: adding one changes only the
-	// pod list and the requested sums. All but the last are added in one
+	// Pods of a simple class use no host ports or volumes, have no pod
+	// affinity and (checked above) ask for no scalar resource: adding
+	// one changes only the pod list and the requested sums. All but the last are added in one
 	// step; AddPodInfo adds the last, which also moves the node's
 	// generation on.
 	k := int64(len(infos) - 1)

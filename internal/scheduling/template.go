@@ -35,7 +35,8 @@ var defaultEvictionHard = map[string]v1alpha1.EvictionThreshold{
 // NodeGroupTemplateNodeInfo, so both see the same node.
 //
 // Capacity is the shape's cpu and memory, its disk (DefaultDiskSize unless
-// the shape says) and the pool's maxPods (DefaultMaxPods unless set).
+// the shape says), its extended resources (devices, as a device plugin
+// advertises them) and the pool's maxPods (DefaultMaxPods unless set).
 // Allocatable is capacity − kubeReserved − systemReserved − evictionHard
 // (memory.available and nodefs.available, each a quantity or a percentage;
 // the kubelet's defaults when the pool sets none). It carries the pool's
@@ -90,12 +91,16 @@ func shapeCapacity(pool *v1alpha1.NodePool, shape Shape) corev1.ResourceList {
 	if disk.IsZero() {
 		disk = DefaultDiskSize
 	}
-	return corev1.ResourceList{
+	capacity := corev1.ResourceList{
 		corev1.ResourceCPU:              shape.CPU.DeepCopy(),
 		corev1.ResourceMemory:           shape.Memory.DeepCopy(),
 		corev1.ResourceEphemeralStorage: disk.DeepCopy(),
 		corev1.ResourcePods:             *resource.NewQuantity(maxPods(pool), resource.DecimalSI),
 	}
+	for name, q := range shape.ExtendedResources {
+		capacity[name] = q.DeepCopy()
+	}
+	return capacity
 }
 
 // allocatableOf subtracts the kubelet's reservations from capacity the way
