@@ -212,6 +212,7 @@ func (c *Cluster) Picture(ctx context.Context, pools PoolUsability) (*Picture, e
 			Pool: claim.Spec.NodePoolRef.Name,
 			Shape: scheduling.Shape{
 				Name: claim.Spec.Shape.Name, CPU: claim.Spec.Shape.CPU, Memory: claim.Spec.Shape.Memory,
+				ExtendedResources: claim.Spec.Shape.ExtendedResources,
 			},
 			Zone: zoneOf(claim.Spec.Requirements.NodeSelector),
 		})
@@ -297,6 +298,7 @@ func sleepingMachine(claim *v1alpha1.NodeClaim, pool *v1alpha1.NodePool) (schedu
 		Pool: claim.Spec.NodePoolRef.Name,
 		Shape: scheduling.Shape{
 			Name: claim.Spec.Shape.Name, CPU: claim.Spec.Shape.CPU, Memory: claim.Spec.Shape.Memory, Price: priceOf(claim),
+			ExtendedResources: claim.Spec.Shape.ExtendedResources,
 		},
 		Zone: zoneOf(claim.Spec.Requirements.NodeSelector),
 	}, true

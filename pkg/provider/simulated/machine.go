@@ -102,6 +102,12 @@ type machineParams struct {
 func newMachine(claim *v1alpha1.NodeClaim, p machineParams) *machine {
 	shape := claim.Spec.Shape
 	capacity, allocatable := nodeResources(shape.CPU, shape.Memory, p.kubelet)
+	// The devices of the shape, as a device plugin on the machine would
+	// advertise them: whole, none reserved.
+	for name, count := range shape.ExtendedResources {
+		capacity[name] = count.DeepCopy()
+		allocatable[name] = count.DeepCopy()
+	}
 	return &machine{
 		name:   claim.Name,
 		tags:   provider.Tags(p.cluster, claim),
@@ -418,17 +424,25 @@ func (m *machine) instance() *provider.Instance {
 	if m.zone != "" {
 		labels[corev1.LabelTopologyZone] = m.zone
 	}
+	capacity := corev1.ResourceList{
+		corev1.ResourceCPU:    m.cpu.DeepCopy(),
+		corev1.ResourceMemory: m.memory.DeepCopy(),
+	}
+	// The devices: extended resources, the only domain-prefixed names a
+	// node's capacity has here.
+	for name, count := range m.nodeCapacity {
+		if strings.Contains(string(name), "/") {
+			capacity[name] = count.DeepCopy()
+		}
+	}
 	return &provider.Instance{
 		ProviderID: ProviderID(m.name),
 		Name:       m.name,
-		Capacity: corev1.ResourceList{
-			corev1.ResourceCPU:    m.cpu.DeepCopy(),
-			corev1.ResourceMemory: m.memory.DeepCopy(),
-		},
-		Labels:    labels,
-		Tags:      maps.Clone(m.tags),
-		State:     state,
-		CreatedAt: m.createdAt,
+		Capacity:   capacity,
+		Labels:     labels,
+		Tags:       maps.Clone(m.tags),
+		State:      state,
+		CreatedAt:  m.createdAt,
 	}
 }
 
