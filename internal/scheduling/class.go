@@ -56,6 +56,14 @@ type podClass struct {
 	// exclusive classes have a required anti-affinity term over hostnames
 	// that selects their own pods: each pod needs a node of its own.
 	exclusive bool
+	// dra classes have ResourceClaims: DynamicResources decides them, per
+	// pod (each has claims of its own), and templates by their devices.
+	dra bool
+	// deviceState and devicePre are DynamicResources's PreFilter of the
+	// representative, for its verdicts on templates.
+	deviceState fwk.CycleState
+	devicePre   *fwk.Status
+	deviceAt    int
 
 	// where lists the nodes the class's pods are placed on in the current
 	// round (for pods already bound, see Simulator.boundWhere).
@@ -370,7 +378,9 @@ func newPodClass(id int, p *corev1.Pod) (*podClass, error) {
 		}
 	}
 	cls.perNode = selectsOnNodeIdentity(p)
-	cls.shapeBlind = !cls.perNode && !selectsOnLabel(p, corev1.LabelInstanceTypeStable, corev1.LabelInstanceType)
+	cls.dra = len(p.Spec.ResourceClaims) > 0
+	// A class with claims looks at each shape's devices.
+	cls.shapeBlind = !cls.perNode && !cls.dra && !selectsOnLabel(p, corev1.LabelInstanceTypeStable, corev1.LabelInstanceType)
 	return cls, nil
 }
 

@@ -128,7 +128,7 @@ func (r *round) option(cls *podClass, p *poolState, zone string, bc, bm int64) (
 			return option{}, PoolRefusal{}, err
 		}
 		if !st.IsSuccess() {
-			return option{}, filterRefusal(p, st, cls.rep, t.node), nil
+			return option{}, filterRefusal(p, st, cls.rep, t.node, r.s.snap.dra), nil
 		}
 		need := cls.req.add(t.dsReq)
 		if t.dsCount+1 > p.maxPods {
@@ -186,7 +186,7 @@ func (r *round) option(cls *podClass, p *poolState, zone string, bc, bm int64) (
 	case largest != nil:
 		return option{}, insufficient(p, cls, largestNeed, largestPods, largest), nil
 	default:
-		return option{}, filterRefusal(p, static, cls.rep, staticNode), nil
+		return option{}, filterRefusal(p, static, cls.rep, staticNode, r.s.snap.dra), nil
 	}
 }
 

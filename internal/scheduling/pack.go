@@ -454,6 +454,10 @@ func (r *round) narrow(cls *podClass, n *simNode) error {
 		// every pod, and the slice is shared with what drain saved.
 		var keep []*shapeInfo
 		dropped := false
+		var given []deviceRef
+		if dra := r.s.snap.dra; dra != nil {
+			given = dra.allocatedOn(n.name)
+		}
 		for i, si := range n.cands {
 			t, err := r.s.template(r.ctx, p, si, n.zone)
 			if err != nil {
@@ -464,7 +468,8 @@ func (r *round) narrow(cls *podClass, n *simNode) error {
 				return err
 			}
 			fits := st.IsSuccess() && withinBudget(si.cap, bc, bm) &&
-				n.podReq.add(t.dsReq).le(si.alloc) && n.nPods+t.dsCount <= si.allocPods
+				n.podReq.add(t.dsReq).le(si.alloc) && n.nPods+t.dsCount <= si.allocPods &&
+				(len(given) == 0 || holdsDevices(si.shape.ResourceSlices, n.deviceTemplates(), given))
 			switch {
 			case !fits && !dropped:
 				dropped = true
@@ -522,6 +527,11 @@ func (r *round) refreshNode(n *simNode) error {
 		return err
 	}
 	n.labels, n.maxAlloc = node.Labels, maxAlloc
+	if dra := r.s.snap.dra; dra != nil && t != n.tmpl && (len(t.shape.shape.ResourceSlices) > 0 || len(n.tmpl.shape.shape.ResourceSlices) > 0) {
+		// The node publishes the devices of its largest shape; narrowing
+		// kept only shapes with the devices it gave pods.
+		dra.setNodeSlices(n.name, templateSlices(t.shape.shape.ResourceSlices, n.name))
+	}
 	if !sameDaemonSets(t.ds, n.tmpl.ds) {
 		for _, p := range n.ds {
 			if err := r.s.snap.RemovePod(p, n.name); err != nil {

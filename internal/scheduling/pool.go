@@ -181,6 +181,11 @@ func (p *poolState) shapeNamed(sh Shape) *shapeInfo {
 		sameDevices(si.shape.ExtendedResources, sh.ExtendedResources) {
 		return si
 	}
+	if si, ok := p.byName[sh.Name]; ok && sh.ResourceSlices == nil {
+		// A claim records no template slices: a booting node of a shape
+		// the pool still lists has the slices the pool gives it.
+		sh.ResourceSlices = si.shape.ResourceSlices
+	}
 	si, err := p.newShapeInfo(sh)
 	if err != nil {
 		// The pool's kubelet settings were already accepted for its own

@@ -28,6 +28,9 @@ type Shape struct {
 	// 1), in whole units: its node advertises them in capacity and
 	// allocatable. Nil for none.
 	ExtendedResources corev1.ResourceList
+	// ResourceSlices are the devices a DRA driver publishes for a node of
+	// the shape (see v1alpha1.Shape); nil for none.
+	ResourceSlices []v1alpha1.TemplateResourceSlice
 }
 
 // ShapeFromProvider converts a provider's shape. An ephemeral-storage entry
@@ -125,6 +128,7 @@ func PoolShapes(pool *v1alpha1.NodePool, resolved []shapecatalog.Shape) (Shapes,
 		if len(ps.ExtendedResources) > 0 {
 			s.ExtendedResources = ps.ExtendedResources.DeepCopy()
 		}
+		s.ResourceSlices = ps.ResourceSlices
 		if s.CPU.Sign() <= 0 || s.Memory.Sign() <= 0 {
 			return Shapes{}, fmt.Errorf("shape %s of pool %s has no cpu or memory, neither in the pool nor in the provider's catalog", ps.Name, pool.Name)
 		}

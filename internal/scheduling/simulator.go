@@ -48,6 +48,9 @@ type Simulator struct {
 	// pluginsOnly sends every class with constraints through the
 	// framework, none through the counts (for tests that compare them).
 	pluginsOnly bool
+	// objs are the objects the plugins look up, kept for the frameworks
+	// built on first use.
+	objs objectStore
 }
 
 type nodeKind int
@@ -126,8 +129,12 @@ func New(ctx context.Context, c Cluster) (*Simulator, error) {
 	if err != nil {
 		return nil, err
 	}
+	s.objs = objs
 	if s.fw, err = newFrameworks(ctx, s.snap, objs); err != nil {
 		return nil, err
+	}
+	if !c.DRA.empty() || templatesHaveSlices(c.Pools) {
+		s.snap.withDRA(newDRAState(c.DRA))
 	}
 	for i := range c.Pools {
 		p, err := newPoolState(&c.Pools[i])

@@ -172,6 +172,9 @@ func evictionThreshold(v string, capacity resource.Quantity) (resource.Quantity,
 func (s *Simulator) addTemplateNode(n *simNode, t *template) error {
 	node := t.named(n.name)
 	n.labels = node.Labels
+	if dra := s.snap.dra; dra != nil && len(t.shape.shape.ResourceSlices) > 0 {
+		dra.setNodeSlices(n.name, templateSlices(t.shape.shape.ResourceSlices, n.name))
+	}
 	n.ds = instantiate(t.ds, n.name)
 	infos := make([]fwk.PodInfo, 0, len(n.ds))
 	for _, p := range n.ds {
@@ -213,6 +216,10 @@ func (s *Simulator) template(ctx context.Context, p *poolState, si *shapeInfo, z
 	}
 	t.info = framework.NewNodeInfo()
 	t.info.SetNode(node)
+	if dra := s.snap.dra; dra != nil && len(si.shape.ResourceSlices) > 0 {
+		// The template's own devices, for the verdicts on it.
+		dra.setBaseSlices(name, templateSlices(si.shape.ResourceSlices, name))
+	}
 	t.staticID = s.staticID("\x02template\x00" + p.name + "\x00" + si.shape.Name + "\x00" + zone)
 	t.shapeBlindID = s.staticID("\x03template\x00" + p.name + "\x00" + zone)
 	for len(byShape) <= si.idx {
