@@ -199,6 +199,7 @@ func (r *round) placeEach(run *classRun, pods []*corev1.Pod) error {
 			return nil
 		}
 		var target *simNode
+		var taken []*simNode
 		for ni := cursor; ni < len(r.nodes); ni++ {
 			if ni < len(dead) && dead[ni] {
 				continue
@@ -211,6 +212,15 @@ func (r *round) placeEach(run *classRun, pods []*corev1.Pod) error {
 			if st.IsSuccess() {
 				target = n
 				break
+			}
+			if st.Plugin() == names.DynamicResources {
+				ok, err := r.devicesWouldServe(cls, n)
+				if err != nil {
+					return err
+				}
+				if ok {
+					taken = append(taken, n)
+				}
 			}
 			if monotone(st) {
 				for len(dead) <= ni {
@@ -232,10 +242,16 @@ func (r *round) placeEach(run *classRun, pods []*corev1.Pod) error {
 				return err
 			}
 			if n == nil {
+				failed := len(r.unschedulable)
 				if refusals != nil || reason == "" {
 					r.failRefused(pods[i:], refusals)
 				} else {
 					r.fail(pods[i:], reason)
+				}
+				if note := takenNote(taken); note != "" {
+					for k := failed; k < len(r.unschedulable); k++ {
+						r.unschedulable[k].Reason += "; " + note
+					}
 				}
 				return nil
 			}

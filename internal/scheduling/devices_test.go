@@ -164,7 +164,7 @@ func TestDeviceNoPoolHasIsNamed(t *testing.T) {
 		t.Fatalf("want the pod unschedulable and no node, got %d unschedulable and nodes %v", len(r.Unschedulable), newNodesByShape(r))
 	}
 	u := r.Unschedulable[0]
-	if !strings.Contains(u.Reason, "example.com/fpga") {
+	if !strings.Contains(u.Reason, "no shape of the pool has example.com/fpga") {
 		t.Errorf("the reason does not name the device: %s", u.Reason)
 	}
 	if len(u.Pools) != 2 {

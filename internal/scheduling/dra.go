@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"reflect"
+	"slices"
 	"sort"
 	"strings"
 
@@ -659,4 +660,72 @@ func (p *poolState) devicesOffered() string {
 		parts = append(parts, d+": "+strings.Join(byDriver[d], ", "))
 	}
 	return strings.Join(parts, "; ")
+}
+
+// takenNote says which nodes have devices the pod's claims could not get
+// there, by pool: their devices are allocated to other pods (or to the
+// pods this round placed before), "" for none.
+func takenNote(nodes []*simNode) string {
+	if len(nodes) == 0 {
+		return ""
+	}
+	byPool := map[string][]string{}
+	var pools []string
+	for _, n := range nodes {
+		pool := ""
+		if n.pool != nil {
+			pool = n.pool.name
+		} else {
+			pool = n.labels[v1alpha1.LabelNodePool]
+		}
+		if _, ok := byPool[pool]; !ok {
+			pools = append(pools, pool)
+		}
+		byPool[pool] = append(byPool[pool], n.name)
+	}
+	sort.Strings(pools)
+	parts := make([]string, 0, len(pools))
+	for _, pool := range pools {
+		what := "node"
+		if len(byPool[pool]) > 1 {
+			what = "nodes"
+		}
+		if pool == "" {
+			parts = append(parts, fmt.Sprintf("%s %s", what, strings.Join(byPool[pool], ", ")))
+		} else {
+			parts = append(parts, fmt.Sprintf("pool %q's %s %s", pool, what, strings.Join(byPool[pool], ", ")))
+		}
+	}
+	return "the devices of " + strings.Join(parts, " and ") + " that the claims could use are allocated to other pods"
+}
+
+// devicesWouldServe reports whether a node's devices would satisfy the
+// class's claims were none of them allocated: whether a fresh node of its
+// pool and shape would (the template of a booting or new node; an
+// existing node's by its pool and instance-type labels).
+func (r *round) devicesWouldServe(cls *podClass, n *simNode) (bool, error) {
+	t := n.tmpl
+	if t == nil {
+		p := r.s.poolByName[n.labels[v1alpha1.LabelNodePool]]
+		if p == nil {
+			return false, nil
+		}
+		si := p.byName[n.labels[corev1.LabelInstanceTypeStable]]
+		if si == nil || len(si.shape.ResourceSlices) == 0 {
+			return false, nil
+		}
+		zone := n.labels[corev1.LabelTopologyZone]
+		if !slices.Contains(p.zones, zone) {
+			zone = p.zones[0]
+		}
+		var err error
+		if t, err = r.s.template(r.ctx, p, si, zone); err != nil {
+			return false, err
+		}
+	}
+	if len(t.shape.shape.ResourceSlices) == 0 {
+		return false, nil
+	}
+	st, err := r.s.templateVerdict(r.ctx, cls, t)
+	return err == nil && st.IsSuccess(), err
 }

@@ -290,3 +290,28 @@ func BenchmarkClaims500(b *testing.B) {
 	c := Cluster{Pools: draPools(), DRA: DRA{ResourceClaims: append(a100Claims, t4Claims...), DeviceClasses: []*resourcev1.DeviceClass{gpuClass()}}}
 	benchmarkSolve(b, c, pending)
 }
+
+// A pod whose pool is at its node limit, and whose booting node's
+// devices went to the pod it was bought for, is told that those devices
+// are taken.
+func TestTakenDevicesAreNamed(t *testing.T) {
+	pending, claims := claimedPods(2, "train", "a100")
+	pools := draPools()
+	limitNodes(1)(pools[0].NodePool, &pools[0])
+	pools[0].InUse = Usage{Nodes: 1}
+	c := Cluster{
+		Pools:    pools,
+		DRA:      DRA{ResourceClaims: claims, DeviceClasses: []*resourcev1.DeviceClass{gpuClass()}},
+		InFlight: []InFlight{{Name: "booting", Pool: "dra", Shape: shape("a100-1", "8", "64Gi", 10)}},
+	}
+	r := solve(t, c, pending)
+	if len(r.Unschedulable) != 1 {
+		t.Fatalf("want one pod unschedulable, got %+v", r.Unschedulable)
+	}
+	reason := r.Unschedulable[0].Reason
+	for _, want := range []string{"limit nodes=1 reached", `the devices of pool "dra"'s node booting that the claims could use are allocated to other pods`} {
+		if !strings.Contains(reason, want) {
+			t.Errorf("reason %q lacks %q", reason, want)
+		}
+	}
+}

@@ -233,3 +233,14 @@ func (s *scalars) short(have *scalars) []string {
 	}
 	return out
 }
+
+// offers reports whether any shape of the pool has some of a scalar
+// resource.
+func (p *poolState) offers(name corev1.ResourceName) bool {
+	for _, si := range p.shapes {
+		if si.alloc.ext.get(name) > 0 {
+			return true
+		}
+	}
+	return false
+}

@@ -205,11 +205,27 @@ func insufficient(p *poolState, cls *podClass, need vec, pods int64, si *shapeIn
 	if need.eph > si.alloc.eph {
 		short = append(short, "ephemeral-storage")
 	}
-	short = append(short, need.ext.short(si.alloc.ext)...)
+	// A device no shape has at all is named as such: no size of the
+	// pool would do.
+	var missing []string
+	for _, name := range need.ext.short(si.alloc.ext) {
+		if p.offers(corev1.ResourceName(name)) {
+			short = append(short, name)
+		} else {
+			missing = append(missing, name)
+		}
+	}
+	var why []string
+	if len(short) > 0 {
+		why = append(why, "no shape fits the pod and its DaemonSet pods: insufficient "+strings.Join(short, ", "))
+	}
+	if len(missing) > 0 {
+		why = append(why, "no shape of the pool has "+strings.Join(missing, ", "))
+	}
 	requested := resourcesOf(need, pods)
 	return PoolRefusal{
 		Pool: p.name, Kind: RefusalTooSmall, Shape: si.shape.Name,
-		Message:   fmt.Sprintf("no shape fits the pod and its DaemonSet pods: insufficient %s", strings.Join(short, ", ")),
+		Message:   strings.Join(why, "; "),
 		Requested: requested, Available: resourcesOf(si.alloc, si.allocPods),
 	}
 }
