@@ -144,6 +144,9 @@ func (c *Cluster) Picture(ctx context.Context, pools PoolUsability) (*Picture, e
 	for i := range daemonSets.Items {
 		input.DaemonSets = append(input.DaemonSets, &daemonSets.Items[i])
 	}
+	if input.DRA, err = listDRA(ctx, c.Kube); err != nil {
+		return nil, err
+	}
 
 	// By pointer: a claim is a kilobyte, and a round reads every one.
 	// What the pools are given counts against their limits, which an
