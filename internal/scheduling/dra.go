@@ -11,7 +11,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	resourcev1 "k8s.io/api/resource/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/sets"
 	utilfeature "k8s.io/apiserver/pkg/util/feature"
@@ -340,55 +339,17 @@ func (t draClaims) AssumeClaimAfterAPICall(*resourcev1.ResourceClaim) error {
 
 func (t draClaims) AssumedClaimRestore(string, string) {}
 
-// templateSlices turns a shape's template slices into the ResourceSlices
-// a node named node publishes: one per driver, of the node's own pool
-// unless the template names one.
+// templateSlices are the ResourceSlices a node named node publishes for
+// a shape's template slices.
 func templateSlices(templates []v1alpha1.TemplateResourceSlice, node string) []*resourcev1.ResourceSlice {
 	if len(templates) == 0 {
 		return nil
 	}
 	out := make([]*resourcev1.ResourceSlice, 0, len(templates))
 	for _, t := range templates {
-		out = append(out, &resourcev1.ResourceSlice{
-			ObjectMeta: metav1.ObjectMeta{Name: node + "-" + t.Driver, UID: types.UID("claimscale-sim/slice/" + node + "/" + t.Driver)},
-			Spec: resourcev1.ResourceSliceSpec{
-				Driver:   t.Driver,
-				Pool:     resourcev1.ResourcePool{Name: poolOf(t, node), Generation: 1, ResourceSliceCount: 1},
-				NodeName: ptr.To(node),
-				Devices:  devicesOf(t),
-			},
-		})
-	}
-	return out
-}
-
-func poolOf(t v1alpha1.TemplateResourceSlice, node string) string {
-	if t.Pool != "" {
-		return t.Pool
-	}
-	return node
-}
-
-// devicesOf converts a template's devices to the API's.
-func devicesOf(t v1alpha1.TemplateResourceSlice) []resourcev1.Device {
-	out := make([]resourcev1.Device, 0, len(t.Devices))
-	for _, d := range t.Devices {
-		dev := resourcev1.Device{Name: d.Name}
-		if len(d.Attributes) > 0 {
-			dev.Attributes = make(map[resourcev1.QualifiedName]resourcev1.DeviceAttribute, len(d.Attributes))
-			for k, a := range d.Attributes {
-				dev.Attributes[resourcev1.QualifiedName(k)] = resourcev1.DeviceAttribute{
-					IntValue: a.Int, BoolValue: a.Bool, StringValue: a.String, VersionValue: a.Version,
-				}
-			}
-		}
-		if len(d.Capacity) > 0 {
-			dev.Capacity = make(map[resourcev1.QualifiedName]resourcev1.DeviceCapacity, len(d.Capacity))
-			for k, q := range d.Capacity {
-				dev.Capacity[resourcev1.QualifiedName(k)] = resourcev1.DeviceCapacity{Value: q.DeepCopy()}
-			}
-		}
-		out = append(out, dev)
+		slice := t.ForNode(node)
+		slice.UID = types.UID("claimscale-sim/slice/" + node + "/" + t.Driver)
+		out = append(out, slice)
 	}
 	return out
 }

@@ -49,6 +49,7 @@ const (
 	dataNodeTaints      = "nodeTaints"
 	dataNodeCapacity    = "nodeCapacity"
 	dataNodeAllocatable = "nodeAllocatable"
+	dataResourceSlices  = "resourceSlices"
 	// dataUserData is "secret" when the machine has user data, kept in the
 	// Secret of the machine's name: its kubelet then joins with the token
 	// in it.
@@ -85,6 +86,9 @@ type machine struct {
 	nodeTaints      []corev1.Taint
 	nodeCapacity    corev1.ResourceList
 	nodeAllocatable corev1.ResourceList
+	// slices are the devices the machine's DRA driver publishes once its
+	// Node registered: its shape's template ResourceSlices.
+	slices []v1alpha1.TemplateResourceSlice
 }
 
 // machineParams are what Create decides about a new machine besides its
@@ -97,6 +101,7 @@ type machineParams struct {
 	bootAt        time.Time
 	neverRegister bool
 	userData      bool
+	slices        []v1alpha1.TemplateResourceSlice
 }
 
 func newMachine(claim *v1alpha1.NodeClaim, p machineParams) *machine {
@@ -124,6 +129,7 @@ func newMachine(claim *v1alpha1.NodeClaim, p machineParams) *machine {
 		nodeTaints:      nodeTaints(claim),
 		nodeCapacity:    capacity,
 		nodeAllocatable: allocatable,
+		slices:          p.slices,
 	}
 }
 
@@ -346,6 +352,13 @@ func (m *machine) configMap(namespace string) (*corev1.ConfigMap, error) {
 	if m.userData {
 		cm.Data[dataUserData] = "secret"
 	}
+	if len(m.slices) > 0 {
+		slices, err := json.Marshal(m.slices)
+		if err != nil {
+			return nil, err
+		}
+		cm.Data[dataResourceSlices] = string(slices)
+	}
 	for key, at := range map[string]time.Time{dataRegisteredAt: m.registeredAt, dataSuspendedAt: m.suspendedAt, dataResumedAt: m.resumedAt} {
 		if !at.IsZero() {
 			cm.Data[key] = at.UTC().Format(time.RFC3339Nano)
@@ -400,6 +413,11 @@ func machineFromConfigMap(cm *corev1.ConfigMap) (*machine, error) {
 	} {
 		if err := json.Unmarshal([]byte(d[key]), into); err != nil {
 			return fail(key, err)
+		}
+	}
+	if v, ok := d[dataResourceSlices]; ok {
+		if err := json.Unmarshal([]byte(v), &m.slices); err != nil {
+			return fail(dataResourceSlices, err)
 		}
 	}
 	return m, nil
