@@ -1,6 +1,9 @@
 package v1alpha1
 
 import (
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
 	resourcev1 "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
@@ -53,4 +56,22 @@ func (t TemplateResourceSlice) devices() []resourcev1.Device {
 		out = append(out, dev)
 	}
 	return out
+}
+
+// LabelGPU marks the nodes of a shape with GPUs, with the shape's name as
+// the GPU type. It is what the externalgrpc shim answers to
+// cluster-autoscaler's GPULabel by default, and GetAvailableGPUTypes lists
+// its values.
+const LabelGPU = "claimscale.io/gpu"
+
+// GPUType is the value of LabelGPU on the nodes of a shape: "" when the
+// shape has no GPU, an extended resource whose name says gpu
+// (nvidia.com/gpu, amd.com/gpu, gpu.intel.com/i915).
+func GPUType(shape string, devices corev1.ResourceList) string {
+	for name, count := range devices {
+		if strings.Contains(strings.ToLower(string(name)), "gpu") && count.Sign() > 0 {
+			return shape
+		}
+	}
+	return ""
 }

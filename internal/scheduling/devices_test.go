@@ -153,6 +153,16 @@ func TestTemplateNodeAdvertisesDevices(t *testing.T) {
 			t.Errorf("the template node has %d GPUs in %v, want 4", got, list)
 		}
 	}
+	if got := node.Labels[v1alpha1.LabelGPU]; got != "g4" {
+		t.Errorf("GPU label %q, want the shape's name", got)
+	}
+	plain, err := TemplateNode(pool, shape("c8", "8", "32Gi", 1), "", "n")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := plain.Labels[v1alpha1.LabelGPU]; ok {
+		t.Error("a shape without GPUs has the GPU label")
+	}
 }
 
 // A pod asking for a device no pool has is refused by every pool, and the

@@ -60,6 +60,9 @@ func TemplateNode(pool *v1alpha1.NodePool, shape Shape, zone, name string) (*cor
 	if zone != "" {
 		labels[corev1.LabelTopologyZone] = zone
 	}
+	if gpu := v1alpha1.GPUType(shape.Name, shape.ExtendedResources); gpu != "" {
+		labels[v1alpha1.LabelGPU] = gpu
+	}
 	var taints []corev1.Taint
 	if len(pool.Spec.Template.Taints) > 0 {
 		taints = append(taints, pool.Spec.Template.Taints...)

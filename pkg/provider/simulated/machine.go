@@ -148,6 +148,9 @@ func nodeLabels(claim *v1alpha1.NodeClaim, zone string) map[string]string {
 	labels[corev1.LabelOSStable] = "linux"
 	labels[corev1.LabelArchStable] = "amd64"
 	labels[corev1.LabelTopologyRegion] = Region
+	if gpu := v1alpha1.GPUType(claim.Spec.Shape.Name, claim.Spec.Shape.ExtendedResources); gpu != "" {
+		labels[v1alpha1.LabelGPU] = labelValue(gpu)
+	}
 	if zone != "" {
 		labels[corev1.LabelTopologyZone] = labelValue(zone)
 	}
