@@ -271,6 +271,17 @@ func TestPoolShapesCarryDevices(t *testing.T) {
 	if _, err := PoolShapes(np, []shapecatalog.Shape{catalogShape}); err == nil || !strings.Contains(err.Error(), "whole number") {
 		t.Errorf("half a GPU: error %v", err)
 	}
+	np.Spec.Shapes.Fixed[0].ExtendedResources = nil
+	np.Spec.Shapes.Fixed[0].ResourceSlices = []v1alpha1.TemplateResourceSlice{{Driver: "gpu.example.com", Devices: []v1alpha1.TemplateDevice{{
+		Name: "gpu-0", Attributes: map[string]v1alpha1.TemplateDeviceAttribute{"gpu model": {}},
+	}}}}
+	if _, err := PoolShapes(np, []shapecatalog.Shape{catalogShape}); err == nil || !strings.Contains(err.Error(), `attribute name "gpu model"`) {
+		t.Errorf("an attribute name with a space: error %v", err)
+	}
+	np.Spec.Shapes.Fixed[0].ResourceSlices[0].Devices[0].Attributes = map[string]v1alpha1.TemplateDeviceAttribute{"gpu.example.com/model": {}}
+	if _, err := PoolShapes(np, []shapecatalog.Shape{catalogShape}); err != nil {
+		t.Errorf("a domain-qualified attribute name: %v", err)
+	}
 }
 
 func ptrQ(s string) *resource.Quantity { v := q(s); return &v }

@@ -3,6 +3,7 @@ package scheduling
 import (
 	"fmt"
 	"math"
+	"regexp"
 	"sort"
 	"strconv"
 
@@ -158,6 +159,30 @@ func sameSize(a, b shapecatalog.Shape) bool {
 		sameDevices(ShapeFromProvider(a).ExtendedResources, ShapeFromProvider(b).ExtendedResources)
 }
 
+// qualifiedDeviceName is a DRA attribute or capacity name: a C identifier
+// of at most 32 characters, optionally after a DNS subdomain and a slash.
+var qualifiedDeviceName = regexp.MustCompile(`^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?[A-Za-z_][A-Za-z0-9_]{0,31}$`)
+
+// validateSlices checks what the API cannot afford to of a shape's
+// template slices: the names of device attributes and capacities.
+func validateSlices(s Shape) error {
+	for _, t := range s.ResourceSlices {
+		for _, d := range t.Devices {
+			for name := range d.Attributes {
+				if !qualifiedDeviceName.MatchString(name) {
+					return fmt.Errorf("shape %s: driver %s, device %s: attribute name %q must be a C identifier of at most 32 characters, optionally after a DNS subdomain and a slash (gpu.example.com/model)", s.Name, t.Driver, d.Name, name)
+				}
+			}
+			for name := range d.Capacity {
+				if !qualifiedDeviceName.MatchString(name) {
+					return fmt.Errorf("shape %s: driver %s, device %s: capacity name %q must be a C identifier of at most 32 characters, optionally after a DNS subdomain and a slash (gpu.example.com/memory)", s.Name, t.Driver, d.Name, name)
+				}
+			}
+		}
+	}
+	return nil
+}
+
 // maxDeviceCount is the most of one device a shape may carry, as the API
 // allows it.
 const maxDeviceCount = 9999
@@ -197,6 +222,9 @@ func validateFixed(shapes []Shape) error {
 			return fmt.Errorf("shape %s: price %v must be a non-negative number", s.Name, s.Price)
 		}
 		if err := validateDevices(s); err != nil {
+			return err
+		}
+		if err := validateSlices(s); err != nil {
 			return err
 		}
 		seen[s.Name] = true
