@@ -332,6 +332,9 @@ func (r *round) ensureState(run *classRun, pod *corev1.Pod) error {
 	r.s.snap.view = nodes
 	res, st, _ := r.s.fullFor(run.cls).RunPreFilterPlugins(r.ctx, state, pod)
 	r.s.snap.view = nil
+	if run.cls.dra {
+		st = deviceError(st)
+	}
 	if !st.IsSuccess() {
 		if !st.IsRejected() {
 			return fmt.Errorf("pre-filtering pod %s/%s: %w", pod.Namespace, pod.Name, st.AsError())
@@ -430,6 +433,9 @@ func (r *round) try(run *classRun, pod *corev1.Pod, n *simNode) (*fwk.Status, er
 		}
 	}
 	st := r.s.fullFor(run.cls).RunFilterPlugins(r.ctx, run.state, pod, r.s.snap.lookup(n.name))
+	if run.cls.dra {
+		st = deviceError(st)
+	}
 	if !st.IsSuccess() && !st.IsRejected() {
 		return nil, fmt.Errorf("filtering pod %s/%s on %s: %w", pod.Namespace, pod.Name, n.name, st.AsError())
 	}

@@ -19,6 +19,7 @@ import (
 	fwk "k8s.io/kube-scheduler/framework"
 	"k8s.io/kubernetes/pkg/features"
 	"k8s.io/kubernetes/pkg/scheduler/framework"
+	"k8s.io/kubernetes/pkg/scheduler/framework/plugins/names"
 	"k8s.io/utils/ptr"
 
 	"github.com/claimscale/claimscale/api/v1alpha1"
@@ -447,10 +448,7 @@ func (s *Simulator) deviceVerdict(ctx context.Context, cls *podClass, t *templat
 		cls.deviceAt = s.snap.dra.version
 		state := framework.NewCycleState()
 		_, st, _ := s.fw.draOnly.RunPreFilterPlugins(ctx, state, cls.rep)
-		if !st.IsSuccess() && !st.IsSkip() && !st.IsRejected() {
-			return nil, fmt.Errorf("pre-filtering the devices of pod %s/%s: %w", cls.rep.Namespace, cls.rep.Name, st.AsError())
-		}
-		cls.deviceState, cls.devicePre = state, st
+		cls.deviceState, cls.devicePre = state, deviceError(st)
 	}
 	if st := cls.devicePre; st != nil && !st.IsSuccess() {
 		if st.IsSkip() {
@@ -458,11 +456,18 @@ func (s *Simulator) deviceVerdict(ctx context.Context, cls *podClass, t *templat
 		}
 		return st, nil
 	}
-	st := s.fw.draOnly.RunFilterPlugins(ctx, cls.deviceState, cls.rep, t.info)
-	if !st.IsSuccess() && !st.IsRejected() {
-		return nil, fmt.Errorf("filtering the devices of pod %s/%s on %s: %w", cls.rep.Namespace, cls.rep.Name, t.node.Name, st.AsError())
+	return deviceError(s.fw.draOnly.RunFilterPlugins(ctx, cls.deviceState, cls.rep, t.info)), nil
+}
+
+// deviceError makes an error of DynamicResources (a claim or class it
+// cannot read, a CEL expression that does not compile) the pod's refusal:
+// it concerns that pod's claims, and must not fail the decision for all
+// the others.
+func deviceError(st *fwk.Status) *fwk.Status {
+	if st.IsSuccess() || st.IsSkip() || st.IsRejected() {
+		return st
 	}
-	return st, nil
+	return fwk.NewStatus(fwk.UnschedulableAndUnresolvable, st.Message()).WithPlugin(names.DynamicResources)
 }
 
 // reserveDevices keeps the devices Filter chose for a pod on a node: the

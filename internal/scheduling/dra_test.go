@@ -315,3 +315,25 @@ func TestTakenDevicesAreNamed(t *testing.T) {
 		}
 	}
 }
+
+// A claim the plugin cannot work with (a CEL selector that does not
+// compile) leaves its pod unschedulable with the plugin's words, and the
+// other pods of the decision are placed.
+func TestABrokenClaimFailsOnlyItsPod(t *testing.T) {
+	pending, claims := claimedPods(1, "broken", "a100")
+	claims[0].Spec.Devices.Requests[0].Exactly.Selectors[0].CEL.Expression = `device.attributes["gpu.example.com"].model ==`
+	pending = append(pending, pods(3, "web", "1", "1Gi")...)
+	c := Cluster{Pools: draPools(), DRA: DRA{ResourceClaims: claims, DeviceClasses: []*resourcev1.DeviceClass{gpuClass()}}}
+	r := solve(t, c, pending)
+	if len(r.Unschedulable) != 1 || r.Unschedulable[0].Pod.Name != pending[0].Name {
+		t.Fatalf("want the broken pod alone unschedulable, got %+v", r.Unschedulable)
+	}
+	placed := 0
+	for _, n := range r.NewNodes {
+		placed += len(n.Pods)
+	}
+	if placed != 3 {
+		t.Errorf("%d plain pods on new nodes, want 3", placed)
+	}
+	t.Logf("reason: %s", r.Unschedulable[0].Reason)
+}

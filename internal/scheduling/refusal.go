@@ -70,7 +70,12 @@ func filterRefusal(p *poolState, st *fwk.Status, pod *corev1.Pod, node *corev1.N
 			message += ": " + zonesOffered(p)
 		}
 	case names.DynamicResources:
-		message = "no shape of the pool has the devices the pod's resource claims ask for: " + describeClaims(pod, dra)
+		// The plugin's words, unless they only say that allocation failed.
+		said := ""
+		if message != "cannot allocate all claims" {
+			said = " (" + message + ")"
+		}
+		message = "no shape of the pool has the devices the pod's resource claims ask for: " + describeClaims(pod, dra) + said
 		if offered := p.devicesOffered(); offered != "" {
 			message += "; the pool's shapes have " + offered
 		} else {
