@@ -38,8 +38,9 @@ func TestGPUShapesAreGPUNodeGroups(t *testing.T) {
 
 	plain, err := ca.NodeGroupTemplateNodeInfo(w.ctx, &protos.NodeGroupTemplateNodeInfoRequest{Id: pool.Name + "/c2"})
 	w.g.Expect(err).NotTo(HaveOccurred())
-	w.g.Expect(node.Unmarshal(plain.GetNodeBytes())).To(Succeed())
-	w.g.Expect(node.Labels).NotTo(HaveKey(v1alpha1.LabelGPU))
+	plainNode := &corev1.Node{}
+	w.g.Expect(plainNode.Unmarshal(plain.GetNodeBytes())).To(Succeed())
+	w.g.Expect(plainNode.Labels).NotTo(HaveKey(v1alpha1.LabelGPU))
 
 	types, err := ca.GetAvailableGPUTypes(w.ctx, &protos.GetAvailableGPUTypesRequest{})
 	w.g.Expect(err).NotTo(HaveOccurred())

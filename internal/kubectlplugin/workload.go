@@ -22,6 +22,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+	resourceapiv1 "k8s.io/kubernetes/pkg/apis/resource/v1"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -204,6 +205,9 @@ func (w *workload) add(source string, object *unstructured.Unstructured, namespa
 		if o.Namespace == "" {
 			o.Namespace = namespace
 		}
+		// As the API server stores it: a request's allocation mode and
+		// count defaulted.
+		resourceapiv1.SetObjectDefaults_ResourceClaimTemplate(&o)
 		w.claimTemplates = append(w.claimTemplates, o)
 	case "ResourceClaim.resource.k8s.io":
 		var o resourcev1.ResourceClaim
@@ -216,6 +220,7 @@ func (w *workload) add(source string, object *unstructured.Unstructured, namespa
 		if o.UID == "" {
 			o.UID = types.UID("simulated-" + o.Namespace + "-" + o.Name)
 		}
+		resourceapiv1.SetObjectDefaults_ResourceClaim(&o)
 		w.claims = append(w.claims, o)
 	case "DeviceClass.resource.k8s.io":
 		var o resourcev1.DeviceClass
