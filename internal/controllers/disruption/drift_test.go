@@ -85,7 +85,9 @@ func TestDriftOf(t *testing.T) {
 				p.Spec.Shapes.Fixed[0].ExtendedResources = corev1.ResourceList{"nvidia.com/gpu": resource.MustParse("2")}
 			},
 			claim: func(c *v1alpha1.NodeClaim) {
+				// Made when the shape had one GPU.
 				c.Spec.Shape.ExtendedResources = corev1.ResourceList{"nvidia.com/gpu": resource.MustParse("1")}
+				c.Annotations[v1alpha1.AnnotationTemplateHash] = basePool().TemplateHash(c.Spec.Shape)
 			},
 			want: driftShape,
 		},
