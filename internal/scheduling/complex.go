@@ -213,7 +213,7 @@ func (r *round) placeEach(run *classRun, pods []*corev1.Pod) error {
 				target = n
 				break
 			}
-			if st.Plugin() == names.DynamicResources {
+			if cls.dra && st.Plugin() == names.DynamicResources {
 				ok, err := r.devicesWouldServe(cls, n)
 				if err != nil {
 					return err
