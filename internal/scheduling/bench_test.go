@@ -147,14 +147,16 @@ func lowerBound(s *Simulator, r Result) int {
 	for name, sm := range sums {
 		p := s.poolByName[name]
 		var alloc vec
+		var ext *scalars
 		var pods int64
 		for _, si := range p.shapes {
-			alloc = vec{cpu: max(alloc.cpu, si.alloc.cpu), mem: max(alloc.mem, si.alloc.mem), ext: maxScalars(alloc.ext, si.alloc.ext)}
+			alloc = vec{cpu: max(alloc.cpu, si.alloc.cpu), mem: max(alloc.mem, si.alloc.mem)}
+			ext = maxScalars(ext, si.ext)
 			pods = max(pods, si.allocPods)
 		}
 		need := max(ceilDiv(sm.cpu, alloc.cpu), ceilDiv(sm.mem, alloc.mem), ceilDiv(sm.pods, pods))
 		for i, name := range sm.ext.namesOrNil() {
-			need = max(need, ceilDiv(sm.ext.counts[i], alloc.ext.get(name)))
+			need = max(need, ceilDiv(sm.ext.counts[i], ext.get(name)))
 		}
 		lb += max(int(need), antiAffinityMinimum(sm.all))
 	}

@@ -28,9 +28,12 @@ type podClass struct {
 	rep *corev1.Pod
 	// info is the representative's parsed PodInfo, whose terms and
 	// resources every member shares.
-	info     *framework.PodInfo
-	res      fwk.PodResource
-	req      vec
+	info *framework.PodInfo
+	res  fwk.PodResource
+	req  vec
+	// ext are the extended resources the pod asks for (nvidia.com/gpu),
+	// nil for none.
+	ext      *scalars
 	priority int32
 	dominant float64
 
@@ -78,59 +81,21 @@ type podClass struct {
 	staticErr    *fwk.Status
 }
 
-// vec is the part of a request packing does arithmetic on: cpu, memory,
-// ephemeral storage and, where a device is involved, extended resources.
-type vec struct {
-	cpu, mem, eph int64
-	// ext are the scalar resources (nvidia.com/gpu: 1); nil for none, as
-	// for every pod and shape of a cluster without devices.
-	ext *scalars
-}
+// vec is the part of a request packing does arithmetic on. Extended
+// resources (devices) are kept beside it, as *scalars, where a class, a
+// shape or a node has some: a vec's arithmetic stays three numbers, small
+// enough to inline, for every pool and pod without devices.
+type vec struct{ cpu, mem, eph int64 }
 
-func (a vec) add(b vec) vec {
-	v := vec{cpu: a.cpu + b.cpu, mem: a.mem + b.mem, eph: a.eph + b.eph}
-	if a.ext != nil || b.ext != nil {
-		v.ext = combine(a.ext, b.ext, 1)
-	}
-	return v
-}
+func (a vec) add(b vec) vec   { return vec{a.cpu + b.cpu, a.mem + b.mem, a.eph + b.eph} }
+func (a vec) sub(b vec) vec   { return vec{a.cpu - b.cpu, a.mem - b.mem, a.eph - b.eph} }
+func (a vec) scale(n int) vec { k := int64(n); return vec{a.cpu * k, a.mem * k, a.eph * k} }
 
-func (a vec) sub(b vec) vec {
-	v := vec{cpu: a.cpu - b.cpu, mem: a.mem - b.mem, eph: a.eph - b.eph}
-	if a.ext != nil || b.ext != nil {
-		v.ext = combine(a.ext, b.ext, -1)
-	}
-	return v
-}
+// le reports whether a fits in b.
+func (a vec) le(b vec) bool { return a.cpu <= b.cpu && a.mem <= b.mem && a.eph <= b.eph }
 
-func (a vec) scale(n int) vec {
-	k := int64(n)
-	return vec{cpu: a.cpu * k, mem: a.mem * k, eph: a.eph * k, ext: a.ext.scaled(k)}
-}
-
-// le reports whether a fits in b: a scalar resource a does not ask for
-// never stops it, as in NodeResourcesFit.
-func (a vec) le(b vec) bool {
-	return a.cpu <= b.cpu && a.mem <= b.mem && a.eph <= b.eph && (a.ext == nil || a.ext.within(b.ext))
-}
-
-// eq reports whether a and b hold the same amounts.
-func (a vec) eq(b vec) bool {
-	return a.cpu == b.cpu && a.mem == b.mem && a.eph == b.eph && a.ext.equal(b.ext)
-}
-
-// vmax is the larger of a and b per resource.
-func vmax(a, b vec) vec {
-	return vec{cpu: max(a.cpu, b.cpu), mem: max(a.mem, b.mem), eph: max(a.eph, b.eph), ext: maxScalars(a.ext, b.ext)}
-}
-
-// vecOf is a pod's or a node's resources as packing counts them.
 func vecOf(r fwk.Resource) vec {
-	v := vec{cpu: r.GetMilliCPU(), mem: r.GetMemory(), eph: r.GetEphemeralStorage()}
-	if m := r.GetScalarResources(); len(m) > 0 {
-		v.ext = scalarsOfMap(m)
-	}
-	return v
+	return vec{r.GetMilliCPU(), r.GetMemory(), r.GetEphemeralStorage()}
 }
 
 func vecOfList(rl corev1.ResourceList) vec {
@@ -138,7 +103,6 @@ func vecOfList(rl corev1.ResourceList) vec {
 		cpu: rl.Cpu().MilliValue(),
 		mem: rl.Memory().Value(),
 		eph: rl.StorageEphemeral().Value(),
-		ext: scalarsOfList(rl),
 	}
 }
 
@@ -152,25 +116,18 @@ func (a vec) list() corev1.ResourceList {
 	if a.eph > 0 {
 		rl[corev1.ResourceEphemeralStorage] = *resource.NewQuantity(a.eph, resource.BinarySI)
 	}
-	a.ext.addTo(rl)
 	return rl
 }
 
 // fitCount is how many pods of request req fit in free with slots pod
 // slots left: the arithmetic of NodeResourcesFit, where a resource the pod
-// does not ask for never blocks it.
+// does not ask for never blocks it. Devices are counted apart
+// (scalarFitCount).
 func fitCount(free vec, slots int64, req vec) int {
 	n := slots
 	for _, r := range [][2]int64{{free.cpu, req.cpu}, {free.mem, req.mem}, {free.eph, req.eph}} {
 		if r[1] > 0 {
 			n = min(n, r[0]/r[1])
-		}
-	}
-	if req.ext != nil {
-		for i, name := range req.ext.names {
-			if w := req.ext.counts[i]; w > 0 {
-				n = min(n, free.ext.get(name)/w)
-			}
 		}
 	}
 	if n < 0 {
@@ -359,6 +316,7 @@ func newPodClass(id int, p *corev1.Pod) (*podClass, error) {
 		info:         info,
 		res:          res,
 		req:          vecOf(res.Resource),
+		ext:          scalarsOfMap(res.Resource.GetScalarResources()),
 		priority:     corev1helpers.PodPriority(p),
 		scalar:       len(res.Resource.GetScalarResources()) > 0,
 		staticByNode: map[string]*fwk.Status{},

@@ -36,39 +36,43 @@ func asking(name corev1.ResourceName, count string) podOpt {
 }
 
 func TestScalarArithmetic(t *testing.T) {
-	one := vec{cpu: 1000, mem: 1 << 30, ext: scalarsOfList(corev1.ResourceList{gpu: q("1")})}
-	four := vec{cpu: 8000, mem: 32 << 30, ext: scalarsOfList(corev1.ResourceList{gpu: q("4"), "example.com/fpga": q("1")})}
-	plain := vec{cpu: 8000, mem: 32 << 30}
-	if got := fitCount(four, 110, one); got != 4 {
+	one := scalarsOfList(corev1.ResourceList{gpu: q("1")})
+	four := scalarsOfList(corev1.ResourceList{gpu: q("4"), "example.com/fpga": q("1")})
+	if got := scalarFitCount(four, one, 110); got != 4 {
 		t.Errorf("pods of one GPU on a node of four: %d fit, want 4", got)
 	}
-	if got := fitCount(plain, 110, one); got != 0 {
+	if got := scalarFitCount(nil, one, 110); got != 0 {
 		t.Errorf("pods of one GPU on a node without GPUs: %d fit, want 0", got)
 	}
-	if got := fitCount(four, 110, vec{cpu: 1000}); got != 8 {
-		t.Errorf("plain pods on a GPU node: %d fit, want 8 (devices they do not ask for never stop them)", got)
-	}
-	if !one.scale(4).le(four) || one.scale(5).le(four) {
+	if !one.scaled(4).within(four) || one.scaled(5).within(four) {
 		t.Error("four one-GPU pods must fit a four-GPU node, five must not")
 	}
-	left := four.sub(one.scale(3))
-	if got := left.ext.get(gpu); got != 1 {
+	if !extFits(one, one, four) || extFits(one.scaled(3), one.scaled(2), four) {
+		t.Error("a pod's GPU and a DaemonSet pod's fit in four, five do not")
+	}
+	left := combine(four, one, -3)
+	if got := left.get(gpu); got != 1 {
 		t.Errorf("four GPUs less three: %d left", got)
 	}
-	if got := left.add(one).ext.get(gpu); got != 2 {
-		t.Errorf("adding one back: %d", got)
+	if got := extRoom(four, one.scaled(2), one, one, 110); got != 1 {
+		t.Errorf("room for one-GPU pods on four GPUs less two taken by pods and one by a DaemonSet pod: %d, want 1", got)
 	}
-	if left.sub(left).ext != nil {
-		t.Error("a vec less itself keeps scalars: the arithmetic of devices would not end where it began")
+	if combine(left, left, -1) != nil {
+		t.Error("scalars less themselves are not nil: the arithmetic of devices would not end where it began")
 	}
-	if m := vmax(one, four); m.ext.get(gpu) != 4 || m.ext.get("example.com/fpga") != 1 {
-		t.Errorf("the larger of one and four GPUs: %v", m.list())
+	if m := maxScalars(one, four); m.get(gpu) != 4 || m.get("example.com/fpga") != 1 {
+		t.Errorf("the larger of one and four GPUs: %v / %v", m.names, m.counts)
 	}
-	if !four.eq(vec{cpu: 8000, mem: 32 << 30, ext: scalarsOfList(corev1.ResourceList{gpu: q("4"), "example.com/fpga": q("1")})}) {
-		t.Error("equal vecs made apart compare unequal")
+	if !four.equal(scalarsOfList(corev1.ResourceList{gpu: q("4"), "example.com/fpga": q("1")})) || four.equal(one) {
+		t.Error("scalars made apart compare wrong")
 	}
-	if l := four.list(); l.Name(gpu, resource.DecimalSI).Value() != 4 {
+	l := corev1.ResourceList{}
+	four.addTo(l)
+	if l.Name(gpu, resource.DecimalSI).Value() != 4 {
 		t.Errorf("as a resource list: %v", l)
+	}
+	if scalarsOfList(corev1.ResourceList{corev1.ResourceCPU: q("4"), "hugepages-2Mi": q("0")}) != nil {
+		t.Error("cpu and a zero count are no scalars")
 	}
 }
 

@@ -9,12 +9,12 @@ import (
 	fwk "k8s.io/kube-scheduler/framework"
 )
 
-// scalars are the extended resources (nvidia.com/gpu, and the other
-// scalar resources the scheduler counts: hugepages, attachable volumes) of
-// a vec, sorted by name, none zero. A value is never changed once made:
-// vecs share them. The vecs of a pool without devices and of a pod that
-// asks for none have none (a nil *scalars), so their arithmetic stays that
-// of three numbers.
+// scalars are extended resources (nvidia.com/gpu, and the other scalar
+// resources the scheduler counts: hugepages, attachable volumes), sorted
+// by name, none zero: what a class asks for, a shape has, a new node's
+// pods or a template's DaemonSet pods take. A value is never changed once
+// made, so it is shared. Nil is none, as for every pod and shape of a
+// cluster without devices, and the packer then never looks further.
 type scalars struct {
 	names  []corev1.ResourceName
 	counts []int64
@@ -238,9 +238,39 @@ func (s *scalars) short(have *scalars) []string {
 // resource.
 func (p *poolState) offers(name corev1.ResourceName) bool {
 	for _, si := range p.shapes {
-		if si.alloc.ext.get(name) > 0 {
+		if si.ext.get(name) > 0 {
 			return true
 		}
 	}
 	return false
+}
+
+// scalarFitCount is how many times want fits in free, at most n.
+func scalarFitCount(free, want *scalars, n int64) int64 {
+	for i, name := range want.namesOrNil() {
+		if w := want.counts[i]; w > 0 {
+			n = min(n, free.get(name)/w)
+		}
+	}
+	return n
+}
+
+// extFits reports whether what a and b ask for together fits in have.
+func extFits(a, b, have *scalars) bool {
+	switch {
+	case a == nil && b == nil:
+		return true
+	case b == nil:
+		return a.within(have)
+	case a == nil:
+		return b.within(have)
+	}
+	return combine(a, b, 1).within(have)
+}
+
+// extRoom is how many more pods asking want fit in have, less what used
+// and ds take, at most n.
+func extRoom(have, used, ds, want *scalars, n int) int {
+	free := combine(combine(have, used, -1), ds, -1)
+	return max(int(scalarFitCount(free, want, int64(n))), 0)
 }

@@ -61,6 +61,9 @@ type shapeInfo struct {
 	cap       vec
 	alloc     vec
 	allocPods int64
+	// ext are the shape's devices, nil for none; nothing is reserved of
+	// them, so capacity and allocatable are one.
+	ext *scalars
 	// idx numbers the pool's shapeInfos, for the template index.
 	idx int
 }
@@ -171,6 +174,7 @@ func (p *poolState) newShapeInfo(sh Shape) (*shapeInfo, error) {
 		cap:       vecOfList(capacity),
 		alloc:     vecOfList(alloc),
 		allocPods: alloc.Pods().Value(),
+		ext:       scalarsOfList(alloc),
 	}, nil
 }
 
@@ -228,8 +232,7 @@ func (p *poolState) flexFit(need vec, budgetCPU, budgetMem int64) (ci, mi int, o
 	cg, mg := p.flex.cpuGrid(), p.flex.memGrid()
 	ci = sort.Search(cg.Len(), func(i int) bool { return p.flexAlloc(0, i) >= need.cpu })
 	mi = sort.Search(mg.Len(), func(i int) bool { return p.flexAlloc(1, i) >= need.mem })
-	// A flexible range has no devices.
-	if ci == cg.Len() || mi == mg.Len() || need.eph > p.flexMax.alloc.eph || !need.ext.within(nil) {
+	if ci == cg.Len() || mi == mg.Len() || need.eph > p.flexMax.alloc.eph {
 		return 0, 0, false
 	}
 	if budgetCPU >= 0 && cg.Size(ci) > budgetCPU || budgetMem >= 0 && mg.Size(mi) > budgetMem {

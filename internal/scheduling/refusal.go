@@ -314,7 +314,6 @@ func resourcesOf(v vec, pods int64) corev1.ResourceList {
 	if v.eph > 0 {
 		list[corev1.ResourceEphemeralStorage] = *resource.NewQuantity(v.eph, resource.BinarySI)
 	}
-	v.ext.addTo(list)
 	return list
 }
 

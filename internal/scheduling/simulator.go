@@ -81,12 +81,15 @@ type simNode struct {
 	flex    [2]int
 	contrib vec
 	podReq  vec
-	nPods   int64
-	pods    []*corev1.Pod
+	// podExt are the devices its pods take, nil for none.
+	podExt *scalars
+	nPods  int64
+	pods   []*corev1.Pod
 	// segs says which class each run of pods is of.
 	segs     []podSeg
 	addedAt  int
 	maxAlloc vec
+	maxExt   *scalars
 	// ver counts changes to a new node's pods and shapes; front is the
 	// frontier of its shapes (nil: to compute).
 	ver   int

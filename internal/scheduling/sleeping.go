@@ -73,7 +73,8 @@ func (r *round) sleepingOptions(cls *podClass, opts []option, reasons map[*poolS
 			if err != nil {
 				return nil, err
 			}
-			if !st.IsSuccess() || !cls.req.add(t.dsReq).le(m.si.alloc) || t.dsCount+1 > m.si.allocPods || !withinBudget(m.si.cap, bc, bm) {
+			if !st.IsSuccess() || !cls.req.add(t.dsReq).le(m.si.alloc) || t.dsCount+1 > m.si.allocPods || !withinBudget(m.si.cap, bc, bm) ||
+				(cls.ext != nil || t.dsExt != nil) && !extFits(cls.ext, t.dsExt, m.si.ext) {
 				continue
 			}
 			opts = append(opts, option{pool: p, zone: m.zone, cands: []*shapeInfo{m.si}, price: m.si.shape.Price, sleeping: m})

@@ -300,12 +300,14 @@ func (r *round) result() (Result, error) {
 	for _, n := range r.opened {
 		p := n.pool
 		nn := NewNode{Name: n.name, Pool: p.name, Zone: n.zone, Pods: n.pods, Requests: n.podReq.list()}
+		n.podExt.addTo(nn.Requests)
 		if n.wake != nil {
 			nn.Wake = n.wake.claim
 		}
 		if n.flexible() {
 			nn.Shape = p.flex.at(n.flex[0], n.flex[1])
 			nn.DaemonSetRequests = n.tmpl.dsReq.list()
+			n.tmpl.dsExt.addTo(nn.DaemonSetRequests)
 		} else {
 			nn.Shape = n.cands[0].shape
 			t, err := r.s.template(r.ctx, p, n.cands[0], n.zone)
@@ -313,6 +315,7 @@ func (r *round) result() (Result, error) {
 				return Result{}, err
 			}
 			nn.DaemonSetRequests = t.dsReq.list()
+			t.dsExt.addTo(nn.DaemonSetRequests)
 		}
 		if n.zone != "" {
 			nn.Requirements = []corev1.NodeSelectorRequirement{{

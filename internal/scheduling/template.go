@@ -215,7 +215,11 @@ func (s *Simulator) template(ctx context.Context, p *poolState, si *shapeInfo, z
 		if err != nil {
 			return nil, err
 		}
-		t.dsReq = t.dsReq.add(vecOf(pi.CalculateResource().Resource))
+		res := pi.CalculateResource().Resource
+		t.dsReq = t.dsReq.add(vecOf(res))
+		if ext := scalarsOfMap(res.GetScalarResources()); ext != nil {
+			t.dsExt = combine(t.dsExt, ext, 1)
+		}
 	}
 	t.info = framework.NewNodeInfo()
 	t.info.SetNode(node)
@@ -251,13 +255,15 @@ func (t *template) named(name string) *corev1.Node {
 
 // template is a pool's node for one shape and zone, before it has a name.
 type template struct {
-	pool    *poolState
-	shape   *shapeInfo
-	zone    string
-	node    *corev1.Node
-	info    *framework.NodeInfo
-	ds      []*corev1.Pod
-	dsReq   vec
+	pool  *poolState
+	shape *shapeInfo
+	zone  string
+	node  *corev1.Node
+	info  *framework.NodeInfo
+	ds    []*corev1.Pod
+	dsReq vec
+	// dsExt are the devices the DaemonSet pods take, nil for none.
+	dsExt   *scalars
 	dsCount int64
 	// staticID is shared by every node made from the template.
 	staticID int
