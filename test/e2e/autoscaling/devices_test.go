@@ -77,7 +77,8 @@ func TestAPodWithAResourceClaimGetsANodeWhoseSlicesSatisfyIt(t *testing.T) {
 }
 
 // A pod asking for a device no pool has, as an extended resource or
-// through a claim, gets no node, and why names what it asks for.
+// through a claim, gets no node, and why and its event name what it asks
+// for.
 func TestAPodAskingADeviceNoPoolHasGetsAWhyAndNoNode(t *testing.T) {
 	address := harness.FreeLocalAddress(t)
 	harness.StartOperator(t, harness.OperatorOptions{MetricsAddress: address})
@@ -105,6 +106,7 @@ func TestAPodAskingADeviceNoPoolHasGetsAWhyAndNoNode(t *testing.T) {
 			out = cli.Why(g, "pod/"+pods[0].Name, "-n", s.Namespace)
 			g.Expect(out).To(ContainSubstring("Unschedulable"))
 			g.Expect(out).To(ContainSubstring(want))
+			g.Expect(harness.ContainsAny(harness.EventsOf(s.G, "Pod", pods[0].Name), want)).To(BeTrue(), "the pod's event says the same")
 		}).Should(Succeed())
 		t.Logf("kubectl claimscale why pod (%s):\n%s", app, out)
 	}
