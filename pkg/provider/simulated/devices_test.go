@@ -65,6 +65,18 @@ func TestAMachinesDriverPublishesItsShapesSlices(t *testing.T) {
 	g.Expect(slice.Spec.Devices).To(gomega.HaveLen(1))
 	g.Expect(*slice.Spec.Devices[0].Attributes["model"].StringValue).To(gomega.Equal("a100"))
 
+	// Woken after a sleep, the machine registers a Node of the same name
+	// anew: its driver hands the slice to that Node.
+	records := machineRecords(t, ns)
+	g.Expect(records).To(gomega.HaveLen(1))
+	m, err := machineFromConfigMap(&records[0])
+	g.Expect(err).NotTo(gomega.HaveOccurred())
+	g.Expect(m.slices).To(gomega.HaveLen(1), "the record keeps the slices to publish")
+	again := node.DeepCopy()
+	again.UID = "a-later-node"
+	g.Expect(publishSlices(t.Context(), env.Client, m, again)).To(gomega.Succeed())
+	g.Expect(slicesOf()).To(gomega.ConsistOf(gomega.HaveField("OwnerReferences", gomega.ConsistOf(gomega.HaveField("UID", again.UID)))))
+
 	g.Expect(p.Delete(t.Context(), made.ProviderID)).To(gomega.Succeed())
 	g.Eventually(slicesOf).Should(gomega.BeEmpty())
 }

@@ -9,6 +9,6 @@ package simulated
 // chart grants it only with simulatedProvider.enabled.
 //
 // +kubebuilder:rbac:groups="",resources=nodes,verbs=create
-// +kubebuilder:rbac:groups=resource.k8s.io,resources=resourceslices,verbs=create;delete;deletecollection;list
+// +kubebuilder:rbac:groups=resource.k8s.io,resources=resourceslices,verbs=get;create;patch;delete;deletecollection;list
 // +kubebuilder:rbac:groups="",namespace=claimscale-system,resources=configmaps,verbs=get;list;watch;create;update;patch;delete
 // +kubebuilder:rbac:groups="",namespace=claimscale-system,resources=secrets,verbs=get;list;watch;create;update;patch;delete
