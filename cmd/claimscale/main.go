@@ -66,7 +66,7 @@ func main() {
 	flag.StringVar(&grpcOptions.KeyFile, "grpc-key", "", "externalgrpc mode: the server certificate's key (PEM)")
 	flag.StringVar(&grpcOptions.ClientCAFile, "grpc-client-ca", "", "externalgrpc mode: the CA that client certificates must be signed by (PEM), reloaded when it changes")
 	flag.BoolVar(&grpcOptions.Insecure, "grpc-insecure", false, "externalgrpc mode: serve plaintext without client certificates (only on a network nobody else reaches)")
-	flag.StringVar(&grpcOptions.GPULabel, "gpu-label", "", "externalgrpc mode: the label GPU nodes carry, told to cluster-autoscaler")
+	flag.StringVar(&grpcOptions.GPULabel, "gpu-label", "", "externalgrpc mode: the label GPU nodes carry, told to cluster-autoscaler (default claimscale.io/gpu, which the nodes of shapes with GPUs carry)")
 	flag.StringVar(&grpcOptions.ExpanderBindAddress, "grpc-expander-bind-address", "", "externalgrpc mode: also serve cluster-autoscaler's gRPC expander (--expander=grpc) at this address, over TLS without client certificates (off when empty)")
 	flag.StringVar(&grpcOptions.ExpanderCertFile, "grpc-expander-cert", "", "externalgrpc mode: the expander's TLS certificate (PEM), reloaded when it changes; --grpc-cert when empty")
 	flag.StringVar(&grpcOptions.ExpanderKeyFile, "grpc-expander-key", "", "externalgrpc mode: the expander certificate's key (PEM); --grpc-key when empty")

@@ -12,6 +12,7 @@ package operator
 // +kubebuilder:rbac:groups="",resources=events,verbs=create;patch;update
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch;update
 // +kubebuilder:rbac:groups=apps,resources=daemonsets,verbs=list;watch
+// +kubebuilder:rbac:groups=resource.k8s.io,resources=resourceslices;resourceclaims;deviceclasses,verbs=get;list;watch
 // +kubebuilder:rbac:groups=policy,resources=poddisruptionbudgets,verbs=get;list;watch
 // +kubebuilder:rbac:groups=claimscale.io,resources=nodeproviders;nodepools,verbs=get;list;watch
 // +kubebuilder:rbac:groups=claimscale.io,resources=nodeclaims,verbs=get;list;watch;create;update;patch;delete

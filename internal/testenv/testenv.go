@@ -222,7 +222,10 @@ func (e *Environment) startExtras(opts Options, binDir string) error {
 	if opts.ControllerManager {
 		args := append([]string{
 			"--controllers=deployment-controller,replicaset-controller,daemonset-controller,disruption-controller,garbage-collector-controller,statefulset-controller,job-controller," +
-				"certificatesigningrequest-approving-controller,certificatesigningrequest-signing-controller,clusterrole-aggregation-controller",
+				"certificatesigningrequest-approving-controller,certificatesigningrequest-signing-controller,clusterrole-aggregation-controller," +
+				// Makes the ResourceClaims of pods that ask for devices through a
+				// ResourceClaimTemplate.
+				"resourceclaim-controller",
 			"--cluster-signing-cert-file=" + e.clientCA.certPath(),
 			"--cluster-signing-key-file=" + e.clientCA.keyPath(),
 			"--use-service-account-credentials=false",
