@@ -177,6 +177,9 @@ func TestAtomicScaleUpRemovesEveryClaimWhenOneCannotLaunch(t *testing.T) {
 	f.g.Expect(failed.Status).To(Equal(metav1.ConditionTrue))
 	f.g.Expect(failed.Reason).To(Equal(autoscalingv1.ReasonLaunchFailed))
 	f.g.Expect(failed.Message).To(And(ContainSubstring(claims[1].Name), ContainSubstring("quota of the project exhausted")))
+	f.g.Expect(expect.Claims(t, env.Client, "general")).To(HaveLen(3), "the reason is written before a claim is removed")
+
+	f.reconcile("train")
 	f.g.Eventually(func() []v1alpha1.NodeClaim { return expect.Claims(t, env.Client, "general") }).Should(BeEmpty(), "no partial set is left")
 	f.g.Expect(f.controller.Bookings.Placeholders(f.ctx)).To(BeEmpty())
 }

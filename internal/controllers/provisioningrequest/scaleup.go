@@ -150,14 +150,16 @@ func (c *Controller) followClaims(ctx context.Context, request *autoscalingv1.Pr
 	now := c.Clock.Now()
 	key := client.ObjectKeyFromObject(request)
 	if why := failure(claims); why != "" {
-		if err := c.removeClaims(ctx, request); err != nil {
-			return reconcile.Result{}, err
-		}
-		message := why + "; every claim bought for the request was removed"
+		// The reason is written before any claim is removed: were the
+		// claims removed first and the status write lost (a stale copy of
+		// the request conflicts), the next look would find only deleted
+		// claims and could no longer say which one failed. A request that
+		// is Failed has its claims removed on the next look.
+		message := why + "; every claim bought for the request is removed"
 		setCondition(request, autoscalingv1.ConditionFailed, metav1.ConditionTrue, autoscalingv1.ReasonLaunchFailed, message, now)
 		setCondition(request, autoscalingv1.ConditionProvisioned, metav1.ConditionFalse, autoscalingv1.ReasonLaunchFailed, message, now)
 		c.forget(key)
-		return reconcile.Result{}, nil
+		return reconcile.Result{Requeue: true}, nil
 	}
 	if !c.Bookings.has(key, request.UID) {
 		if err := c.rebook(ctx, request); err != nil {
@@ -186,7 +188,8 @@ func (c *Controller) followClaims(ctx context.Context, request *autoscalingv1.Pr
 }
 
 // failure says why the request's claims cannot all become nodes, "" while
-// they still may.
+// they still may. A claim that could not launch or register is named
+// before one that is merely being deleted, which may be a consequence.
 func failure(claims []*v1alpha1.NodeClaim) string {
 	expected, _ := strconv.Atoi(claims[0].Annotations[v1alpha1.AnnotationProvisioningRequestClaims])
 	for _, claim := range claims {
@@ -197,7 +200,10 @@ func failure(claims []*v1alpha1.NodeClaim) string {
 			return fmt.Sprintf("claim %s could not be launched (%s: %s)", claim.Name, launched.Reason, launched.Message)
 		case registered != nil && registered.Status == metav1.ConditionFalse && registered.Reason == v1alpha1.ReasonRegistrationTimeout:
 			return fmt.Sprintf("the node of claim %s did not register (%s)", claim.Name, registered.Message)
-		case !claim.DeletionTimestamp.IsZero():
+		}
+	}
+	for _, claim := range claims {
+		if !claim.DeletionTimestamp.IsZero() {
 			return fmt.Sprintf("claim %s was deleted before its node was Ready", claim.Name)
 		}
 	}
