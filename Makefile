@@ -50,9 +50,13 @@ bin/controller-gen:
 generate: bin/controller-gen ## Generate deepcopy code.
 	$(BIN)/controller-gen object:headerFile=hack/boilerplate.go.txt paths=./api/...
 
+# The CRDs of the autoscaling SIG's kinds claimscale serves
+# (ProvisioningRequest, CapacityBuffer) go to config/crd/autoscaling, not
+# into the chart: cluster-autoscaler or Kueue may have installed them.
 .PHONY: manifests
 manifests: bin/controller-gen ## Generate CRDs and RBAC, and copy them into the Helm chart.
-	$(BIN)/controller-gen crd paths=./api/... output:crd:artifacts:config=config/crd/bases
+	$(BIN)/controller-gen crd paths=./api/v1alpha1/... output:crd:artifacts:config=config/crd/bases
+	$(BIN)/controller-gen crd paths=./api/autoscaling/... output:crd:artifacts:config=config/crd/autoscaling
 	go run ./hack/crdbounds config/crd/bases/*.yaml
 	$(BIN)/controller-gen rbac:roleName=claimscale paths=./internal/operator/... output:rbac:artifacts:config=config/rbac
 	mkdir -p charts/claimscale/crds charts/claimscale/files

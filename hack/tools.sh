@@ -25,6 +25,7 @@ PROTOC_GEN_GO_GRPC_VERSION=v1.5.1
 HELM_VERSION=v3.20.0
 BUF_VERSION=v1.75.0
 CLUSTER_API_VERSION=v1.14.2
+KUEUE_VERSION=v0.17.0 # keep equal to hack/kueue/go.mod
 PROMETHEUS_VERSION=v0.316.0 # the Go module version of Prometheus 3.x, see hack/prometheus/go.mod
 
 cache="${XDG_CACHE_HOME:-$HOME/.cache}/claimscale/tools"
@@ -162,6 +163,12 @@ build_kwok_stages() {
 build_capi() {
   (cd "$root/hack/capi" && CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o "$OUT/cluster-api-manager" sigs.k8s.io/cluster-api/core)
 }
+# Kueue's manager for the batch e2e tests (a ProvisioningRequest admission
+# check against claimscale); its CRDs are read from the module cache
+# (config/components/crd/bases).
+build_kueue() {
+  (cd "$root/hack/kueue" && CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o "$OUT/kueue-manager" sigs.k8s.io/kueue/cmd/kueue)
+}
 install_module() { # $1: package@version
   GOBIN="$OUT" CGO_ENABLED=0 go install -trimpath -ldflags "-s -w" "$1"
 }
@@ -176,6 +183,7 @@ one() {
     # buf compiles .protos in pure Go, so generating code needs no protoc.
     buf) provide buf "$BUF_VERSION" "github.com/bufbuild/buf@$BUF_VERSION" install_module "github.com/bufbuild/buf/cmd/buf@$BUF_VERSION" ;;
     cluster-api-manager) provide cluster-api-manager "$CLUSTER_API_VERSION" "sigs.k8s.io/cluster-api@$CLUSTER_API_VERSION" build_capi ;;
+    kueue-manager) provide kueue-manager "$KUEUE_VERSION" "sigs.k8s.io/kueue@$KUEUE_VERSION" build_kueue ;;
     helm) provide helm "$HELM_VERSION" "helm.sh/helm/v3@$HELM_VERSION" install_module "helm.sh/helm/v3/cmd/helm@$HELM_VERSION" ;;
     prometheus|promtool) provide "$1" "$PROMETHEUS_VERSION" "github.com/prometheus/prometheus@$PROMETHEUS_VERSION" build_prometheus "$1" ;;
     *) echo "hack/tools.sh: unknown tool $1" >&2; return 2 ;;
@@ -194,7 +202,7 @@ for arg in "${@:-test}"; do
     chart) want+=(helm) ;;
     # kubemark: the real kubelet with a fake container runtime, for the
     # e2e tests that join a node with the flags claimscale renders.
-    test) want+=("${demo_tools[@]}" kubectl "${generate_tools[@]}" helm cluster-api-manager promtool prometheus kubemark) ;;
+    test) want+=("${demo_tools[@]}" kubectl "${generate_tools[@]}" helm cluster-api-manager kueue-manager promtool prometheus kubemark) ;;
     *) want+=("$arg") ;;
   esac
 done

@@ -3,6 +3,7 @@ package v1alpha1
 import (
 	"testing"
 
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 )
 
@@ -20,5 +21,27 @@ func TestTemplateHashIgnoresBootstrap(t *testing.T) {
 	pool.Spec.Template.Labels["team"] = "b"
 	if got := pool.TemplateHash(shape); got == before {
 		t.Errorf("a label change left the template hash at %s", got)
+	}
+}
+
+// Devices are part of what a node is: a shape that gains or loses one
+// drifts. A shape without devices hashes as it did before shapes had
+// them (the value below is the hash of that older code), so an upgrade
+// drifts none of the nodes already running.
+func TestTemplateHashDevices(t *testing.T) {
+	shape := ClaimShape{Name: "c4", CPU: resource.MustParse("4"), Memory: resource.MustParse("16Gi")}
+	pool := &NodePool{Spec: NodePoolSpec{Template: NodeTemplate{Labels: map[string]string{"team": "a"}}}}
+	plain := pool.TemplateHash(shape)
+	if plain != "5a76b98fb830520a" {
+		t.Errorf("a shape without devices hashes to %s, not to what it did before devices (5a76b98fb830520a)", plain)
+	}
+	shape.ExtendedResources = corev1.ResourceList{"nvidia.com/gpu": resource.MustParse("1")}
+	one := pool.TemplateHash(shape)
+	if one == plain {
+		t.Errorf("adding a GPU left the template hash at %s", one)
+	}
+	shape.ExtendedResources["nvidia.com/gpu"] = resource.MustParse("2")
+	if two := pool.TemplateHash(shape); two == one {
+		t.Errorf("a second GPU left the template hash at %s", two)
 	}
 }

@@ -521,6 +521,87 @@ type Shape struct {
 	// +kubebuilder:validation:XValidation:rule="self.all(k, k.contains('/') && !k.contains('kubernetes.io/') && !k.startsWith('requests.') && !format.qualifiedName().validate(k).hasValue())",message="extendedResources: every name must be an extended resource: a domain-prefixed name (example.com/device) outside kubernetes.io"
 	// +kubebuilder:validation:XValidation:rule="self.all(k, string(self[k]).matches('^[1-9][0-9]{0,3}$'))",message="extendedResources: every count must be a whole number from 1 to 9999"
 	ExtendedResources corev1.ResourceList `json:"extendedResources,omitempty"`
+	// ResourceSlices are the devices a DRA driver on the machine publishes
+	// (resource.k8s.io/v1 ResourceSlices of the node): the template of
+	// what a node of this shape will have, so that a pod whose
+	// ResourceClaims no node can satisfy now gets a node of a shape whose
+	// devices can. Provisioning gives each new and booting node its own
+	// copy of these slices, and the kube-scheduler's DynamicResources
+	// plugin allocates from them as it will once the driver publishes the
+	// real ones.
+	// +optional
+	// +listType=map
+	// +listMapKey=driver
+	// +kubebuilder:validation:MaxItems=8
+	ResourceSlices []TemplateResourceSlice `json:"resourceSlices,omitempty"`
+}
+
+// TemplateResourceSlice is one driver's devices on a node of a shape, as
+// the driver publishes them in a ResourceSlice of that node.
+type TemplateResourceSlice struct {
+	// Driver that publishes the devices, a DNS subdomain
+	// (gpu.example.com).
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=63
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$`
+	Driver string `json:"driver"`
+	// Pool the driver puts the devices in. Empty means the node's name,
+	// which is what node-local drivers use; a name given here is taken as
+	// it is on every node.
+	// +optional
+	// +kubebuilder:validation:MaxLength=253
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9.]*[a-z0-9])?(/[a-z0-9]([-a-z0-9.]*[a-z0-9])?)*$`
+	Pool string `json:"pool,omitempty"`
+	// Devices of the node, each named uniquely.
+	// +listType=map
+	// +listMapKey=name
+	// +kubebuilder:validation:MinItems=1
+	// +kubebuilder:validation:MaxItems=128
+	Devices []TemplateDevice `json:"devices"`
+}
+
+// TemplateDevice is one device, with the attributes and capacity a
+// DeviceClass's or a claim's CEL selector reads (device.attributes,
+// device.capacity).
+type TemplateDevice struct {
+	// Name of the device, a DNS label (gpu-0).
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=63
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`
+	Name string `json:"name"`
+	// Attributes by qualified name: a C identifier (model), or a DNS
+	// subdomain, a slash and a C identifier (gpu.example.com/model); a
+	// name without domain is in the driver's. (Checked where the pool's
+	// shapes are read, not here: a CEL rule over every key of up to 30
+	// shapes' 8 slices' 128 devices costs more than the API server
+	// allows a CRD.)
+	// +optional
+	// +kubebuilder:validation:MaxProperties=32
+	Attributes map[string]TemplateDeviceAttribute `json:"attributes,omitempty"`
+	// Capacity by qualified name (memory: 80Gi), named as attributes are.
+	// +optional
+	// +kubebuilder:validation:MaxProperties=32
+	Capacity map[string]resource.Quantity `json:"capacity,omitempty"`
+}
+
+// TemplateDeviceAttribute is one attribute's value: exactly one of int,
+// bool, string and version.
+// +kubebuilder:validation:MinProperties=1
+// +kubebuilder:validation:MaxProperties=1
+type TemplateDeviceAttribute struct {
+	// +optional
+	Int *int64 `json:"int,omitempty"`
+	// +optional
+	Bool *bool `json:"bool,omitempty"`
+	// String of at most 64 characters.
+	// +optional
+	// +kubebuilder:validation:MaxLength=64
+	String *string `json:"string,omitempty"`
+	// Version, a semantic version (1.2.3) of at most 64 characters.
+	// +optional
+	// +kubebuilder:validation:MaxLength=64
+	// +kubebuilder:validation:Pattern=`^(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)(-[0-9A-Za-z-]+(\.[0-9A-Za-z-]+)*)?(\+[0-9A-Za-z-]+(\.[0-9A-Za-z-]+)*)?$`
+	Version *string `json:"version,omitempty"`
 }
 
 // FlexibleShape is a range of sizes: CPU and memory from min to max, in steps.

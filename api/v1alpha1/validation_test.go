@@ -184,6 +184,7 @@ func TestInvalidObjectsAreRejected(t *testing.T) {
 	}
 	tests = append(tests, badInputCases()...)
 	tests = append(tests, warmCapacityCases()...)
+	tests = append(tests, deviceCases()...)
 	ctx := context.Background()
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

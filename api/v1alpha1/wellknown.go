@@ -48,6 +48,16 @@ const (
 	// Underutilized). Provisioning wakes the machine by removing it.
 	AnnotationSuspend = "claimscale.io/suspend"
 
+	// AnnotationProvisioningRequest on a claim names the ProvisioningRequest
+	// (namespace/name) it was bought for, all or nothing with the others
+	// of the request; AnnotationProvisioningRequestUID is that request's
+	// UID (a request deleted and made again under the same name is
+	// another), and AnnotationProvisioningRequestClaims how many claims
+	// were bought for it together.
+	AnnotationProvisioningRequest       = "claimscale.io/provisioning-request"
+	AnnotationProvisioningRequestUID    = "claimscale.io/provisioning-request-uid"
+	AnnotationProvisioningRequestClaims = "claimscale.io/provisioning-request-claims"
+
 	// TerminationFinalizer holds a claim (and its node) until the machine is
 	// gone.
 	TerminationFinalizer = "claimscale.io/termination"

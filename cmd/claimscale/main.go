@@ -15,6 +15,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
+	"github.com/claimscale/claimscale/internal/controllers/provisioningrequest"
 	"github.com/claimscale/claimscale/internal/externalgrpc"
 	"github.com/claimscale/claimscale/internal/memlimit"
 	"github.com/claimscale/claimscale/internal/operator"
@@ -35,6 +36,7 @@ func main() {
 		leaderElectionNS    string
 		batchIdle, batchMax time.Duration
 		gcInterval, gcGrace time.Duration
+		bookingTime         time.Duration
 		printVersion        bool
 		secureMetrics       bool
 		simulatedProvider   bool
@@ -64,7 +66,7 @@ func main() {
 	flag.StringVar(&grpcOptions.KeyFile, "grpc-key", "", "externalgrpc mode: the server certificate's key (PEM)")
 	flag.StringVar(&grpcOptions.ClientCAFile, "grpc-client-ca", "", "externalgrpc mode: the CA that client certificates must be signed by (PEM), reloaded when it changes")
 	flag.BoolVar(&grpcOptions.Insecure, "grpc-insecure", false, "externalgrpc mode: serve plaintext without client certificates (only on a network nobody else reaches)")
-	flag.StringVar(&grpcOptions.GPULabel, "gpu-label", "", "externalgrpc mode: the label GPU nodes carry, told to cluster-autoscaler")
+	flag.StringVar(&grpcOptions.GPULabel, "gpu-label", "", "externalgrpc mode: the label GPU nodes carry, told to cluster-autoscaler (default claimscale.io/gpu, which the nodes of shapes with GPUs carry)")
 	flag.StringVar(&grpcOptions.ExpanderBindAddress, "grpc-expander-bind-address", "", "externalgrpc mode: also serve cluster-autoscaler's gRPC expander (--expander=grpc) at this address, over TLS without client certificates (off when empty)")
 	flag.StringVar(&grpcOptions.ExpanderCertFile, "grpc-expander-cert", "", "externalgrpc mode: the expander's TLS certificate (PEM), reloaded when it changes; --grpc-cert when empty")
 	flag.StringVar(&grpcOptions.ExpanderKeyFile, "grpc-expander-key", "", "externalgrpc mode: the expander certificate's key (PEM); --grpc-key when empty")
@@ -72,6 +74,7 @@ func main() {
 	flag.StringVar(&bootstrapOptions.CAFile, "bootstrap-ca-file", "", "cluster CA (PEM) new machines trust, when kube-public/cluster-info is missing (default: the CA the controller trusts)")
 	flag.StringVar(&redfishMedia, "redfish-media-bind-address", "", "address of the media server that gives BMCs each claim's seed image, for redfish servers that boot with userData VirtualMedia (off when empty; NodeProviders' spec.redfish.mediaURL must reach it)")
 	flag.BoolVar(&dryRun, "dry-run", false, "native mode: decide and record as usual (kubectl claimscale why), with events and metrics marked dry-run, but create, delete, cordon and evict nothing; to run beside another autoscaler and compare")
+	flag.DurationVar(&bookingTime, "provisioning-request-booking-time", provisioningrequest.DefaultBookingTime, "how long capacity provisioned for a ProvisioningRequest is kept for its pods before the booking expires")
 	flag.BoolVar(&printVersion, "version", false, "print the version and exit")
 	zapOptions := zap.Options{}
 	zapOptions.BindFlags(flag.CommandLine)
@@ -103,6 +106,7 @@ func main() {
 		BatchIdle: batchIdle, BatchMax: batchMax, GCInterval: gcInterval, GCGracePeriod: gcGrace,
 		Registry: registry, ExternalGRPC: grpcOptions, Bootstrap: bootstrapOptions,
 		DryRun: dryRun, SimulatedKubeletsElsewhere: !simulatedKubelets, RedfishMediaBindAddress: redfishMedia,
+		Requests: operator.RequestOptions{BookingTime: bookingTime},
 	}, metrics, healthAddress, profilingAddress, leaderElect, leaderElectionNS); err != nil {
 		logger.Error(err, "exiting")
 		os.Exit(1)

@@ -134,6 +134,14 @@ func overview() *dashboard.DashboardBuilder {
 			query{`sum by (reason) (increase(claimscale_nodeclaims_terminated_total[5m])) / 5`, "terminated {{reason}}"})).
 		WithPanel(graph("Scheduling simulation", "Seconds one provisioning round's scheduling simulation took.", "s", false,
 			query{`histogram_quantile(0.9, sum by (le) (rate(claimscale_provisioning_scheduling_duration_seconds_bucket[5m])))`, "p90"})).
+		WithRow(dashboard.NewRowBuilder("ProvisioningRequests and CapacityBuffers")).
+		WithPanel(graph("ProvisioningRequest outcomes", "Conditions requests reached per hour, by class, outcome and reason (Provisioned, Failed, BookingExpired, CapacityRevoked, Waiting, NotAccepted).", "none", true,
+			query{`sum by (class, outcome, reason) (increase(claimscale_provisioningrequests_outcomes_total[1h]))`, "{{class}} {{outcome}} {{reason}}"})).
+		WithPanel(graph("Time to Provisioned", "Seconds from a request's creation to Provisioned=True, p90 over an hour, by class.", "s", false,
+			query{`histogram_quantile(0.9, sum by (le, class) (rate(claimscale_provisioningrequests_provisioned_seconds_bucket[1h])))`, "{{class}}"})).
+		WithPanel(graph("Booked requests and buffer pods", "Requests whose capacity is booked now, by class, and the placeholder pods CapacityBuffers keep room for.", "none", false,
+			query{`sum by (class) (claimscale_provisioningrequests_booked)`, "booked {{class}}"},
+			query{`max(claimscale_capacitybuffers_placeholder_pods)`, "buffer pods"})).
 		WithRow(dashboard.NewRowBuilder("Sleeping machines")).
 		WithPanel(graph("Sleeping machines by pool", "Machines stopped instead of deleted, with no Node, that a scale-up may wake.", "none", true,
 			query{`sum by (nodepool) (claimscale_nodepool_sleeping_machines)`, "{{nodepool}}"})).

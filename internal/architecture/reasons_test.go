@@ -13,13 +13,21 @@ import (
 
 // TestTroubleshootingNamesEveryReason checks that every condition reason
 // the API defines (a constant of api/v1alpha1 named Reason…, or …Reason…
-// such as ConsolidatableReasonMinNodes and DisruptionReasonEmpty) has a row in docs/troubleshooting.md's tables, written as `Reason`,
+// such as ConsolidatableReasonMinNodes and DisruptionReasonEmpty, and the
+// Reason… constants of api/autoscaling) has a row in docs/troubleshooting.md's tables, written as `Reason`,
 // so that a reason a user can see is never one the guide does not explain.
 func TestTroubleshootingNamesEveryReason(t *testing.T) {
 	root := moduleRoot(t)
 	reasons := apiReasons(t, filepath.Join(root, "api", "v1alpha1"))
 	if len(reasons) < 40 {
 		t.Fatalf("found %d reasons in api/v1alpha1; expected every condition reason", len(reasons))
+	}
+	// And the reasons claimscale writes on the autoscaling SIG's kinds
+	// (ProvisioningRequest, CapacityBuffer).
+	for _, version := range []string{"v1", "v1beta1"} {
+		for name, value := range apiReasons(t, filepath.Join(root, "api", "autoscaling", version)) {
+			reasons["autoscaling/"+version+"."+name] = value
+		}
 	}
 	guide, err := os.ReadFile(filepath.Join(root, "docs", "troubleshooting.md"))
 	if err != nil {
@@ -33,7 +41,7 @@ func TestTroubleshootingNamesEveryReason(t *testing.T) {
 	}
 	for name, value := range reasons {
 		if !strings.Contains(rows.String(), "`"+value+"`") {
-			t.Errorf("docs/troubleshooting.md has no table row naming `%s` (v1alpha1.%s)", value, name)
+			t.Errorf("docs/troubleshooting.md has no table row naming `%s` (%s)", value, name)
 		}
 	}
 }

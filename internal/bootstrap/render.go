@@ -114,6 +114,7 @@ func NewData(in Input) (*Data, error) {
 	zone := requiredZone(claim)
 	node, err := scheduling.TemplateNode(pool, scheduling.Shape{
 		Name: claim.Spec.Shape.Name, CPU: claim.Spec.Shape.CPU, Memory: claim.Spec.Shape.Memory,
+		ExtendedResources: claim.Spec.Shape.ExtendedResources,
 	}, zone, claim.Name)
 	if err != nil {
 		return nil, fmt.Errorf("building the template node of claim %s: %w", claim.Name, err)

@@ -148,6 +148,9 @@ func (c *Cluster) Picture(ctx context.Context, pools PoolUsability) (*Picture, e
 	for i := range daemonSets.Items {
 		input.DaemonSets = append(input.DaemonSets, &daemonSets.Items[i])
 	}
+	if input.DRA, err = listDRA(ctx, c.Kube); err != nil {
+		return nil, err
+	}
 
 	// By pointer: a claim is a kilobyte, and a round reads every one.
 	// What the pools are given counts against their limits, which an
@@ -216,6 +219,7 @@ func (c *Cluster) Picture(ctx context.Context, pools PoolUsability) (*Picture, e
 			Pool: claim.Spec.NodePoolRef.Name,
 			Shape: scheduling.Shape{
 				Name: claim.Spec.Shape.Name, CPU: claim.Spec.Shape.CPU, Memory: claim.Spec.Shape.Memory,
+				ExtendedResources: claim.Spec.Shape.ExtendedResources,
 			},
 			Zone: zoneOf(claim.Spec.Requirements.NodeSelector),
 		})
@@ -327,6 +331,7 @@ func sleepingMachine(claim *v1alpha1.NodeClaim, pool *v1alpha1.NodePool) (schedu
 		Pool: claim.Spec.NodePoolRef.Name,
 		Shape: scheduling.Shape{
 			Name: claim.Spec.Shape.Name, CPU: claim.Spec.Shape.CPU, Memory: claim.Spec.Shape.Memory, Price: priceOf(claim),
+			ExtendedResources: claim.Spec.Shape.ExtendedResources,
 		},
 		Zone: zoneOf(claim.Spec.Requirements.NodeSelector),
 	}, true

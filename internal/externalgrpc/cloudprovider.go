@@ -16,6 +16,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/anypb"
 	"google.golang.org/protobuf/types/known/durationpb"
 	resourcehelper "k8s.io/component-helpers/resource"
 	corev1helpers "k8s.io/component-helpers/scheduling/corev1"
@@ -584,14 +585,39 @@ func podShare(pod *corev1.Pod, allocatable corev1.ResourceList) (float64, bool) 
 	return share, share <= 1
 }
 
-// GPULabel is the configured label of GPU nodes.
+// GPULabel is the label of GPU nodes: the configured one, by default
+// claimscale.io/gpu, which the nodes of every shape with a GPU carry
+// (v1alpha1.LabelGPU).
 func (c *cloudProvider) GPULabel(context.Context, *protos.GPULabelRequest) (*protos.GPULabelResponse, error) {
 	return &protos.GPULabelResponse{Label: c.gpuLabel}, nil
 }
 
-// GetAvailableGPUTypes is empty: no shape declares a GPU type.
-func (c *cloudProvider) GetAvailableGPUTypes(context.Context, *protos.GetAvailableGPUTypesRequest) (*protos.GetAvailableGPUTypesResponse, error) {
-	return &protos.GetAvailableGPUTypesResponse{}, nil
+// GetAvailableGPUTypes lists the GPU types the pools make: the value of
+// the GPU label of every shape served with a GPU (its name). Only the keys
+// mean something to cluster-autoscaler.
+func (c *cloudProvider) GetAvailableGPUTypes(ctx context.Context, _ *protos.GetAvailableGPUTypesRequest) (*protos.GetAvailableGPUTypesResponse, error) {
+	var pools v1alpha1.NodePoolList
+	if err := c.kube.List(ctx, &pools); err != nil {
+		return nil, internal(fmt.Errorf("listing NodePools: %w", err))
+	}
+	response := &protos.GetAvailableGPUTypesResponse{GpuTypes: map[string]*anypb.Any{}}
+	for i := range pools.Items {
+		pool := &pools.Items[i]
+		if !isGroupPool(pool) {
+			continue
+		}
+		shapes, err := c.shapes.get(ctx, pool)
+		if err != nil {
+			// Its groups are not served either (NodeGroups).
+			continue
+		}
+		for _, shape := range shapes.served {
+			if gpu := v1alpha1.GPUType(shape.Name, shape.ExtendedResources); gpu != "" {
+				response.GpuTypes[gpu] = &anypb.Any{}
+			}
+		}
+	}
+	return response, nil
 }
 
 // Cleanup acknowledges cluster-autoscaler's shutdown; nothing is held for it.

@@ -1,6 +1,7 @@
 package externalgrpc
 
 import (
+	"cmp"
 	"context"
 	"crypto/tls"
 	"errors"
@@ -19,6 +20,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/certwatcher"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/claimscale/claimscale/api/v1alpha1"
 	"github.com/claimscale/claimscale/internal/clusterstate"
 	"github.com/claimscale/claimscale/internal/externalgrpc/protos"
 	"github.com/claimscale/claimscale/internal/metrics"
@@ -45,7 +47,8 @@ type Options struct {
 	// Insecure serves plaintext without client authentication. Only for a
 	// network nobody else can reach.
 	Insecure bool
-	// GPULabel is the label of GPU nodes, answered to GPULabel.
+	// GPULabel is the label of GPU nodes, answered to GPULabel;
+	// v1alpha1.LabelGPU when empty.
 	GPULabel string
 
 	// ExpanderBindAddress, when set, serves cluster-autoscaler's gRPC
@@ -131,7 +134,7 @@ func New(opts Options, deps Dependencies) (*Server, error) {
 	protos.RegisterCloudProviderServer(s.grpc, &cloudProvider{
 		kube:     deps.Kube,
 		shapes:   shapes,
-		gpuLabel: opts.GPULabel,
+		gpuLabel: cmp.Or(opts.GPULabel, v1alpha1.LabelGPU),
 		writes:   deps.Writes,
 	})
 	healthpb.RegisterHealthServer(s.grpc, s.health)

@@ -38,7 +38,7 @@ func TestWhyTakesKindAndNameAsKubectlDoes(t *testing.T) {
 	for args, want := range map[string]string{
 		"why pod/a b":   `give KIND/NAME or KIND NAME, not "pod/a" and "b"`,
 		"why pod":       `"pod" names no object`,
-		"why service x": `kind "service": want pod, pods, node or nodeclaim`,
+		"why service x": `kind "service": want pod, pods, node, nodeclaim or provisioningrequest`,
 	} {
 		if _, err := run(t, strings.Fields(args)...); err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("%s: %v, want %q", args, err, want)

@@ -223,6 +223,11 @@ func simulate(ctx context.Context, kube client.Reader, offers []decisions.PoolOf
 			report.LeftOut = append(report.LeftOut, pool.Name)
 		}
 	}
+	templates, err := w.clusterTemplates(ctx, kube)
+	if err != nil {
+		return nil, err
+	}
+	input.DRA = w.withDevices(input.DRA)
 	limitRanges := map[string][]corev1.LimitRange{}
 	for _, pod := range w.pods {
 		ranges, ok := limitRanges[pod.Namespace]
@@ -242,6 +247,12 @@ func simulate(ctx context.Context, kube client.Reader, offers []decisions.PoolOf
 			report.Refused = append(report.Refused, PodReason{Pod: pod.Namespace + "/" + pod.Name, Reason: "the API server would refuse it: " + err.Error()})
 			continue
 		}
+		claims, err := w.claimsFor(pod, templates)
+		if err != nil {
+			report.Refused = append(report.Refused, PodReason{Pod: pod.Namespace + "/" + pod.Name, Reason: "no ResourceClaim would be made for it: " + err.Error()})
+			continue
+		}
+		input.DRA.ResourceClaims = append(input.DRA.ResourceClaims, claims...)
 		input.Pending = append(input.Pending, pod)
 	}
 	prices := map[string]float64{}

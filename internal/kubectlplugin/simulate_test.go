@@ -84,7 +84,7 @@ spec: {limits: [{type: Container, defaultRequest: {cpu: 2500m}}]}
 		name:     "an extended resource no shape has: pending, as the controller leaves it",
 		manifest: deployment("gpu", "{limits: {nvidia.com/gpu: '1'}}"),
 		want: []string{"would buy no node", "2 pods would stay pending:",
-			`shop/gpu-0: no pool can hold the pod: pool "general": no shape fits the pod and its DaemonSet pods: insufficient nvidia.com/gpu`},
+			`shop/gpu-0: no pool can hold the pod: pool "general": no shape of the pool has nvidia.com/gpu`},
 	}} {
 		t.Run(tt.name, func(t *testing.T) {
 			w, err := readWorkloads([]string{"-"}, strings.NewReader(tt.manifest), "shop")

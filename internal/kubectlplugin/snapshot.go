@@ -10,6 +10,8 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
+	resourcev1 "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -39,6 +41,13 @@ type Snapshot struct {
 	// LimitRanges default and bound the requests of a workload's pods in
 	// simulate -f.
 	LimitRanges []corev1.LimitRange `json:"limitRanges,omitempty"`
+	// ResourceSlices, ResourceClaims and DeviceClasses: the devices, for
+	// pods with ResourceClaims.
+	ResourceSlices []resourcev1.ResourceSlice `json:"resourceSlices,omitempty"`
+	ResourceClaims []resourcev1.ResourceClaim `json:"resourceClaims,omitempty"`
+	DeviceClasses  []resourcev1.DeviceClass   `json:"deviceClasses,omitempty"`
+	// ResourceClaimTemplates make the claims of simulate -f's pods.
+	ResourceClaimTemplates []resourcev1.ResourceClaimTemplate `json:"resourceClaimTemplates,omitempty"`
 }
 
 func newSnapshotCommand(o *options) *cobra.Command {
@@ -107,6 +116,40 @@ func takeSnapshot(ctx context.Context, kube client.Reader, s *Snapshot) error {
 		ds.Spec.Template.Spec = stripPodSpec(ds.Spec.Template.Spec)
 		s.DaemonSets = append(s.DaemonSets, ds)
 	}
+	return takeDevices(ctx, kube, s)
+}
+
+// takeDevices adds the DRA objects; a cluster that does not serve
+// resource.k8s.io/v1 has none.
+func takeDevices(ctx context.Context, kube client.Reader, s *Snapshot) error {
+	var slices resourcev1.ResourceSliceList
+	var claims resourcev1.ResourceClaimList
+	var classes resourcev1.DeviceClassList
+	var templates resourcev1.ResourceClaimTemplateList
+	for _, list := range []client.ObjectList{&slices, &claims, &classes, &templates} {
+		if err := kube.List(ctx, list); err != nil {
+			if meta.IsNoMatchError(err) {
+				return nil
+			}
+			return fmt.Errorf("listing %T: %w", list, err)
+		}
+	}
+	for _, sl := range slices.Items {
+		sl.ManagedFields = nil
+		s.ResourceSlices = append(s.ResourceSlices, sl)
+	}
+	for _, c := range claims.Items {
+		c.ManagedFields, c.Annotations = nil, nil
+		s.ResourceClaims = append(s.ResourceClaims, c)
+	}
+	for _, c := range classes.Items {
+		c.ManagedFields, c.Annotations = nil, nil
+		s.DeviceClasses = append(s.DeviceClasses, c)
+	}
+	for _, t := range templates.Items {
+		t.ManagedFields, t.Annotations = nil, nil
+		s.ResourceClaimTemplates = append(s.ResourceClaimTemplates, t)
+	}
 	return nil
 }
 
@@ -121,6 +164,8 @@ func stripPod(pod *corev1.Pod) corev1.Pod {
 		Spec: stripPodSpec(pod.Spec),
 		Status: corev1.PodStatus{
 			Phase: pod.Status.Phase, Conditions: pod.Status.Conditions, NominatedNodeName: pod.Status.NominatedNodeName,
+			// Which ResourceClaim each of its claims from a template is.
+			ResourceClaimStatuses: pod.Status.ResourceClaimStatuses,
 		},
 	}
 	if value, ok := pod.Annotations[v1alpha1.AnnotationDoNotDisrupt]; ok {
@@ -214,6 +259,14 @@ func (r snapshotReader) List(_ context.Context, list client.ObjectList, opts ...
 		l.Items = append([]appsv1.DaemonSet(nil), r.s.DaemonSets...)
 	case *policyv1.PodDisruptionBudgetList:
 		l.Items = append([]policyv1.PodDisruptionBudget(nil), r.s.PodDisruptionBudgets...)
+	case *resourcev1.ResourceSliceList:
+		l.Items = append([]resourcev1.ResourceSlice(nil), r.s.ResourceSlices...)
+	case *resourcev1.ResourceClaimList:
+		l.Items = append([]resourcev1.ResourceClaim(nil), r.s.ResourceClaims...)
+	case *resourcev1.DeviceClassList:
+		l.Items = append([]resourcev1.DeviceClass(nil), r.s.DeviceClasses...)
+	case *resourcev1.ResourceClaimTemplateList:
+		l.Items = append([]resourcev1.ResourceClaimTemplate(nil), r.s.ResourceClaimTemplates...)
 	default:
 		return fmt.Errorf("%T is not in a snapshot", list)
 	}

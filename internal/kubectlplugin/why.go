@@ -17,6 +17,7 @@ import (
 	"k8s.io/utils/clock"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	autoscalingv1 "github.com/claimscale/claimscale/api/autoscaling/v1"
 	"github.com/claimscale/claimscale/internal/clusterstate"
 	"github.com/claimscale/claimscale/internal/decisions"
 	"github.com/claimscale/claimscale/internal/scheduling"
@@ -26,17 +27,20 @@ func newWhyCommand(o *options) *cobra.Command {
 	var output string
 	var allNamespaces bool
 	cmd := &cobra.Command{
-		Use:   "why (pod NAME | pods [-A] | node NAME | nodeclaim NAME)",
+		Use:   "why (pod NAME | pods [-A] | node NAME | nodeclaim NAME | provisioningrequest NAME)",
 		Short: "Say why claimscale placed or did not place a pod, or keeps or removes a node",
 		Long: `why answers from the controller's decision records, checked against the cluster as it is now:
 a pod that is gone or has since been scheduled says so, and a node whose record a later round no
 longer repeats is answered as a disruption round would decide it now.
 
 KIND/NAME and KIND NAME are the same; "why pods" lists every pending pod of the namespace (-A: of
-every namespace) with its latest decision.`,
+every namespace) with its latest decision. "why provisioningrequest" says where a ProvisioningRequest
+of the namespace stands and why it is not provisioned; a node or pod bought or booked for one says
+"for ProvisioningRequest NAMESPACE/NAME".`,
 		Example: `  kubectl claimscale why pod/web-7d9f -n shop
   kubectl claimscale why pod web-7d9f -n shop -o yaml
   kubectl claimscale why pods -A
+  kubectl claimscale why provisioningrequest/train-job -n ml
   kubectl claimscale why node/general-x2k9q
   kubectl claimscale why node general-x2k9q --endpoint https://127.0.0.1:8443 --insecure-skip-endpoint-verify`,
 		Args: cobra.RangeArgs(1, 2),
@@ -52,7 +56,7 @@ every namespace) with its latest decision.`,
 			}
 			kind = strings.ToLower(kind)
 			if name == "" && kind != "pods" && kind != "po" {
-				return fmt.Errorf("%q names no object: give pod NAME, pods, node NAME or nodeclaim NAME", args[0])
+				return fmt.Errorf("%q names no object: give pod NAME, pods, node NAME, nodeclaim NAME or provisioningrequest NAME", args[0])
 			}
 			switch kind {
 			case "pod", "pods", "po":
@@ -62,8 +66,10 @@ every namespace) with its latest decision.`,
 				return o.whyPod(cmd.Context(), name, output)
 			case "node", "nodes", "no", "nodeclaim", "nodeclaims":
 				return o.whyNode(cmd.Context(), kind, name, output)
+			case "provisioningrequest", "provisioningrequests", "provreq", "provreqs":
+				return o.whyProvisioningRequest(cmd.Context(), name, output)
 			}
-			return fmt.Errorf("kind %q: want pod, pods, node or nodeclaim", kind)
+			return fmt.Errorf("kind %q: want pod, pods, node, nodeclaim or provisioningrequest", kind)
 		},
 	}
 	cmd.Flags().BoolVarP(&allNamespaces, "all-namespaces", "A", false, "with pods: the pending pods of every namespace")
@@ -81,6 +87,9 @@ type PodAnswer struct {
 	// NodeName is the node the pod is bound to now, if it is.
 	NodeName string               `json:"nodeName,omitempty"`
 	Record   *decisions.PodRecord `json:"record,omitempty"`
+	// ProvisioningRequest is the request (namespace/name) whose capacity
+	// the pod uses, if it says so.
+	ProvisioningRequest string `json:"provisioningRequest,omitempty"`
 }
 
 func (o *options) whyPod(ctx context.Context, name, output string) error {
@@ -97,6 +106,9 @@ func (o *options) whyPod(ctx context.Context, name, output string) error {
 		switch err := kube.Get(ctx, client.ObjectKey{Namespace: namespace, Name: name}, &pod); {
 		case err == nil:
 			checked, answer.NodeName = true, pod.Spec.NodeName
+			if request := pod.Annotations[autoscalingv1.AnnotationConsumeProvisioningRequest]; request != "" {
+				answer.ProvisioningRequest = namespace + "/" + request
+			}
 		case apierrors.IsNotFound(err):
 			checked, answer.Exists = true, false
 		}
@@ -123,6 +135,28 @@ func (o *options) whyPod(ctx context.Context, name, output string) error {
 }
 
 func writePodAnswer(w io.Writer, a PodAnswer, checked bool, now time.Time) error {
+	if a.ProvisioningRequest == "" {
+		return writePodDecision(w, a, checked, now)
+	}
+	// The pod's room is the request's: bought or found for the request,
+	// booked until its pods arrive.
+	if a.Record == nil && a.Exists {
+		where := "it waits for a node"
+		if a.NodeName != "" {
+			where = "it runs on node " + a.NodeName
+		}
+		fmt.Fprintf(w, "pod %s/%s: %s, for ProvisioningRequest %s: claimscale provisions the request's capacity, not the pod's (why provisioningrequest says how it stands)\n",
+			a.Namespace, a.Name, where, a.ProvisioningRequest)
+		return nil
+	}
+	if err := writePodDecision(w, a, checked, now); err != nil {
+		return err
+	}
+	fmt.Fprintf(w, "  for ProvisioningRequest %s (why provisioningrequest says how it stands)\n", a.ProvisioningRequest)
+	return nil
+}
+
+func writePodDecision(w io.Writer, a PodAnswer, checked bool, now time.Time) error {
 	switch {
 	case !a.Exists && a.Record == nil:
 		return fmt.Errorf("pod %s/%s not found", a.Namespace, a.Name)
@@ -362,7 +396,13 @@ func (o *options) whyNode(ctx context.Context, kind, name, output string) error 
 		}
 		return printStructured(o.streams.Out, output, answer)
 	}
-	return writeNodeAnswer(o.streams.Out, kind, name, answer, planErr, time.Now())
+	if err := writeNodeAnswer(o.streams.Out, kind, name, answer, planErr, time.Now()); err != nil {
+		return err
+	}
+	if request := o.requestOfClaim(ctx, name); request != "" {
+		fmt.Fprintf(o.streams.Out, "  bought for ProvisioningRequest %s (why provisioningrequest says how it stands)\n", request)
+	}
+	return nil
 }
 
 // nodeVerdictNow decides as a disruption round would now and returns its

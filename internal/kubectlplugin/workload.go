@@ -2,22 +2,31 @@ package kubectlplugin
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 
 	appsv1 "k8s.io/api/apps/v1"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
+	resourcev1 "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+	resourceapiv1 "k8s.io/kubernetes/pkg/apis/resource/v1"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/claimscale/claimscale/internal/scheduling"
 )
 
 // workload is what the files given to simulate -f would add to the
@@ -32,6 +41,12 @@ type workload struct {
 	// skipped names the objects that make no pods (a Service, a
 	// ConfigMap, a Namespace), so that the user sees they were read.
 	skipped []string
+	// The DRA objects of the files: templates the pods' claims are made
+	// from, claims the pods name, and device classes, added to the
+	// cluster's (a file's class replaces the cluster's of its name).
+	claimTemplates []resourcev1.ResourceClaimTemplate
+	claims         []resourcev1.ResourceClaim
+	deviceClasses  []resourcev1.DeviceClass
 }
 
 // readWorkloads reads every path, as kubectl apply -f does: a file, a
@@ -182,6 +197,37 @@ func (w *workload) add(source string, object *unstructured.Unstructured, namespa
 			o.Namespace = namespace
 		}
 		w.limitRanges = append(w.limitRanges, o)
+	case "ResourceClaimTemplate.resource.k8s.io":
+		var o resourcev1.ResourceClaimTemplate
+		if err := into(&o); err != nil {
+			return err
+		}
+		if o.Namespace == "" {
+			o.Namespace = namespace
+		}
+		// As the API server stores it: a request's allocation mode and
+		// count defaulted.
+		resourceapiv1.SetObjectDefaults_ResourceClaimTemplate(&o)
+		w.claimTemplates = append(w.claimTemplates, o)
+	case "ResourceClaim.resource.k8s.io":
+		var o resourcev1.ResourceClaim
+		if err := into(&o); err != nil {
+			return err
+		}
+		if o.Namespace == "" {
+			o.Namespace = namespace
+		}
+		if o.UID == "" {
+			o.UID = types.UID("simulated-" + o.Namespace + "-" + o.Name)
+		}
+		resourceapiv1.SetObjectDefaults_ResourceClaim(&o)
+		w.claims = append(w.claims, o)
+	case "DeviceClass.resource.k8s.io":
+		var o resourcev1.DeviceClass
+		if err := into(&o); err != nil {
+			return err
+		}
+		w.deviceClasses = append(w.deviceClasses, o)
 	default:
 		what := gvk.Kind
 		if name := object.GetName(); name != "" {
@@ -233,4 +279,89 @@ func plural(n int, one, many string) string {
 		return one
 	}
 	return many
+}
+
+// claimsFor makes the ResourceClaims the ResourceClaim controller would
+// make for a pod's claims from templates, as it names them in the pod's
+// status, and says which template is missing. Templates come from the
+// files, else from the cluster.
+func (w *workload) claimsFor(pod *corev1.Pod, cluster []resourcev1.ResourceClaimTemplate) ([]*resourcev1.ResourceClaim, error) {
+	var out []*resourcev1.ResourceClaim
+	for _, ref := range pod.Spec.ResourceClaims {
+		if ref.ResourceClaimTemplateName == nil {
+			continue
+		}
+		template, ok := findTemplate(w.claimTemplates, pod.Namespace, *ref.ResourceClaimTemplateName)
+		if !ok {
+			if template, ok = findTemplate(cluster, pod.Namespace, *ref.ResourceClaimTemplateName); !ok {
+				return nil, fmt.Errorf("its claim %s names ResourceClaimTemplate %s/%s, which is neither in the files nor in the cluster", ref.Name, pod.Namespace, *ref.ResourceClaimTemplateName)
+			}
+		}
+		name := pod.Name + "-" + ref.Name
+		claim := &resourcev1.ResourceClaim{
+			ObjectMeta: metav1.ObjectMeta{
+				Name: name, Namespace: pod.Namespace, UID: types.UID("simulated-" + pod.Namespace + "-" + name),
+				Labels: template.Spec.Labels, Annotations: template.Spec.Annotations,
+				OwnerReferences: []metav1.OwnerReference{{APIVersion: "v1", Kind: "Pod", Name: pod.Name, UID: pod.UID, Controller: ptr.To(true), BlockOwnerDeletion: ptr.To(true)}},
+			},
+			Spec: *template.Spec.Spec.DeepCopy(),
+		}
+		out = append(out, claim)
+		pod.Status.ResourceClaimStatuses = append(pod.Status.ResourceClaimStatuses, corev1.PodResourceClaimStatus{Name: ref.Name, ResourceClaimName: ptr.To(name)})
+	}
+	return out, nil
+}
+
+func findTemplate(templates []resourcev1.ResourceClaimTemplate, namespace, name string) (resourcev1.ResourceClaimTemplate, bool) {
+	for _, t := range templates {
+		if t.Namespace == namespace && t.Name == name {
+			return t, true
+		}
+	}
+	return resourcev1.ResourceClaimTemplate{}, false
+}
+
+// withDevices adds the files' claims and device classes to the cluster's.
+func (w *workload) withDevices(dra scheduling.DRA) scheduling.DRA {
+	out := scheduling.DRA{ResourceSlices: dra.ResourceSlices, ResourceClaims: slices.Clone(dra.ResourceClaims)}
+	for i := range w.claims {
+		out.ResourceClaims = append(out.ResourceClaims, &w.claims[i])
+	}
+	replaced := map[string]bool{}
+	for i := range w.deviceClasses {
+		replaced[w.deviceClasses[i].Name] = true
+		out.DeviceClasses = append(out.DeviceClasses, &w.deviceClasses[i])
+	}
+	for _, c := range dra.DeviceClasses {
+		if !replaced[c.Name] {
+			out.DeviceClasses = append(out.DeviceClasses, c)
+		}
+	}
+	return out
+}
+
+// clusterTemplates reads the cluster's ResourceClaimTemplates when a pod
+// of the files makes its claims from a template the files lack.
+func (w *workload) clusterTemplates(ctx context.Context, kube client.Reader) ([]resourcev1.ResourceClaimTemplate, error) {
+	needed := false
+	for _, pod := range w.pods {
+		for _, ref := range pod.Spec.ResourceClaims {
+			if ref.ResourceClaimTemplateName != nil {
+				if _, ok := findTemplate(w.claimTemplates, pod.Namespace, *ref.ResourceClaimTemplateName); !ok {
+					needed = true
+				}
+			}
+		}
+	}
+	if !needed {
+		return nil, nil
+	}
+	var list resourcev1.ResourceClaimTemplateList
+	if err := kube.List(ctx, &list); err != nil {
+		if meta.IsNoMatchError(err) {
+			return nil, nil
+		}
+		return nil, fmt.Errorf("listing ResourceClaimTemplates: %w", err)
+	}
+	return list.Items, nil
 }

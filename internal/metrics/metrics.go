@@ -38,7 +38,7 @@ const (
 var (
 	// NodeClaimsCreated counts claims written, by pool and reason
 	// (Provisioning, MinNodes, Headroom, Replacement, Repair,
-	// ExternalGRPC).
+	// ExternalGRPC, ProvisioningRequest).
 	NodeClaimsCreated = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Namespace: namespace, Subsystem: "nodeclaims", Name: "created_total",
 		Help: "NodeClaims created, by pool and reason.",

@@ -28,6 +28,7 @@ import (
 	"github.com/claimscale/claimscale/internal/controllers/nodepool"
 	"github.com/claimscale/claimscale/internal/controllers/nodeprovider"
 	"github.com/claimscale/claimscale/internal/controllers/provisioning"
+	"github.com/claimscale/claimscale/internal/controllers/provisioningrequest"
 	"github.com/claimscale/claimscale/internal/controllers/repair"
 	"github.com/claimscale/claimscale/internal/decisions"
 	"github.com/claimscale/claimscale/internal/externalgrpc"
@@ -99,6 +100,21 @@ type Options struct {
 	// DryRun decides and records as in native mode, but creates, deletes,
 	// cordons and evicts nothing; events and metrics say dry-run.
 	DryRun bool
+	// Requests tune how ProvisioningRequests are served.
+	Requests RequestOptions
+}
+
+// RequestOptions tune the serving of ProvisioningRequests.
+type RequestOptions struct {
+	// BookingTime is how long provisioned capacity is kept for a
+	// request's pods (default provisioningrequest.DefaultBookingTime).
+	BookingTime time.Duration
+	// Recheck is how soon a request that waits is looked at again
+	// (default provisioningrequest.DefaultRecheck).
+	Recheck time.Duration
+	// Clock times the bookings; nil is Options.Clock. End-to-end tests
+	// step it past a booking's end.
+	Clock clock.PassiveClock
 }
 
 // BootstrapOptions are where joining machines find the API server when
@@ -215,16 +231,36 @@ func Setup(ctx context.Context, mgr manager.Manager, opts Options) (*Operator, e
 		if err := departures.Watch(ctx, mgr.GetCache()); err != nil {
 			return nil, err
 		}
+		provisioner := &provisioning.Provisioner{
+			Kube: mgr.GetClient(), Objects: objects, Providers: resolver, Capacity: capacityBackoff,
+			Recorder: recorder(provisioning.Name), Clock: opts.Clock, Templates: templates, Pools: pools,
+			WarmCapacity: warm, Decisions: op.Decisions, DryRun: opts.DryRun,
+			PodLatency: podLatency, Writes: writes, Nominations: nominations,
+		}
+		// Room other objects ask to keep is simulated by provisioning and
+		// disruption alike, and either decides again when it changes.
+		roomChanged := func() {
+			batcher.Trigger()
+			changes.Changed()
+		}
+		requests, err := provisioningRequests(ctx, mgr, opts, provisioner, objects, writes, recorder(provisioningrequest.Name), roomChanged)
+		if err != nil {
+			return nil, err
+		}
+		if requests != nil {
+			warm.Reservations = append(warm.Reservations, requests.Bookings)
+			setups = append(setups, requests)
+		}
+		buffers, err := capacityBuffers(ctx, mgr, provisioning.Resolve(mgr.GetClient(), resolver, capacityBackoff), opts, roomChanged)
+		if err != nil {
+			return nil, err
+		}
+		if buffers != nil {
+			warm.Reservations = append(warm.Reservations, buffers.Buffers)
+			setups = append(setups, buffers)
+		}
 		setups = append(setups,
-			&provisioning.Controller{
-				Provisioner: &provisioning.Provisioner{
-					Kube: mgr.GetClient(), Objects: objects, Providers: resolver, Capacity: capacityBackoff,
-					Recorder: recorder(provisioning.Name), Clock: opts.Clock, Templates: templates, Pools: pools,
-					WarmCapacity: warm, Decisions: op.Decisions, DryRun: opts.DryRun,
-					PodLatency: podLatency, Writes: writes, Nominations: nominations,
-				},
-				Batcher: batcher,
-			},
+			&provisioning.Controller{Provisioner: provisioner, Batcher: batcher},
 			&disruption.Controller{
 				Kube: mgr.GetClient(), Providers: resolver, Pools: provisioning.Resolve(mgr.GetClient(), resolver, capacityBackoff),
 				Recorder: recorder(disruption.Name), Clock: opts.Clock,

@@ -12,11 +12,21 @@ package operator
 // +kubebuilder:rbac:groups="",resources=events,verbs=create;patch;update
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch;update
 // +kubebuilder:rbac:groups=apps,resources=daemonsets,verbs=list;watch
+// +kubebuilder:rbac:groups=resource.k8s.io,resources=resourceslices;resourceclaims;deviceclasses,verbs=get;list;watch
 // +kubebuilder:rbac:groups=policy,resources=poddisruptionbudgets,verbs=get;list;watch
 // +kubebuilder:rbac:groups=claimscale.io,resources=nodeproviders;nodepools,verbs=get;list;watch
 // +kubebuilder:rbac:groups=claimscale.io,resources=nodeclaims,verbs=get;list;watch;create;update;patch;delete
 // +kubebuilder:rbac:groups=claimscale.io,resources=nodeproviders/status;nodepools/status;nodeclaims/status,verbs=get;update;patch
 // +kubebuilder:rbac:groups=claimscale.io,resources=nodeclaims/finalizers,verbs=update
+// ProvisioningRequests (and the PodTemplates their pod sets name, the
+// ResourceQuotas their pods must fit) and CapacityBuffers (and the
+// workloads a buffer's scalableRef names), served when their CRDs are
+// installed:
+// +kubebuilder:rbac:groups=autoscaling.x-k8s.io,resources=provisioningrequests;capacitybuffers,verbs=get;list;watch
+// +kubebuilder:rbac:groups=autoscaling.x-k8s.io,resources=provisioningrequests/status;capacitybuffers/status,verbs=get;update;patch
+// +kubebuilder:rbac:groups="",resources=podtemplates,verbs=get;list;watch
+// +kubebuilder:rbac:groups="",resources=resourcequotas,verbs=list;watch
+// +kubebuilder:rbac:groups=apps,resources=deployments;replicasets;statefulsets,verbs=get
 // The metrics endpoint checks each scrape's token with the API server:
 // +kubebuilder:rbac:groups=authentication.k8s.io,resources=tokenreviews,verbs=create
 // +kubebuilder:rbac:groups=authorization.k8s.io,resources=subjectaccessreviews,verbs=create

@@ -25,7 +25,7 @@ import (
 // taints. Provisioning and the externalgrpc shim write claims from it, so
 // a claim looks the same whoever decided it.
 func New(pool *v1alpha1.NodePool, shape scheduling.Shape, requests corev1.ResourceList, requirements []corev1.NodeSelectorRequirement) *v1alpha1.NodeClaim {
-	claimShape := v1alpha1.ClaimShape{Name: shape.Name, CPU: shape.CPU, Memory: shape.Memory}
+	claimShape := v1alpha1.ClaimShape{Name: shape.Name, CPU: shape.CPU, Memory: shape.Memory, ExtendedResources: shape.ExtendedResources.DeepCopy()}
 	if shape.Price > 0 && knownPrice(pool, shape) {
 		claimShape.Price = strconv.FormatFloat(shape.Price, 'f', -1, 64)
 	}

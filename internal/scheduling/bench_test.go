@@ -120,7 +120,7 @@ func binpackingWorkload() (Cluster, []*corev1.Pod) {
 }
 
 // lowerBound is Σ over pools of the larger of max(⌈Σcpu/alloc⌉,
-// ⌈Σmem/alloc⌉, ⌈pods/maxPods⌉) of the pods on the pool's new nodes,
+// ⌈Σmem/alloc⌉, ⌈pods/maxPods⌉, ⌈Σdevice/alloc⌉ per device) of the pods on the pool's new nodes,
 // against the pool's largest shape, and the largest group of those pods
 // that must each have a node of their own (antiAffinityMinimum). It holds
 // where the pods' selectors and tolerations admit only the pool they got,
@@ -129,6 +129,7 @@ func binpackingWorkload() (Cluster, []*corev1.Pod) {
 func lowerBound(s *Simulator, r Result) int {
 	type sum struct {
 		cpu, mem, pods int64
+		ext            *scalars
 		all            []*corev1.Pod
 	}
 	sums := map[string]*sum{}
@@ -139,18 +140,25 @@ func lowerBound(s *Simulator, r Result) int {
 		sums[n.Pool].cpu += n.Requests.Cpu().MilliValue()
 		sums[n.Pool].mem += n.Requests.Memory().Value()
 		sums[n.Pool].pods += int64(len(n.Pods))
+		sums[n.Pool].ext = combine(sums[n.Pool].ext, scalarsOfList(n.Requests), 1)
 		sums[n.Pool].all = append(sums[n.Pool].all, n.Pods...)
 	}
 	lb := 0
 	for name, sm := range sums {
 		p := s.poolByName[name]
 		var alloc vec
+		var ext *scalars
 		var pods int64
 		for _, si := range p.shapes {
-			alloc = vec{max(alloc.cpu, si.alloc.cpu), max(alloc.mem, si.alloc.mem), 0}
+			alloc = vec{cpu: max(alloc.cpu, si.alloc.cpu), mem: max(alloc.mem, si.alloc.mem)}
+			ext = maxScalars(ext, si.ext)
 			pods = max(pods, si.allocPods)
 		}
-		lb += max(int(max(ceilDiv(sm.cpu, alloc.cpu), ceilDiv(sm.mem, alloc.mem), ceilDiv(sm.pods, pods))), antiAffinityMinimum(sm.all))
+		need := max(ceilDiv(sm.cpu, alloc.cpu), ceilDiv(sm.mem, alloc.mem), ceilDiv(sm.pods, pods))
+		for i, name := range sm.ext.namesOrNil() {
+			need = max(need, ceilDiv(sm.ext.counts[i], ext.get(name)))
+		}
+		lb += max(int(need), antiAffinityMinimum(sm.all))
 	}
 	return lb
 }

@@ -28,14 +28,18 @@ type podClass struct {
 	rep *corev1.Pod
 	// info is the representative's parsed PodInfo, whose terms and
 	// resources every member shares.
-	info     *framework.PodInfo
-	res      fwk.PodResource
-	req      vec
+	info *framework.PodInfo
+	res  fwk.PodResource
+	req  vec
+	// ext are the extended resources the pod asks for (nvidia.com/gpu),
+	// nil for none.
+	ext      *scalars
 	priority int32
 	dominant float64
 
-	// scalar is set when the pod asks for an extended resource, which no
-	// shape offers.
+	// scalar is set when the pod asks for an extended resource (or
+	// another scalar resource): the snapshot then counts its pods one by
+	// one, as NodeInfo sums those in a map.
 	scalar bool
 	// hardSpread holds the DoNotSchedule topology spread constraints.
 	hardSpread []corev1.TopologySpreadConstraint
@@ -55,6 +59,14 @@ type podClass struct {
 	// exclusive classes have a required anti-affinity term over hostnames
 	// that selects their own pods: each pod needs a node of its own.
 	exclusive bool
+	// dra classes have ResourceClaims: DynamicResources decides them, per
+	// pod (each has claims of its own), and templates by their devices.
+	dra bool
+	// deviceState and devicePre are DynamicResources's PreFilter of the
+	// representative, for its verdicts on templates.
+	deviceState fwk.CycleState
+	devicePre   *fwk.Status
+	deviceAt    int
 
 	// where lists the nodes the class's pods are placed on in the current
 	// round (for pods already bound, see Simulator.boundWhere).
@@ -69,7 +81,10 @@ type podClass struct {
 	staticErr    *fwk.Status
 }
 
-// vec is the part of a request packing does arithmetic on.
+// vec is the part of a request packing does arithmetic on. Extended
+// resources (devices) are kept beside it, as *scalars, where a class, a
+// shape or a node has some: a vec's arithmetic stays three numbers, small
+// enough to inline, for every pool and pod without devices.
 type vec struct{ cpu, mem, eph int64 }
 
 func (a vec) add(b vec) vec   { return vec{a.cpu + b.cpu, a.mem + b.mem, a.eph + b.eph} }
@@ -106,7 +121,8 @@ func (a vec) list() corev1.ResourceList {
 
 // fitCount is how many pods of request req fit in free with slots pod
 // slots left: the arithmetic of NodeResourcesFit, where a resource the pod
-// does not ask for never blocks it.
+// does not ask for never blocks it. Devices are counted apart
+// (scalarFitCount).
 func fitCount(free vec, slots int64, req vec) int {
 	n := slots
 	for _, r := range [][2]int64{{free.cpu, req.cpu}, {free.mem, req.mem}, {free.eph, req.eph}} {
@@ -300,6 +316,7 @@ func newPodClass(id int, p *corev1.Pod) (*podClass, error) {
 		info:         info,
 		res:          res,
 		req:          vecOf(res.Resource),
+		ext:          scalarsOfMap(res.Resource.GetScalarResources()),
 		priority:     corev1helpers.PodPriority(p),
 		scalar:       len(res.Resource.GetScalarResources()) > 0,
 		staticByNode: map[string]*fwk.Status{},
@@ -319,7 +336,9 @@ func newPodClass(id int, p *corev1.Pod) (*podClass, error) {
 		}
 	}
 	cls.perNode = selectsOnNodeIdentity(p)
-	cls.shapeBlind = !cls.perNode && !selectsOnLabel(p, corev1.LabelInstanceTypeStable, corev1.LabelInstanceType)
+	cls.dra = len(p.Spec.ResourceClaims) > 0
+	// A class with claims looks at each shape's devices.
+	cls.shapeBlind = !cls.perNode && !cls.dra && !selectsOnLabel(p, corev1.LabelInstanceTypeStable, corev1.LabelInstanceType)
 	return cls, nil
 }
 
@@ -378,7 +397,7 @@ func (c *podClass) needsFullFramework() bool {
 	if len(c.info.GetRequiredAffinityTerms()) > 0 || len(c.info.GetRequiredAntiAffinityTerms()) > 0 {
 		return true
 	}
-	if len(c.hardSpread) > 0 || c.scalar || len(p.Spec.ResourceClaims) > 0 {
+	if len(c.hardSpread) > 0 || len(p.Spec.ResourceClaims) > 0 {
 		return true
 	}
 	for _, v := range p.Spec.Volumes {

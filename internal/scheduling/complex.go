@@ -42,6 +42,8 @@ type classRun struct {
 	// watches are the class's hard spreads as watched (see watched.go),
 	// once one of its pods is placed.
 	watches []*spreadWatch
+	// devicesAt is the DRA state's version the state was built on.
+	devicesAt int
 }
 
 // buildView picks the nodes a class's PreFilter must see.
@@ -187,6 +189,11 @@ func (r *round) placeEach(run *classRun, pods []*corev1.Pod) error {
 	defer func() { r.dead = dead }()
 	cursor := 0
 	for i, pod := range pods {
+		if cls.dra {
+			// Each pod has claims of its own: PreFilter reads them, and
+			// the devices given to the pods before.
+			run.state = nil
+		}
 		if err := r.ensureState(run, pod); err != nil {
 			return err
 		}
@@ -195,6 +202,7 @@ func (r *round) placeEach(run *classRun, pods []*corev1.Pod) error {
 			return nil
 		}
 		var target *simNode
+		var taken []*simNode
 		scan := len(r.nodes)
 		if r.excludedEverywhere(run) {
 			scan = 0
@@ -222,6 +230,15 @@ func (r *round) placeEach(run *classRun, pods []*corev1.Pod) error {
 				if st.IsSuccess() {
 					target = n
 					break
+				}
+				if pass == 0 && cls.dra && st.Plugin() == names.DynamicResources {
+					ok, err := r.devicesWouldServe(cls, n)
+					if err != nil {
+						return err
+					}
+					if ok {
+						taken = append(taken, n)
+					}
 				}
 				if monotone(st) {
 					for len(dead) <= ni {
@@ -253,14 +270,27 @@ func (r *round) placeEach(run *classRun, pods []*corev1.Pod) error {
 				}
 			}
 			if n == nil {
+				failed := len(r.unschedulable)
 				if refusals != nil || reason == "" {
 					r.failRefused(pods[i:], refusals)
 				} else {
 					r.fail(pods[i:], reason)
 				}
+				if note := takenNote(taken); note != "" {
+					for k := failed; k < len(r.unschedulable); k++ {
+						r.unschedulable[k].Reason += "; " + note
+					}
+				}
 				return nil
 			}
 			target = n
+		}
+		if cls.dra {
+			// Before place: narrowing a new node keeps the shapes that
+			// have the devices the pod is given.
+			if err := r.reserveDevices(run, pod, target); err != nil {
+				return err
+			}
 		}
 		pi, err := r.place(cls, target, pods[i:i+1])
 		if err != nil {
@@ -278,6 +308,8 @@ func (r *round) placeEach(run *classRun, pods []*corev1.Pod) error {
 			r.countedPlaced(cls, run.counted, target)
 		}
 		switch {
+		case cls.dra:
+			run.state = nil
 		case len(cls.hardSpread) > 0:
 			// PodTopologySpread's AddPod tracks only the two smallest
 			// domains, which is wrong once a third exists: compute afresh.
@@ -351,6 +383,10 @@ func monotone(st *fwk.Status) bool {
 
 // ensureState runs PreFilter for the class if its state is missing.
 func (r *round) ensureState(run *classRun, pod *corev1.Pod) error {
+	if run.state != nil && run.cls.dra && run.devicesAt != r.s.snap.dra.version {
+		// A node came or went since PreFilter, and its devices with it.
+		run.state = nil
+	}
 	if run.state != nil || run.failed != "" || run.counted != nil {
 		return nil
 	}
@@ -367,8 +403,11 @@ func (r *round) ensureState(run *classRun, pod *corev1.Pod) error {
 		}
 	}
 	r.s.snap.view = nodes
-	res, st, _ := r.s.fw.full.RunPreFilterPlugins(r.ctx, state, pod)
+	res, st, _ := r.s.fullFor(run.cls).RunPreFilterPlugins(r.ctx, state, pod)
 	r.s.snap.view = nil
+	if run.cls.dra {
+		st = deviceError(st)
+	}
 	if !st.IsSuccess() {
 		if !st.IsRejected() {
 			return fmt.Errorf("pre-filtering pod %s/%s: %w", pod.Namespace, pod.Name, st.AsError())
@@ -377,6 +416,9 @@ func (r *round) ensureState(run *classRun, pod *corev1.Pod) error {
 		return nil
 	}
 	run.state, run.pre, run.stateAt = state, res, r.version
+	if run.cls.dra {
+		run.devicesAt = r.s.snap.dra.version
+	}
 	byValue := false
 	for _, c := range run.cls.hardSpread {
 		byValue = byValue || c.TopologyKey != corev1.LabelHostname
@@ -460,7 +502,18 @@ func (r *round) try(run *classRun, pod *corev1.Pod, n *simNode) (*fwk.Status, er
 		// anti-affinity selects it.
 		return r.countedFilter(run.cls, run.counted, n), nil
 	}
-	st := r.s.fw.full.RunFilterPlugins(r.ctx, run.state, pod, r.s.snap.lookup(n.name))
+	if run.cls.dra {
+		if err := r.ensureState(run, pod); err != nil {
+			return nil, err
+		}
+		if run.failed != "" {
+			return fwk.NewStatus(fwk.UnschedulableAndUnresolvable, run.failed), nil
+		}
+	}
+	st := r.s.fullFor(run.cls).RunFilterPlugins(r.ctx, run.state, pod, r.s.snap.lookup(n.name))
+	if run.cls.dra {
+		st = deviceError(st)
+	}
 	if !st.IsSuccess() && !st.IsRejected() {
 		return nil, fmt.Errorf("filtering pod %s/%s on %s: %w", pod.Namespace, pod.Name, n.name, st.AsError())
 	}
@@ -510,7 +563,7 @@ func (r *round) openFor(run *classRun, pod *corev1.Pod) (*simNode, string, []Poo
 			r.activate(n)
 			return n, "", nil, nil
 		}
-		reasons[o.pool] = filterRefusal(o.pool, st, pod, r.s.snap.lookup(n.name).Node())
+		reasons[o.pool] = filterRefusal(o.pool, st, pod, r.s.snap.lookup(n.name).Node(), r.s.snap.dra)
 		if fresh {
 			r.removeNode(run, n)
 		}

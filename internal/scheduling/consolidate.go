@@ -112,7 +112,7 @@ func (m *movers) drainable(x *simNode) bool {
 	for _, sg := range x.segs {
 		c := sg.cls
 		hostname := hostnameOnly(c)
-		if !hostname && !(c.simple && !c.scalar && !c.perNode) {
+		if !hostname && !(c.simple && c.ext == nil && !c.perNode) {
 			return false
 		}
 		spread = spread || hostname
@@ -174,7 +174,7 @@ func (m *movers) of(c *podClass) moverKind {
 			}
 		}
 		m.watchers[c] = watchers
-	case c.simple && !c.scalar && !c.perNode:
+	case c.simple && c.ext == nil && !c.perNode:
 		k = freeMover
 		for _, o := range m.classes {
 			if !o.simple && o.interacts(c.rep, nil, nsLabels) {

@@ -358,13 +358,13 @@ func (sr *countedRun) emptyCount(t *template, i int) int {
 // countable reports whether a class can be decided by countedRun: hard
 // spread constraints in the default inclusion policies, at most one
 // required pod affinity term, required anti-affinity terms, all without
-// namespace selectors or label keys, no ports, volumes or extended
-// resources, and no anti-affinity of another class or of a bound pod
+// namespace selectors or label keys, no ports, volumes or resource
+// claims, and no anti-affinity of another class or of a bound pod
 // that selects it (its own selects only pods its own terms see).
 func (c *podClass) countable(selectedByOthers bool) bool {
 	affinity := c.info.GetRequiredAffinityTerms()
 	anti := c.info.GetRequiredAntiAffinityTerms()
-	if len(c.hardSpread) == 0 && len(affinity) == 0 && len(anti) == 0 || selectedByOthers || c.perNode || c.scalar || len(c.rep.Spec.ResourceClaims) > 0 || hasHostPorts(c.rep) {
+	if len(c.hardSpread) == 0 && len(affinity) == 0 && len(anti) == 0 || selectedByOthers || c.perNode || len(c.rep.Spec.ResourceClaims) > 0 || hasHostPorts(c.rep) {
 		return false
 	}
 	if len(affinity) > 1 {

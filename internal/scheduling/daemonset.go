@@ -38,7 +38,7 @@ func DaemonSetPods(ctx context.Context, node *corev1.Node, daemonSets []*appsv1.
 	if len(daemonSets) == 0 {
 		return nil, nil
 	}
-	f, err := newFramework(ctx, NewSnapshot(), objectStore{}, staticPlugins)
+	f, err := newFramework(ctx, NewSnapshot(), objectStore{}, profile{name: "claimscale", filters: staticPlugins})
 	if err != nil {
 		return nil, err
 	}

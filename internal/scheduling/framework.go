@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	goruntime "runtime"
+	"slices"
 	"sync"
 	"time"
 
@@ -17,6 +18,7 @@ import (
 	"k8s.io/kubernetes/pkg/scheduler/apis/config/latest"
 	"k8s.io/kubernetes/pkg/scheduler/framework"
 	"k8s.io/kubernetes/pkg/scheduler/framework/plugins/defaultbinder"
+	"k8s.io/kubernetes/pkg/scheduler/framework/plugins/dynamicresources"
 	plfeature "k8s.io/kubernetes/pkg/scheduler/framework/plugins/feature"
 	"k8s.io/kubernetes/pkg/scheduler/framework/plugins/interpodaffinity"
 	"k8s.io/kubernetes/pkg/scheduler/framework/plugins/names"
@@ -57,23 +59,62 @@ var staticPlugins = []string{
 	names.NodeAffinity,
 }
 
-// frameworks are two scheduler frameworks over one snapshot: the full filter
-// set, and the static subset.
+// frameworks are the scheduler frameworks over one snapshot: the full
+// filter set, and the static subset; and, built the first time a pod has
+// ResourceClaims, the full set with DynamicResources and DynamicResources
+// alone (for template nodes).
 type frameworks struct {
 	full   framework.Framework
 	static framework.Framework
+	// withDRA and draOnly are nil until a pod with ResourceClaims asks:
+	// pods without claims never run DynamicResources, so they pay nothing
+	// for it.
+	withDRA, draOnly framework.Framework
 }
 
 func newFrameworks(ctx context.Context, snap *Snapshot, objs objectStore) (*frameworks, error) {
-	full, err := newFramework(ctx, snap, objs, filterPlugins)
+	full, err := newFramework(ctx, snap, objs, profile{name: "claimscale", filters: filterPlugins})
 	if err != nil {
 		return nil, err
 	}
-	static, err := newFramework(ctx, snap, objs, staticPlugins)
+	static, err := newFramework(ctx, snap, objs, profile{name: "claimscale", filters: staticPlugins})
 	if err != nil {
 		return nil, err
 	}
 	return &frameworks{full: full, static: static}, nil
+}
+
+// draFrameworks builds the frameworks that run DynamicResources over the
+// snapshot's DRA state: every filter and DynamicResources's Reserve, which
+// keeps the devices a placed pod was given; and DynamicResources alone.
+// Each has a profile name of its own: the plugin indexes the (never
+// started) pod informer under its profile's name.
+func (f *frameworks) draFrameworks(ctx context.Context, snap *Snapshot, objs objectStore) error {
+	if f.withDRA != nil {
+		return nil
+	}
+	dra := snap.dra
+	withDRA, err := newFramework(ctx, snap, objs, profile{
+		name: "claimscale-dra", filters: append(slices.Clone(filterPlugins), names.DynamicResources),
+		reserve: []string{names.DynamicResources}, dra: dra,
+	})
+	if err != nil {
+		return err
+	}
+	draOnly, err := newFramework(ctx, snap, objs, profile{name: "claimscale-devices", filters: []string{names.DynamicResources}, dra: dra})
+	if err != nil {
+		return err
+	}
+	f.withDRA, f.draOnly = withDRA, draOnly
+	return nil
+}
+
+// profile is what a framework runs.
+type profile struct {
+	name    string
+	filters []string
+	reserve []string
+	dra     fwk.SharedDRAManager
 }
 
 // metricsRecorder is the one recorder every framework built here shares.
@@ -93,7 +134,7 @@ var metricsRecorder = sync.OnceValue(func() *schedmetrics.MetricAsyncRecorder {
 	return schedmetrics.NewMetricsAsyncRecorder(1000, time.Second, nil)
 })
 
-func newFramework(ctx context.Context, snap *Snapshot, objs objectStore, enabled []string) (framework.Framework, error) {
+func newFramework(ctx context.Context, snap *Snapshot, objs objectStore, prof profile) (framework.Framework, error) {
 	recorder := metricsRecorder()
 
 	fts := plfeature.NewSchedulerFeaturesFromGates(utilfeature.DefaultFeatureGate)
@@ -109,24 +150,29 @@ func newFramework(ctx context.Context, snap *Snapshot, objs objectStore, enabled
 		names.VolumeBinding:     frameworkruntime.FactoryAdapter(fts, volumebinding.New),
 		names.PodTopologySpread: frameworkruntime.FactoryAdapter(fts, podtopologyspread.New),
 		names.InterPodAffinity:  frameworkruntime.FactoryAdapter(fts, interpodaffinity.New),
+		names.DynamicResources:  frameworkruntime.FactoryAdapter(fts, dynamicresources.New),
 	}
 
 	defaults, err := latest.Default()
 	if err != nil {
 		return nil, fmt.Errorf("loading kube-scheduler defaults: %w", err)
 	}
-	want := make(map[string]bool, len(enabled))
-	set := config.PluginSet{}
-	for _, n := range enabled {
+	want := make(map[string]bool, len(prof.filters))
+	set, reserve := config.PluginSet{}, config.PluginSet{}
+	for _, n := range prof.filters {
 		want[n] = true
 		set.Enabled = append(set.Enabled, config.Plugin{Name: n})
 	}
+	for _, n := range prof.reserve {
+		reserve.Enabled = append(reserve.Enabled, config.Plugin{Name: n})
+	}
 	profile := &config.KubeSchedulerProfile{
-		SchedulerName: "claimscale",
+		SchedulerName: prof.name,
 		Plugins: &config.Plugins{
 			QueueSort: config.PluginSet{Enabled: []config.Plugin{{Name: names.PrioritySort}}},
 			PreFilter: set,
 			Filter:    set,
+			Reserve:   reserve,
 			Bind:      config.PluginSet{Enabled: []config.Plugin{{Name: names.DefaultBinder}}},
 		},
 	}
@@ -137,13 +183,17 @@ func newFramework(ctx context.Context, snap *Snapshot, objs objectStore, enabled
 	}
 	buildCtx, built := context.WithCancel(ctx)
 	defer built()
-	f, err := frameworkruntime.NewFramework(buildCtx, registry, profile,
+	opts := []frameworkruntime.Option{
 		frameworkruntime.WithSnapshotSharedLister(snap),
 		frameworkruntime.WithInformerFactory(objs.factory),
 		frameworkruntime.WithSharedCSIManager(objs),
 		frameworkruntime.WithParallelism(goruntime.GOMAXPROCS(0)),
 		frameworkruntime.WithMetricsRecorder(recorder),
-	)
+	}
+	if prof.dra != nil {
+		opts = append(opts, frameworkruntime.WithSharedDRAManager(prof.dra))
+	}
+	f, err := frameworkruntime.NewFramework(buildCtx, registry, profile, opts...)
 	if err != nil {
 		return nil, fmt.Errorf("building scheduler framework: %w", err)
 	}

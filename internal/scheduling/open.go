@@ -33,10 +33,7 @@ func (r *round) options(cls *podClass) ([]option, map[*poolState]PoolRefusal, er
 	for _, p := range r.s.pools {
 		cacheable = cacheable && p.limNodes < 0 && p.limCPU < 0 && p.limMem < 0 && p.free == nil
 	}
-	key := optionKey{statics: cls.statics, req: cls.req}
-	if cls.scalar {
-		key.cls = cls
-	}
+	key := optionKey{statics: cls.statics, req: cls.req, ext: cls.ext}
 	if c, ok := r.optCache[key]; ok && cacheable {
 		// The sleeping machines are not cached: each is woken once.
 		reasons := maps.Clone(c.reasons)
@@ -86,12 +83,13 @@ func (r *round) options(cls *podClass) ([]option, map[*poolState]PoolRefusal, er
 }
 
 // optionKey names the classes with equal options: static twins of one
-// request (a class asking for extended resources stands alone, for the
-// refusal names them).
+// request. A class asking for devices has a key of its own (its scalars'
+// pointer): it may miss a twin's options, but never takes another
+// request's.
 type optionKey struct {
 	statics *staticCache
 	req     vec
-	cls     *podClass
+	ext     *scalars
 }
 
 type cachedOptions struct {
@@ -131,14 +129,15 @@ func (r *round) option(cls *podClass, p *poolState, zone string, bc, bm int64) (
 			return option{}, PoolRefusal{}, err
 		}
 		if !st.IsSuccess() {
-			return option{}, filterRefusal(p, st, cls.rep, t.node), nil
+			return option{}, filterRefusal(p, st, cls.rep, t.node, r.s.snap.dra), nil
 		}
 		need := cls.req.add(t.dsReq)
-		if cls.scalar || t.dsCount+1 > p.maxPods {
-			return option{}, insufficient(p, cls, need, t.dsCount+1, p.flexMax), nil
+		// A flexible range has no devices.
+		if t.dsCount+1 > p.maxPods || cls.ext != nil {
+			return option{}, insufficient(p, need, combine(cls.ext, t.dsExt, 1), t.dsCount+1, p.flexMax), nil
 		}
 		if _, _, ok := p.flexFit(need, -1, -1); !ok {
-			return option{}, insufficient(p, cls, need, t.dsCount+1, p.flexMax), nil
+			return option{}, insufficient(p, need, t.dsExt, t.dsCount+1, p.flexMax), nil
 		}
 		ci, mi, ok := p.flexFit(need, bc, bm)
 		if !ok {
@@ -151,6 +150,7 @@ func (r *round) option(cls *podClass, p *poolState, zone string, bc, bm int64) (
 	var staticNode *corev1.Node
 	var largest *shapeInfo
 	var largestNeed vec
+	var largestExt *scalars
 	var largestPods int64
 	overBudget, taken := false, false
 	for _, si := range p.shapesIn(zone) {
@@ -171,8 +171,11 @@ func (r *round) option(cls *podClass, p *poolState, zone string, bc, bm int64) (
 		need := cls.req.add(t.dsReq)
 		if largest == nil || si.alloc.cpu > largest.alloc.cpu || si.alloc.cpu == largest.alloc.cpu && si.alloc.mem > largest.alloc.mem {
 			largest, largestNeed, largestPods = si, need, t.dsCount+1
+			if cls.ext != nil || t.dsExt != nil {
+				largestExt = combine(cls.ext, t.dsExt, 1)
+			}
 		}
-		if cls.scalar || !need.le(si.alloc) || t.dsCount+1 > si.allocPods {
+		if !need.le(si.alloc) || t.dsCount+1 > si.allocPods || (cls.ext != nil || t.dsExt != nil) && !extFits(cls.ext, t.dsExt, si.ext) {
 			continue
 		}
 		if !withinBudget(si.cap, bc, bm) {
@@ -193,14 +196,15 @@ func (r *round) option(cls *podClass, p *poolState, zone string, bc, bm int64) (
 	case overBudget:
 		return option{}, limitReason(p), nil
 	case largest != nil:
-		return option{}, insufficient(p, cls, largestNeed, largestPods, largest), nil
+		return option{}, insufficient(p, largestNeed, largestExt, largestPods, largest), nil
 	default:
-		return option{}, filterRefusal(p, static, cls.rep, staticNode), nil
+		return option{}, filterRefusal(p, static, cls.rep, staticNode, r.s.snap.dra), nil
 	}
 }
 
-// insufficient says which resources even the largest shape lacks.
-func insufficient(p *poolState, cls *podClass, need vec, pods int64, si *shapeInfo) PoolRefusal {
+// insufficient says which resources even the largest shape lacks: of
+// need, needExt (devices) and pods.
+func insufficient(p *poolState, need vec, needExt *scalars, pods int64, si *shapeInfo) PoolRefusal {
 	var short []string
 	if pods > si.allocPods {
 		short = append(short, "pods")
@@ -214,22 +218,30 @@ func insufficient(p *poolState, cls *podClass, need vec, pods int64, si *shapeIn
 	if need.eph > si.alloc.eph {
 		short = append(short, "ephemeral-storage")
 	}
-	if cls.scalar {
-		var names []string
-		for n := range cls.res.Resource.GetScalarResources() {
-			names = append(names, string(n))
+	// A device no shape has at all is named as such: no size of the
+	// pool would do.
+	var missing []string
+	for _, name := range needExt.short(si.ext) {
+		if p.offers(corev1.ResourceName(name)) {
+			short = append(short, name)
+		} else {
+			missing = append(missing, name)
 		}
-		sort.Strings(names)
-		short = append(short, names...)
 	}
-	requested := resourcesOf(need, pods)
-	for name, quantity := range cls.res.Resource.GetScalarResources() {
-		requested[name] = *resource.NewQuantity(quantity, resource.DecimalSI)
+	var why []string
+	if len(short) > 0 {
+		why = append(why, "no shape fits the pod and its DaemonSet pods: insufficient "+strings.Join(short, ", "))
 	}
+	if len(missing) > 0 {
+		why = append(why, "no shape of the pool has "+strings.Join(missing, ", "))
+	}
+	requested, available := resourcesOf(need, pods), resourcesOf(si.alloc, si.allocPods)
+	needExt.addTo(requested)
+	si.ext.addTo(available)
 	return PoolRefusal{
 		Pool: p.name, Kind: RefusalTooSmall, Shape: si.shape.Name,
-		Message:   fmt.Sprintf("no shape fits the pod and its DaemonSet pods: insufficient %s", strings.Join(short, ", ")),
-		Requested: requested, Available: resourcesOf(si.alloc, si.allocPods),
+		Message:   strings.Join(why, "; "),
+		Requested: requested, Available: available,
 	}
 }
 

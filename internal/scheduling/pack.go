@@ -295,10 +295,11 @@ func (r *round) room(cls *podClass, n *simNode) int {
 		ni := r.s.snap.lookup(n.name)
 		free := vecOf(ni.GetAllocatable()).sub(vecOf(ni.GetRequested()))
 		slots := int64(ni.GetAllocatable().GetAllowedPodNumber() - len(ni.GetPods()))
+		if cls.ext != nil {
+			// A node's devices are read only for a pod that asks for some.
+			slots = scalarFit(ni.GetAllocatable(), ni.GetRequested(), cls.ext, slots)
+		}
 		return fitCount(free, slots, cls.req)
-	}
-	if cls.scalar {
-		return 0
 	}
 	p := n.pool
 	if p.limCPU >= 0 || p.limMem >= 0 {
@@ -330,6 +331,9 @@ func (r *round) newNodeRoom(cls *podClass, n *simNode) int {
 		ci, mi, ok := p.flexLargest(bc, bm)
 		if !ok {
 			return 0
+		}
+		if cls.ext != nil {
+			return 0 // a flexible range has no devices
 		}
 		free := p.flexAllocAt(ci, mi).sub(n.podReq).sub(n.tmpl.dsReq)
 		return fitCount(free, p.maxPods-n.nPods-n.tmpl.dsCount, cls.req)
@@ -372,7 +376,11 @@ func (r *round) bestRoom(cls *podClass, n *simNode, shapes []*shapeInfo, bc, bm 
 			continue
 		}
 		free := si.alloc.sub(n.podReq).sub(t.dsReq)
-		best = max(best, fitCount(free, si.allocPods-n.nPods-t.dsCount, cls.req))
+		k := fitCount(free, si.allocPods-n.nPods-t.dsCount, cls.req)
+		if cls.ext != nil && k > 0 {
+			k = extRoom(si.ext, n.podExt, t.dsExt, cls.ext, k)
+		}
+		best = max(best, k)
 	}
 	return best, true
 }
@@ -405,7 +413,7 @@ func (r *round) frontier(n *simNode) []*shapeInfo {
 		}
 		beaten := false
 		for _, k := range kept {
-			if e.eff.le(k.eff) && e.pods <= k.pods {
+			if e.eff.le(k.eff) && e.pods <= k.pods && (e.ext == nil || e.ext.within(k.ext)) {
 				beaten = true
 				break
 			}
@@ -429,6 +437,8 @@ type effShape struct {
 	si   *shapeInfo
 	eff  vec
 	pods int64
+	// ext are the devices left, nil for none.
+	ext *scalars
 }
 
 // effOrder is the pool's shapes in one zone, largest first by what is
@@ -444,7 +454,11 @@ func (r *round) effOrder(p *poolState, zone string) ([]effShape, error) {
 		if err != nil {
 			return nil, err
 		}
-		order = append(order, effShape{si, si.alloc.sub(t.dsReq), si.allocPods - t.dsCount})
+		e := effShape{si: si, eff: si.alloc.sub(t.dsReq), pods: si.allocPods - t.dsCount}
+		if si.ext != nil || t.dsExt != nil {
+			e.ext = combine(si.ext, t.dsExt, -1)
+		}
+		order = append(order, e)
 	}
 	sort.SliceStable(order, func(i, j int) bool {
 		a, b := order[i], order[j]
@@ -499,6 +513,9 @@ func (r *round) place(cls *podClass, n *simNode, pods []*corev1.Pod) (fwk.PodInf
 		n.segs = append(n.segs, podSeg{cls, len(pods)})
 	}
 	n.podReq = n.podReq.add(cls.req.scale(len(pods)))
+	if cls.ext != nil {
+		n.podExt = combine(n.podExt, cls.ext, int64(len(pods)))
+	}
 	n.nPods += int64(len(pods))
 	return last, r.narrow(cls, n)
 }
@@ -523,6 +540,10 @@ func (r *round) narrow(cls *podClass, n *simNode) error {
 		// every pod, and the slice is shared with what drain saved.
 		var keep []*shapeInfo
 		dropped := false
+		var given []deviceRef
+		if dra := r.s.snap.dra; dra != nil {
+			given = dra.allocatedOn(n.name)
+		}
 		for i, si := range n.cands {
 			t, err := r.s.template(r.ctx, p, si, n.zone)
 			if err != nil {
@@ -533,7 +554,9 @@ func (r *round) narrow(cls *podClass, n *simNode) error {
 				return err
 			}
 			fits := st.IsSuccess() && withinBudget(si.cap, bc, bm) &&
-				n.podReq.add(t.dsReq).le(si.alloc) && n.nPods+t.dsCount <= si.allocPods
+				n.podReq.add(t.dsReq).le(si.alloc) && n.nPods+t.dsCount <= si.allocPods &&
+				(n.podExt == nil && t.dsExt == nil || extFits(n.podExt, t.dsExt, si.ext)) &&
+				(len(given) == 0 || holdsDevices(si.shape.ResourceSlices, n.deviceTemplates(), given))
 			switch {
 			case !fits && !dropped:
 				dropped = true
@@ -571,14 +594,18 @@ func (r *round) refreshNode(n *simNode) error {
 	}
 	largest, maxAlloc := n.cands[0], vec{}
 	var maxPods int64
+	var maxExt *scalars
 	for _, si := range n.cands {
 		maxAlloc = vec{max(maxAlloc.cpu, si.alloc.cpu), max(maxAlloc.mem, si.alloc.mem), max(maxAlloc.eph, si.alloc.eph)}
+		if si.ext != nil {
+			maxExt = maxScalars(maxExt, si.ext)
+		}
 		maxPods = max(maxPods, si.allocPods)
 		if si.alloc.cpu > largest.alloc.cpu || si.alloc.cpu == largest.alloc.cpu && si.alloc.mem > largest.alloc.mem {
 			largest = si
 		}
 	}
-	if maxAlloc == n.maxAlloc && largest == n.tmpl.shape {
+	if maxAlloc == n.maxAlloc && maxExt.equal(n.maxExt) && largest == n.tmpl.shape {
 		return nil
 	}
 	t, err := r.s.template(r.ctx, n.pool, largest, n.zone)
@@ -590,11 +617,17 @@ func (r *round) refreshNode(n *simNode) error {
 		return err
 	}
 	node.Status.Allocatable = maxAlloc.list()
+	maxExt.addTo(node.Status.Allocatable)
 	node.Status.Allocatable[corev1.ResourcePods] = *resource.NewQuantity(maxPods, resource.DecimalSI)
 	if err := r.s.snap.setNode(node); err != nil {
 		return err
 	}
-	n.labels, n.maxAlloc = node.Labels, maxAlloc
+	n.labels, n.maxAlloc, n.maxExt = node.Labels, maxAlloc, maxExt
+	if dra := r.s.snap.dra; dra != nil && t != n.tmpl && (len(t.shape.shape.ResourceSlices) > 0 || len(n.tmpl.shape.shape.ResourceSlices) > 0) {
+		// The node publishes the devices of its largest shape; narrowing
+		// kept only shapes with the devices it gave pods.
+		dra.setNodeSlices(n.name, templateSlices(t.shape.shape.ResourceSlices, n.name))
+	}
 	if !sameDaemonSets(t.ds, n.tmpl.ds) {
 		for _, p := range n.ds {
 			if err := r.s.snap.RemovePod(p, n.name); err != nil {

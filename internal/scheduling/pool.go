@@ -64,6 +64,9 @@ type shapeInfo struct {
 	cap       vec
 	alloc     vec
 	allocPods int64
+	// ext are the shape's devices, nil for none; nothing is reserved of
+	// them, so capacity and allocatable are one.
+	ext *scalars
 	// idx numbers the pool's shapeInfos, for the template index.
 	idx int
 }
@@ -180,14 +183,21 @@ func (p *poolState) newShapeInfo(sh Shape) (*shapeInfo, error) {
 		cap:       vecOfList(capacity),
 		alloc:     vecOfList(alloc),
 		allocPods: alloc.Pods().Value(),
+		ext:       scalarsOfList(alloc),
 	}, nil
 }
 
 // shapeNamed finds the shapeInfo of an in-flight claim's shape, making one
 // for shapes the pool no longer lists or flexible sizes.
 func (p *poolState) shapeNamed(sh Shape) *shapeInfo {
-	if si, ok := p.byName[sh.Name]; ok && si.shape.CPU.Cmp(sh.CPU) == 0 && si.shape.Memory.Cmp(sh.Memory) == 0 {
+	if si, ok := p.byName[sh.Name]; ok && si.shape.CPU.Cmp(sh.CPU) == 0 && si.shape.Memory.Cmp(sh.Memory) == 0 &&
+		sameDevices(si.shape.ExtendedResources, sh.ExtendedResources) {
 		return si
+	}
+	if si, ok := p.byName[sh.Name]; ok && sh.ResourceSlices == nil {
+		// A claim records no template slices: a booting node of a shape
+		// the pool still lists has the slices the pool gives it.
+		sh.ResourceSlices = si.shape.ResourceSlices
 	}
 	si, err := p.newShapeInfo(sh)
 	if err != nil {
@@ -258,11 +268,11 @@ func (p *poolState) flexLargest(budgetCPU, budgetMem int64) (ci, mi int, ok bool
 }
 
 func (p *poolState) flexAllocAt(ci, mi int) vec {
-	return vec{p.flexAlloc(0, ci), p.flexAlloc(1, mi), p.flexMax.alloc.eph}
+	return vec{cpu: p.flexAlloc(0, ci), mem: p.flexAlloc(1, mi), eph: p.flexMax.alloc.eph}
 }
 
 func (p *poolState) flexCapAt(ci, mi int) vec {
-	return vec{p.flex.cpuGrid().Size(ci), p.flex.memGrid().Size(mi), p.flexMax.cap.eph}
+	return vec{cpu: p.flex.cpuGrid().Size(ci), mem: p.flex.memGrid().Size(mi), eph: p.flexMax.cap.eph}
 }
 
 // budget is what a node of the pool may still take of the cpu and memory

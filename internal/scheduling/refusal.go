@@ -54,7 +54,7 @@ func (p PoolRefusal) refused() bool { return p.Message != "" }
 // String is the refusal as it reads in a joined reason.
 func (p PoolRefusal) String() string { return fmt.Sprintf("pool %q: %s", p.Pool, p.Message) }
 
-func filterRefusal(p *poolState, st *fwk.Status, pod *corev1.Pod, node *corev1.Node) PoolRefusal {
+func filterRefusal(p *poolState, st *fwk.Status, pod *corev1.Pod, node *corev1.Node, dra *draState) PoolRefusal {
 	plugin := ""
 	if st != nil {
 		plugin = st.Plugin()
@@ -68,6 +68,18 @@ func filterRefusal(p *poolState, st *fwk.Status, pod *corev1.Pod, node *corev1.N
 	case names.InterPodAffinity, names.PodTopologySpread:
 		if spreadsOverZones(pod) {
 			message += ": " + zonesOffered(p)
+		}
+	case names.DynamicResources:
+		// The plugin's words, unless they only say that allocation failed.
+		said := ""
+		if message != "cannot allocate all claims" {
+			said = " (" + message + ")"
+		}
+		message = "no shape of the pool has the devices the pod's resource claims ask for: " + describeClaims(pod, dra) + said
+		if offered := p.devicesOffered(); offered != "" {
+			message += "; the pool's shapes have " + offered
+		} else {
+			message += "; the pool's shapes have no template resource slices"
 		}
 	}
 	return PoolRefusal{Pool: p.name, Kind: RefusalFilter, Plugin: plugin, Message: message}

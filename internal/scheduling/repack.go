@@ -59,8 +59,9 @@ func (r *round) repack(classes []*podClass) error {
 func (r *round) movableClasses(classes []*podClass) map[*podClass]bool {
 	free := map[*podClass]bool{}
 	for _, c := range classes {
-		// A pod that selects on a node's name stays where it is.
-		if !c.simple || c.scalar || c.perNode {
+		// A pod that selects on a node's name stays where it is, and so
+		// does one with devices: re-packing counts cpu and memory only.
+		if !c.simple || c.ext != nil || c.perNode {
 			continue
 		}
 		ok := true

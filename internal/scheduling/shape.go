@@ -3,11 +3,13 @@ package scheduling
 import (
 	"fmt"
 	"math"
+	"regexp"
 	"sort"
 	"strconv"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
+	v1helper "k8s.io/kubernetes/pkg/apis/core/v1/helper"
 
 	"github.com/claimscale/claimscale/api/shapecatalog"
 	"github.com/claimscale/claimscale/api/v1alpha1"
@@ -23,18 +25,50 @@ type Shape struct {
 	EphemeralStorage resource.Quantity
 	// Price per hour, in whatever currency the pool uses; only compared.
 	Price float64
+	// ExtendedResources are the devices the machine has (nvidia.com/gpu:
+	// 1), in whole units: its node advertises them in capacity and
+	// allocatable. Nil for none.
+	ExtendedResources corev1.ResourceList
+	// ResourceSlices are the devices a DRA driver publishes for a node of
+	// the shape (see v1alpha1.Shape); nil for none.
+	ResourceSlices []v1alpha1.TemplateResourceSlice
 }
 
 // ShapeFromProvider converts a provider's shape. An ephemeral-storage entry
-// in its capacity becomes the disk size.
+// in its capacity becomes the disk size, and extended resources
+// (nvidia.com/gpu) the shape's devices.
 func ShapeFromProvider(s shapecatalog.Shape) Shape {
-	return Shape{
+	shape := Shape{
 		Name:             s.Name,
 		CPU:              s.Capacity[corev1.ResourceCPU],
 		Memory:           s.Capacity[corev1.ResourceMemory],
 		EphemeralStorage: s.Capacity[corev1.ResourceEphemeralStorage],
 		Price:            s.Price,
 	}
+	for name, q := range s.Capacity {
+		if v1helper.IsExtendedResourceName(name) {
+			if shape.ExtendedResources == nil {
+				shape.ExtendedResources = corev1.ResourceList{}
+			}
+			shape.ExtendedResources[name] = q.DeepCopy()
+		}
+	}
+	return shape
+}
+
+// sameDevices says whether two lists of extended resources hold the same
+// counts.
+func sameDevices(a, b corev1.ResourceList) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for name, q := range a {
+		other, ok := b[name]
+		if !ok || q.Cmp(other) != 0 {
+			return false
+		}
+	}
+	return true
 }
 
 // Shapes are what a pool may make: a fixed list, or a flexible range. Exactly
@@ -92,6 +126,10 @@ func PoolShapes(pool *v1alpha1.NodePool, resolved []shapecatalog.Shape) (Shapes,
 		if ps.Memory != nil {
 			s.Memory = *ps.Memory
 		}
+		if len(ps.ExtendedResources) > 0 {
+			s.ExtendedResources = ps.ExtendedResources.DeepCopy()
+		}
+		s.ResourceSlices = ps.ResourceSlices
 		if s.CPU.Sign() <= 0 || s.Memory.Sign() <= 0 {
 			return Shapes{}, fmt.Errorf("shape %s of pool %s has no cpu or memory, neither in the pool nor in the provider's catalog", ps.Name, pool.Name)
 		}
@@ -117,7 +155,50 @@ func PoolShapes(pool *v1alpha1.NodePool, resolved []shapecatalog.Shape) (Shapes,
 }
 
 func sameSize(a, b shapecatalog.Shape) bool {
-	return a.Capacity.Cpu().Cmp(*b.Capacity.Cpu()) == 0 && a.Capacity.Memory().Cmp(*b.Capacity.Memory()) == 0
+	return a.Capacity.Cpu().Cmp(*b.Capacity.Cpu()) == 0 && a.Capacity.Memory().Cmp(*b.Capacity.Memory()) == 0 &&
+		sameDevices(ShapeFromProvider(a).ExtendedResources, ShapeFromProvider(b).ExtendedResources)
+}
+
+// qualifiedDeviceName is a DRA attribute or capacity name: a C identifier
+// of at most 32 characters, optionally after a DNS subdomain and a slash.
+var qualifiedDeviceName = regexp.MustCompile(`^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?[A-Za-z_][A-Za-z0-9_]{0,31}$`)
+
+// validateSlices checks what the API cannot afford to of a shape's
+// template slices: the names of device attributes and capacities.
+func validateSlices(s Shape) error {
+	for _, t := range s.ResourceSlices {
+		for _, d := range t.Devices {
+			for name := range d.Attributes {
+				if !qualifiedDeviceName.MatchString(name) {
+					return fmt.Errorf("shape %s: driver %s, device %s: attribute name %q must be a C identifier of at most 32 characters, optionally after a DNS subdomain and a slash (gpu.example.com/model)", s.Name, t.Driver, d.Name, name)
+				}
+			}
+			for name := range d.Capacity {
+				if !qualifiedDeviceName.MatchString(name) {
+					return fmt.Errorf("shape %s: driver %s, device %s: capacity name %q must be a C identifier of at most 32 characters, optionally after a DNS subdomain and a slash (gpu.example.com/memory)", s.Name, t.Driver, d.Name, name)
+				}
+			}
+		}
+	}
+	return nil
+}
+
+// maxDeviceCount is the most of one device a shape may carry, as the API
+// allows it.
+const maxDeviceCount = 9999
+
+// validateDevices checks a shape's extended resources: extended resource
+// names, in whole units from 1 to maxDeviceCount.
+func validateDevices(s Shape) error {
+	for name, q := range s.ExtendedResources {
+		if !v1helper.IsExtendedResourceName(name) {
+			return fmt.Errorf("shape %s: %s is not an extended resource (a domain-prefixed name outside kubernetes.io, e.g. nvidia.com/gpu)", s.Name, name)
+		}
+		if v, ok := q.AsInt64(); !ok || v < 1 || v > maxDeviceCount {
+			return fmt.Errorf("shape %s: %s must be a whole number from 1 to %d, not %s", s.Name, name, maxDeviceCount, q.String())
+		}
+	}
+	return nil
 }
 
 // validateFixed checks what packing relies on in a list of shapes: each
@@ -139,6 +220,12 @@ func validateFixed(shapes []Shape) error {
 			return fmt.Errorf("shape %s: ephemeral storage %s must be at most %s", s.Name, s.EphemeralStorage.String(), maxOf(false))
 		case math.IsNaN(s.Price) || math.IsInf(s.Price, 0) || s.Price < 0:
 			return fmt.Errorf("shape %s: price %v must be a non-negative number", s.Name, s.Price)
+		}
+		if err := validateDevices(s); err != nil {
+			return err
+		}
+		if err := validateSlices(s); err != nil {
+			return err
 		}
 		seen[s.Name] = true
 	}

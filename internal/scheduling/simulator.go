@@ -49,6 +49,9 @@ type Simulator struct {
 	// pluginsOnly sends every class with constraints through the
 	// framework, none through the counts (for tests that compare them).
 	pluginsOnly bool
+	// objs are the objects the plugins look up, kept for the frameworks
+	// built on first use.
+	objs objectStore
 }
 
 type nodeKind int
@@ -79,12 +82,15 @@ type simNode struct {
 	flex    [2]int
 	contrib vec
 	podReq  vec
-	nPods   int64
-	pods    []*corev1.Pod
+	// podExt are the devices its pods take, nil for none.
+	podExt *scalars
+	nPods  int64
+	pods   []*corev1.Pod
 	// segs says which class each run of pods is of.
 	segs     []podSeg
 	addedAt  int
 	maxAlloc vec
+	maxExt   *scalars
 	// ver counts changes to a new node's pods and shapes; front is the
 	// frontier of its shapes (nil: to compute).
 	ver   int
@@ -127,8 +133,12 @@ func New(ctx context.Context, c Cluster) (*Simulator, error) {
 	if err != nil {
 		return nil, err
 	}
+	s.objs = objs
 	if s.fw, err = newFrameworks(ctx, s.snap, objs); err != nil {
 		return nil, err
+	}
+	if !c.DRA.empty() || templatesHaveSlices(c.Pools) {
+		s.snap.withDRA(newDRAState(c.DRA))
 	}
 	for i := range c.Pools {
 		p, err := newPoolState(&c.Pools[i])

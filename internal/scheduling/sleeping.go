@@ -46,7 +46,7 @@ func (s *Simulator) addSleeping(claims []Sleeping) error {
 // shapes are all out (closed this round, or every shape in capacity
 // backoff) wakes none: its provider just failed.
 func (r *round) sleepingOptions(cls *podClass, opts []option, reasons map[*poolState]PoolRefusal) ([]option, error) {
-	if r.s.sleeping == 0 || cls.scalar {
+	if r.s.sleeping == 0 {
 		return opts, nil
 	}
 	type kind struct {
@@ -73,7 +73,8 @@ func (r *round) sleepingOptions(cls *podClass, opts []option, reasons map[*poolS
 			if err != nil {
 				return nil, err
 			}
-			if !st.IsSuccess() || !cls.req.add(t.dsReq).le(m.si.alloc) || t.dsCount+1 > m.si.allocPods || !withinBudget(m.si.cap, bc, bm) {
+			if !st.IsSuccess() || !cls.req.add(t.dsReq).le(m.si.alloc) || t.dsCount+1 > m.si.allocPods || !withinBudget(m.si.cap, bc, bm) ||
+				(cls.ext != nil || t.dsExt != nil) && !extFits(cls.ext, t.dsExt, m.si.ext) {
 				continue
 			}
 			opts = append(opts, option{pool: p, zone: m.zone, cands: []*shapeInfo{m.si}, price: m.si.shape.Price, sleeping: m})

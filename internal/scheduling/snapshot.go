@@ -51,6 +51,10 @@ type Snapshot struct {
 	// view, when set, is what List and the affinity lists return: the
 	// packer narrows PreFilter to the nodes that can matter for a pod.
 	view []fwk.NodeInfo
+
+	// dra holds the devices and claims, for pods with ResourceClaims;
+	// nil while no decision needs them.
+	dra *draState
 }
 
 type layer struct {
@@ -81,6 +85,19 @@ func NewSnapshot() *Snapshot {
 // Fork starts a new layer of changes.
 func (s *Snapshot) Fork() {
 	s.layers = append(s.layers, newLayer())
+	if s.dra != nil {
+		s.dra.fork()
+	}
+}
+
+// withDRA gives the snapshot its DRA state, forked as deep as the
+// snapshot is, so that it reverts with it.
+func (s *Snapshot) withDRA(d *draState) *draState {
+	for len(d.layers) < len(s.layers) {
+		d.fork()
+	}
+	s.dra = d
+	return d
 }
 
 // Revert drops every change since the last Fork. Without a fork it does
@@ -90,6 +107,9 @@ func (s *Snapshot) Revert() {
 		return
 	}
 	s.layers = s.layers[:len(s.layers)-1]
+	if s.dra != nil {
+		s.dra.revert()
+	}
 	s.invalidate()
 	s.newEpoch()
 }
@@ -107,6 +127,9 @@ func (s *Snapshot) Commit() {
 	}
 	top, below := s.layers[len(s.layers)-1], s.layers[len(s.layers)-2]
 	s.layers = s.layers[:len(s.layers)-1]
+	if s.dra != nil {
+		s.dra.commit()
+	}
 	for name := range top.removed {
 		delete(below.nodes, name)
 		if len(s.layers) > 1 {
@@ -278,6 +301,9 @@ func (s *Snapshot) RemoveNode(name string) error {
 	s.changes++
 	s.changed = append(s.changed, name)
 	s.unlist(ni)
+	if s.dra != nil && s.dra.nodeSlices(name) != nil {
+		s.dra.setNodeSlices(name, nil)
+	}
 	return nil
 }
 
@@ -337,9 +363,9 @@ func (s *Snapshot) addPodInfos(infos []podInfo, nodeName string) error {
 		}
 		return nil
 	}
-	// Pods of a simple class use no host ports, volumes or extended
-	// resources, and have no pod affinity: adding one changes only the
-	// pod list and the requested sums. All but the last are added in one
+	// Pods of a simple class use no host ports or volumes, have no pod
+	// affinity and (checked above) ask for no scalar resource: adding
+	// one changes only the pod list and the requested sums. All but the last are added in one
 	// step; AddPodInfo adds the last, which also moves the node's
 	// generation on.
 	k := int64(len(infos) - 1)

@@ -26,6 +26,9 @@ func (s *Simulator) Solve(ctx context.Context, pending []*corev1.Pod) (Result, e
 	if err != nil {
 		return Result{}, err
 	}
+	if err := s.readyForClaims(ctx, items); err != nil {
+		return Result{}, err
+	}
 	if err := r.pack(items); err != nil {
 		return Result{}, err
 	}
@@ -64,6 +67,8 @@ func (s *Simulator) SimulateRemoval(ctx context.Context, nodes []string, replace
 				continue
 			}
 			displaced = append(displaced, p)
+			// Moved, a pod's own claims are allocated again where it goes.
+			s.releaseDevices(p)
 		}
 		if err := s.snap.RemoveNode(name); err != nil {
 			return RemovalResult{}, err
@@ -98,6 +103,9 @@ func (s *Simulator) SimulateRemoval(ctx context.Context, nodes []string, replace
 	r := s.newRound(ctx, keep, false)
 	items, err := s.classify(displaced, false)
 	if err != nil {
+		return RemovalResult{}, err
+	}
+	if err := s.readyForClaims(ctx, items); err != nil {
 		return RemovalResult{}, err
 	}
 	if err := r.pack(items); err != nil {
@@ -160,10 +168,11 @@ func (s *Simulator) classify(pods []*corev1.Pod, unboundOnly bool) ([]item, erro
 			holder = append(holder, c)
 		}
 	}
-	// Static twins share their static verdicts (and so their options).
+	// Static twins share their static verdicts (and so their options);
+	// a class with claims has verdicts on devices too, its own.
 	twins := map[string]*staticCache{}
 	for _, c := range cl.classes {
-		if c.perNode {
+		if c.perNode || c.dra {
 			continue
 		}
 		key := staticKey(c.rep)
@@ -291,12 +300,14 @@ func (r *round) result() (Result, error) {
 	for _, n := range r.opened {
 		p := n.pool
 		nn := NewNode{Name: n.name, Pool: p.name, Zone: n.zone, Pods: n.pods, Requests: n.podReq.list()}
+		n.podExt.addTo(nn.Requests)
 		if n.wake != nil {
 			nn.Wake = n.wake.claim
 		}
 		if n.flexible() {
 			nn.Shape = p.flex.at(n.flex[0], n.flex[1])
 			nn.DaemonSetRequests = n.tmpl.dsReq.list()
+			n.tmpl.dsExt.addTo(nn.DaemonSetRequests)
 		} else {
 			nn.Shape = n.cands[0].shape
 			t, err := r.s.template(r.ctx, p, n.cands[0], n.zone)
@@ -304,6 +315,7 @@ func (r *round) result() (Result, error) {
 				return Result{}, err
 			}
 			nn.DaemonSetRequests = t.dsReq.list()
+			t.dsExt.addTo(nn.DaemonSetRequests)
 		}
 		if n.zone != "" {
 			nn.Requirements = []corev1.NodeSelectorRequirement{{

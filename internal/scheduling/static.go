@@ -75,7 +75,8 @@ func (s *Simulator) staticVerdict(ctx context.Context, cls *podClass, n *simNode
 
 // templateVerdict is staticVerdict for a template: once per class and
 // template, or once per class, pool and zone when the class does not look
-// at instance types.
+// at instance types. For a class with ResourceClaims it says too whether
+// a fresh node of the template has the devices they ask for.
 func (s *Simulator) templateVerdict(ctx context.Context, cls *podClass, t *template) (*fwk.Status, error) {
 	id := t.staticID
 	if cls.shapeBlind {
@@ -87,6 +88,11 @@ func (s *Simulator) templateVerdict(ctx context.Context, cls *podClass, t *templ
 	st, err := s.runStatic(ctx, cls, t.info)
 	if err != nil {
 		return nil, err
+	}
+	if cls.dra && st.IsSuccess() {
+		if st, err = s.deviceVerdict(ctx, cls, t); err != nil {
+			return nil, err
+		}
 	}
 	if cls.perNode {
 		// PreFilter named nodes: the verdict is per template after all.

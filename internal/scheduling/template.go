@@ -35,7 +35,8 @@ var defaultEvictionHard = map[string]v1alpha1.EvictionThreshold{
 // NodeGroupTemplateNodeInfo, so both see the same node.
 //
 // Capacity is the shape's cpu and memory, its disk (DefaultDiskSize unless
-// the shape says) and the pool's maxPods (DefaultMaxPods unless set).
+// the shape says), its extended resources (devices, as a device plugin
+// advertises them) and the pool's maxPods (DefaultMaxPods unless set).
 // Allocatable is capacity − kubeReserved − systemReserved − evictionHard
 // (memory.available and nodefs.available, each a quantity or a percentage;
 // the kubelet's defaults when the pool sets none). It carries the pool's
@@ -58,6 +59,9 @@ func TemplateNode(pool *v1alpha1.NodePool, shape Shape, zone, name string) (*cor
 	labels[corev1.LabelHostname] = name
 	if zone != "" {
 		labels[corev1.LabelTopologyZone] = zone
+	}
+	if gpu := v1alpha1.GPUType(shape.Name, shape.ExtendedResources); gpu != "" {
+		labels[v1alpha1.LabelGPU] = gpu
 	}
 	var taints []corev1.Taint
 	if len(pool.Spec.Template.Taints) > 0 {
@@ -90,12 +94,16 @@ func shapeCapacity(pool *v1alpha1.NodePool, shape Shape) corev1.ResourceList {
 	if disk.IsZero() {
 		disk = DefaultDiskSize
 	}
-	return corev1.ResourceList{
+	capacity := corev1.ResourceList{
 		corev1.ResourceCPU:              shape.CPU.DeepCopy(),
 		corev1.ResourceMemory:           shape.Memory.DeepCopy(),
 		corev1.ResourceEphemeralStorage: disk.DeepCopy(),
 		corev1.ResourcePods:             *resource.NewQuantity(maxPods(pool), resource.DecimalSI),
 	}
+	for name, q := range shape.ExtendedResources {
+		capacity[name] = q.DeepCopy()
+	}
+	return capacity
 }
 
 // allocatableOf subtracts the kubelet's reservations from capacity the way
@@ -167,6 +175,9 @@ func evictionThreshold(v string, capacity resource.Quantity) (resource.Quantity,
 func (s *Simulator) addTemplateNode(n *simNode, t *template) error {
 	node := t.named(n.name)
 	n.labels = node.Labels
+	if dra := s.snap.dra; dra != nil && len(t.shape.shape.ResourceSlices) > 0 {
+		dra.setNodeSlices(n.name, templateSlices(t.shape.shape.ResourceSlices, n.name))
+	}
 	n.ds = instantiate(t.ds, n.name)
 	infos := make([]fwk.PodInfo, 0, len(n.ds))
 	for _, p := range n.ds {
@@ -204,10 +215,18 @@ func (s *Simulator) template(ctx context.Context, p *poolState, si *shapeInfo, z
 		if err != nil {
 			return nil, err
 		}
-		t.dsReq = t.dsReq.add(vecOf(pi.CalculateResource().Resource))
+		res := pi.CalculateResource().Resource
+		t.dsReq = t.dsReq.add(vecOf(res))
+		if ext := scalarsOfMap(res.GetScalarResources()); ext != nil {
+			t.dsExt = combine(t.dsExt, ext, 1)
+		}
 	}
 	t.info = framework.NewNodeInfo()
 	t.info.SetNode(node)
+	if dra := s.snap.dra; dra != nil && len(si.shape.ResourceSlices) > 0 {
+		// The template's own devices, for the verdicts on it.
+		dra.setBaseSlices(name, templateSlices(si.shape.ResourceSlices, name))
+	}
 	t.staticID = s.staticID("\x02template\x00" + p.name + "\x00" + si.shape.Name + "\x00" + zone)
 	t.shapeBlindID = s.staticID("\x03template\x00" + p.name + "\x00" + zone)
 	for len(byShape) <= si.idx {
@@ -236,13 +255,15 @@ func (t *template) named(name string) *corev1.Node {
 
 // template is a pool's node for one shape and zone, before it has a name.
 type template struct {
-	pool    *poolState
-	shape   *shapeInfo
-	zone    string
-	node    *corev1.Node
-	info    *framework.NodeInfo
-	ds      []*corev1.Pod
-	dsReq   vec
+	pool  *poolState
+	shape *shapeInfo
+	zone  string
+	node  *corev1.Node
+	info  *framework.NodeInfo
+	ds    []*corev1.Pod
+	dsReq vec
+	// dsExt are the devices the DaemonSet pods take, nil for none.
+	dsExt   *scalars
 	dsCount int64
 	// staticID is shared by every node made from the template.
 	staticID int

@@ -40,6 +40,10 @@ type Cluster struct {
 	Namespaces []*corev1.Namespace
 	// Storage objects, for pods with persistent volumes.
 	Storage Storage
+	// DRA objects, for pods with ResourceClaims: ResourceSlices of real
+	// nodes, ResourceClaims and DeviceClasses. The devices of new and
+	// booting nodes come from their shapes' template slices.
+	DRA DRA
 }
 
 // Storage is what the volume plugins look up.

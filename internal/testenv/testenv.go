@@ -130,6 +130,11 @@ func Start(opts Options) (*Environment, error) {
 		ErrorIfCRDPathMissing: true,
 		BinaryAssetsDirectory: binDir,
 		Scheme:                scheme,
+		// envtest gives each process 20 s to answer, then kills and
+		// retries it; on a busy two-core machine, where go test starts
+		// two control planes at once beside the compiler, kube-apiserver
+		// can take longer than that to load its CRDs and be ready.
+		ControlPlaneStartTimeout: 90 * time.Second,
 	}
 	// Without a kube-controller-manager nothing removes the not-ready taint
 	// that admission puts on new nodes, and there are no service account
@@ -217,7 +222,10 @@ func (e *Environment) startExtras(opts Options, binDir string) error {
 	if opts.ControllerManager {
 		args := append([]string{
 			"--controllers=deployment-controller,replicaset-controller,daemonset-controller,disruption-controller,garbage-collector-controller,statefulset-controller,job-controller," +
-				"certificatesigningrequest-approving-controller,certificatesigningrequest-signing-controller,clusterrole-aggregation-controller",
+				"certificatesigningrequest-approving-controller,certificatesigningrequest-signing-controller,clusterrole-aggregation-controller," +
+				// Makes the ResourceClaims of pods that ask for devices through a
+				// ResourceClaimTemplate.
+				"resourceclaim-controller",
 			"--cluster-signing-cert-file=" + e.clientCA.certPath(),
 			"--cluster-signing-key-file=" + e.clientCA.keyPath(),
 			"--use-service-account-credentials=false",

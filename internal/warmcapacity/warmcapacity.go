@@ -46,6 +46,9 @@ type Source struct {
 	// External holds the latest count of external headrooms; nil counts
 	// every external headroom as its min.
 	External ExternalCounts
+	// Reservations keep room for other objects (CapacityBuffers, booked
+	// ProvisioningRequests); see Reserved.
+	Reservations []Reservations
 }
 
 // ExternalCounts says how many nodes or pods of headroom a pool's external
@@ -308,7 +311,8 @@ func NodePods(ctx context.Context, pool *v1alpha1.NodePool, nodes int32, shapes 
 	return placeholders(pool, sizes, "node"), nil
 }
 
-// IsPlaceholder says whether a pod is a headroom placeholder of Pods.
+// IsPlaceholder says whether a pod is a placeholder of Pods, NodePods or
+// Reserved.
 func IsPlaceholder(pod *corev1.Pod) bool {
 	return pod.Namespace == Namespace
 }

@@ -14,11 +14,14 @@
 //     simulated provider: scale up and down, booting, disruption and
 //     consolidation, budgets, warm capacity (headroom, schedules), repair,
 //     bad input, scale; machines that sleep instead of being deleted
-//     (sleep_test.go); and Karpenter's diverse mix binding with the real
-//     scheduler on the nodes of one round (fidelity_test.go).
+//     (sleep_test.go); Karpenter's diverse mix binding with the real
+//     scheduler on the nodes of one round (fidelity_test.go); and the
+//     autoscaling SIG's kinds: ProvisioningRequests of both classes
+//     (requests_test.go) and CapacityBuffers (buffers_test.go).
 //   - integration: claimscale with what is around it: the real providers'
 //     APIs (Proxmox, cloudscale), provider plugins, Cluster API, pools
 //     isolated from each other's failing providers, KEDA's external scaler,
+//     Kueue admitting Jobs through ProvisioningRequests (kueue_test.go),
 //     nodes that
 //     join (bootstrap tokens, the hollow kubelet), the chart and kustomize,
 //     metrics and Prometheus, cluster-autoscaler's externalgrpc, and the

@@ -133,8 +133,9 @@ func taintsEqual(a, b []corev1.Taint) bool {
 }
 
 // shapeOffered says whether the pool still makes machines of the claim's
-// shape: a fixed shape of that name and size, or a point on its flexible
-// grid. A pool whose shapes cannot be read is given the benefit of the
+// shape: a fixed shape of that name, size and devices (where the pool
+// names them; else the provider's catalog does), or a point on its
+// flexible grid. A pool whose shapes cannot be read is given the benefit of the
 // doubt.
 func shapeOffered(pool *v1alpha1.NodePool, shape v1alpha1.ClaimShape) bool {
 	if pool.Spec.Shapes.Flexible != nil {
@@ -150,7 +151,8 @@ func shapeOffered(pool *v1alpha1.NodePool, shape v1alpha1.ClaimShape) bool {
 			continue
 		}
 		return (offered.CPU == nil || offered.CPU.Cmp(shape.CPU) == 0) &&
-			(offered.Memory == nil || offered.Memory.Cmp(shape.Memory) == 0)
+			(offered.Memory == nil || offered.Memory.Cmp(shape.Memory) == 0) &&
+			(len(offered.ExtendedResources) == 0 || sameDevices(offered.ExtendedResources, shape.ExtendedResources))
 	}
 	return false
 }
@@ -226,4 +228,18 @@ func (o *observer) providerDrift(ctx context.Context, providerName string, claim
 		return "", ""
 	}
 	return reason, message
+}
+
+// sameDevices says whether two lists of extended resources hold the same
+// counts.
+func sameDevices(a, b corev1.ResourceList) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for name, q := range a {
+		if other, ok := b[name]; !ok || q.Cmp(other) != 0 {
+			return false
+		}
+	}
+	return true
 }

@@ -73,6 +73,25 @@ func TestDriftOf(t *testing.T) {
 			want: driftShape,
 		},
 		{
+			name: "a shape that gains a GPU drifts",
+			change: func(p *v1alpha1.NodePool) {
+				p.Spec.Shapes.Fixed[0].ExtendedResources = corev1.ResourceList{"nvidia.com/gpu": resource.MustParse("1")}
+			},
+			want: driftShape,
+		},
+		{
+			name: "a shape whose GPU count changes drifts",
+			change: func(p *v1alpha1.NodePool) {
+				p.Spec.Shapes.Fixed[0].ExtendedResources = corev1.ResourceList{"nvidia.com/gpu": resource.MustParse("2")}
+			},
+			claim: func(c *v1alpha1.NodeClaim) {
+				// Made when the shape had one GPU.
+				c.Spec.Shape.ExtendedResources = corev1.ResourceList{"nvidia.com/gpu": resource.MustParse("1")}
+				c.Annotations[v1alpha1.AnnotationTemplateHash] = basePool().TemplateHash(c.Spec.Shape)
+			},
+			want: driftShape,
+		},
+		{
 			name: "a size off a flexible pool's range drifts",
 			change: func(p *v1alpha1.NodePool) {
 				p.Spec.Shapes = v1alpha1.Shapes{Flexible: &v1alpha1.FlexibleShape{

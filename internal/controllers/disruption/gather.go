@@ -70,5 +70,6 @@ func (in *reader) gather(ctx context.Context) (*state, error) {
 	return newState(in.clock.Now(), objects{
 		input: picture.Input, pools: picture.Pools, claims: picture.Claims, nodes: picture.AllNodes,
 		pods: picture.AllPods, budgets: budgets.Items, providers: providers.Items, targets: targets,
+		reserved: warm.Reserved(ctx),
 	}), nil
 }

@@ -117,8 +117,16 @@ func (s whatIf) leavesPendingPodsOut(ctx context.Context, candidates []*candidat
 	if err != nil || !alone.Fits() {
 		return "", err
 	}
-	return fmt.Sprintf("%s: %d pending pods have room now (pod %s/%s first), and with the node gone %d pods would find none",
-		pendingPodsNote, len(pending), pending[0].Namespace, pending[0].Name, len(removal.Unschedulable)), nil
+	first := fmt.Sprintf("pod %s/%s first", pending[0].Namespace, pending[0].Name)
+	for _, u := range removal.Unschedulable {
+		if warmcapacity.IsBooked(u.Pod) {
+			// The room a ProvisioningRequest booked: say whose.
+			first = "among them the room booked for " + warmcapacity.Owner(u.Pod)
+			break
+		}
+	}
+	return fmt.Sprintf("%s: %d pending pods have room now (%s), and with the node gone %d pods would find none",
+		pendingPodsNote, len(pending), first, len(removal.Unschedulable)), nil
 }
 
 // pendingPodsNote starts the note of a removal refused because it would
@@ -389,7 +397,7 @@ func abbreviate(names []string, n int) string {
 	return fmt.Sprintf("%s and %d more", strings.Join(names[:n], ", "), len(names)-n)
 }
 
-// headroomViolation names the pool whose headroom the candidates' removal
+// headroomViolation names the pool (or the CapacityBuffer) whose headroom the candidates' removal
 // would break, if any: with them (and the nodes already going) gone, their
 // pods placed first and every pool's headroom after them, at the lowest
 // priority, more of a pool's headroom fits on no node than fits on none
@@ -426,7 +434,7 @@ func (s whatIf) headroomViolation(ctx context.Context, candidates []*candidate) 
 	sort.Strings(names)
 	for _, name := range names {
 		if missing[name] > s.headroomMissing[name] {
-			return fmt.Sprintf("pool %s would lose headroom: %d of its headroom pods would fit on no node", name, missing[name]), nil
+			return fmt.Sprintf("%s would lose headroom: %d of its headroom pods would fit on no node", name, missing[name]), nil
 		}
 	}
 	return "", nil
@@ -448,6 +456,7 @@ func (s whatIf) buildHeadroom(ctx context.Context) error {
 		}
 		s.headroom = append(s.headroom, nodes...)
 	}
+	s.headroom = append(s.headroom, s.buffered...)
 	if len(s.headroom) == 0 {
 		s.headroomMissing = map[string]int{}
 	}
@@ -471,7 +480,7 @@ func (s whatIf) missingHeadroom(ctx context.Context, candidates []*candidate) (m
 	missing := map[string]int{}
 	count := func(pod *corev1.Pod) {
 		if warmcapacity.IsPlaceholder(pod) {
-			missing[pod.Labels[v1alpha1.LabelNodePool]]++
+			missing[warmcapacity.Owner(pod)]++
 		}
 	}
 	for _, node := range result.NewNodes {

@@ -119,6 +119,9 @@ type state struct {
 	// nil until first needed).
 	headroom        []*corev1.Pod
 	headroomMissing map[string]int
+	// buffered are the CapacityBuffers' placeholders, headroom as a
+	// pool's is (buildHeadroom adds them).
+	buffered []*corev1.Pod
 	// free is every node's free room (nil until first needed), and
 	// freeTotal its sum.
 	free      map[string]room
@@ -218,6 +221,10 @@ type objects struct {
 	// targets are the pools' warm capacity now; a pool missing here gets
 	// its own values at the round's time.
 	targets map[string]warmcapacity.Target
+	// reserved are the placeholders of other objects' room
+	// (warmcapacity.Reserved): a booking's pods wait for their place as
+	// unbound pods do, and keep it; a buffer's are headroom.
+	reserved []*corev1.Pod
 }
 
 func newState(now time.Time, o objects) *state {
@@ -288,6 +295,14 @@ func newState(now time.Time, o objects) *state {
 		if waitsForScheduler(pod) {
 			s.unbound = append(s.unbound, pod)
 		}
+	}
+	for _, pod := range o.reserved {
+		if warmcapacity.IsBooked(pod) {
+			s.unbound = append(s.unbound, pod)
+		} else {
+			s.buffered = append(s.buffered, pod)
+		}
+		keys = append(keys, "reserved "+pod.Name+"/"+warmcapacity.Owner(pod)+"@"+pinnedNode(pod))
 	}
 	keys = append(keys, fmt.Sprintf("unbound %d", len(s.unbound)))
 	for i := range o.budgets {
@@ -502,4 +517,20 @@ func (s *state) simCluster(without map[string]bool) scheduling.Cluster {
 		}
 	}
 	return cluster
+}
+
+// pinnedNode is the node a booked placeholder is pinned to, "" for none.
+func pinnedNode(pod *corev1.Pod) string {
+	affinity := pod.Spec.Affinity
+	if affinity == nil || affinity.NodeAffinity == nil || affinity.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution == nil {
+		return ""
+	}
+	for _, term := range affinity.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution.NodeSelectorTerms {
+		for _, field := range term.MatchFields {
+			if field.Key == "metadata.name" && len(field.Values) == 1 {
+				return field.Values[0]
+			}
+		}
+	}
+	return ""
 }

@@ -110,6 +110,9 @@ type Provisioner struct {
 	// for, so that registration nominates them there; nil records none.
 	Nominations *clusterstate.Nominations
 
+	// round is held for a round from its picture to its last claim, and
+	// by Exclusively.
+	round         sync.Mutex
 	mu            sync.Mutex
 	lastGoodPools map[string]scheduling.Pool
 	pools         *poolusability.Pools
@@ -125,6 +128,8 @@ type SlowProviderError = poolusability.SlowProviderError
 // Provision runs one round: it writes claims for pools below their
 // minNodes, then for pending pods and for headroom that does not fit.
 func (p *Provisioner) Provision(ctx context.Context) error {
+	p.round.Lock()
+	defer p.round.Unlock()
 	logger := log.FromContext(ctx)
 	picture, err := p.picture(ctx)
 	if err != nil {
@@ -152,6 +157,10 @@ func (p *Provisioner) Provision(ctx context.Context) error {
 		}
 		input.Pending = append(input.Pending, nodes...)
 	}
+	// Room other objects keep: booked ProvisioningRequests (placed before
+	// every real pod, on the nodes booked for them) and CapacityBuffers
+	// (headroom of the pools their pods can use, after the real pods).
+	input.Pending = append(input.Pending, p.WarmCapacity.Reserved(ctx)...)
 	if len(input.Pending) == 0 {
 		metrics.PodsUnschedulable.Set(0)
 		return nil
@@ -170,6 +179,16 @@ func (p *Provisioner) Provision(ctx context.Context) error {
 	p.createClaims(ctx, pools, asleepClaims(picture.Claims), result)
 	p.reportUnschedulable(ctx, result.Unschedulable)
 	return nil
+}
+
+// Exclusively runs decide while no round runs: another writer of claims
+// (the ProvisioningRequest controller) reads the cluster and writes its
+// claims between rounds, so that neither buys on a picture without the
+// other's claims and a pool's limits hold across both.
+func (p *Provisioner) Exclusively(decide func() error) error {
+	p.round.Lock()
+	defer p.round.Unlock()
+	return decide()
 }
 
 // targets works out each open pool's warm capacity now. A pool whose
@@ -617,7 +636,7 @@ func (p *Provisioner) reportUnschedulable(ctx context.Context, unschedulable []s
 	headroom := map[string]int{}
 	for _, u := range unschedulable {
 		if warmcapacity.IsPlaceholder(u.Pod) {
-			headroom[u.Pod.Labels[v1alpha1.LabelNodePool]]++
+			headroom[warmcapacity.Owner(u.Pod)]++
 			continue
 		}
 		workload++
@@ -631,8 +650,8 @@ func (p *Provisioner) reportUnschedulable(ctx context.Context, unschedulable []s
 		p.Recorder.Eventf(u.Pod, nil, corev1.EventTypeWarning, "FailedProvisioning", "Provision", "%s", decisions.EventNote(p.DryRun, "no pool can hold the pod: "+u.Reason))
 	}
 	metrics.PodsUnschedulable.Set(float64(workload))
-	for pool, n := range headroom {
-		log.FromContext(ctx).V(1).Info("headroom does not fit", "nodePool", pool, "headroomPods", n)
+	for owner, n := range headroom {
+		log.FromContext(ctx).V(1).Info("headroom does not fit", "for", owner, "headroomPods", n)
 	}
 }
 

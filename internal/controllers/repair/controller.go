@@ -356,7 +356,7 @@ func (c *Controller) repair(ctx context.Context, pool *v1alpha1.NodePool, claims
 // replacements are, so it treats the replacement as in flight until the
 // broken claim is gone.
 func (c *Controller) createReplacement(ctx context.Context, pool *v1alpha1.NodePool, claim *v1alpha1.NodeClaim) (*v1alpha1.NodeClaim, error) {
-	shape := scheduling.Shape{Name: claim.Spec.Shape.Name, CPU: claim.Spec.Shape.CPU, Memory: claim.Spec.Shape.Memory}
+	shape := scheduling.Shape{Name: claim.Spec.Shape.Name, CPU: claim.Spec.Shape.CPU, Memory: claim.Spec.Shape.Memory, ExtendedResources: claim.Spec.Shape.ExtendedResources}
 	replacement := poolclaims.New(pool, shape, claim.Spec.Requirements.Resources, claim.Spec.Requirements.NodeSelector)
 	replacement.Spec.Shape = claim.Spec.Shape
 	replacement.Annotations[v1alpha1.AnnotationTemplateHash] = pool.TemplateHash(replacement.Spec.Shape)

@@ -2,11 +2,13 @@ package plugin
 
 import (
 	"fmt"
+	"strings"
 
 	"google.golang.org/protobuf/types/known/timestamppb"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/validation"
 
 	"github.com/claimscale/claimscale/api/v1alpha1"
 	"github.com/claimscale/claimscale/pkg/provider"
@@ -70,11 +72,20 @@ func instanceFromWire(i *pluginpb.Instance) (*provider.Instance, error) {
 
 func resourcesToWire(list corev1.ResourceList) *pluginpb.Resources {
 	out := &pluginpb.Resources{}
-	if cpu, ok := list[corev1.ResourceCPU]; ok {
-		out.Cpu = cpu.String()
-	}
-	if memory, ok := list[corev1.ResourceMemory]; ok {
-		out.Memory = memory.String()
+	for name, quantity := range list {
+		switch name {
+		case corev1.ResourceCPU:
+			out.Cpu = quantity.String()
+		case corev1.ResourceMemory:
+			out.Memory = quantity.String()
+		default:
+			if isExtendedResourceName(name) {
+				if out.Extended == nil {
+					out.Extended = map[string]string{}
+				}
+				out.Extended[string(name)] = quantity.String()
+			}
+		}
 	}
 	return out
 }
@@ -91,6 +102,52 @@ func resourcesFromWire(r *pluginpb.Resources) (corev1.ResourceList, error) {
 		}
 		list[name] = q
 	}
+	extended, err := extendedFromWire("", r.GetExtended())
+	for name, q := range extended {
+		list[name] = q
+	}
+	return list, err
+}
+
+// isExtendedResourceName is the API server's rule for an extended
+// resource (k8s.io/kubernetes/pkg/apis/core/v1/helper, which a plugin's
+// module should not have to import): a qualified name with a domain
+// outside kubernetes.io, not a quota's requests. prefix.
+func isExtendedResourceName(name corev1.ResourceName) bool {
+	s := string(name)
+	return strings.Contains(s, "/") && !strings.Contains(s, corev1.ResourceDefaultNamespacePrefix) &&
+		!strings.HasPrefix(s, corev1.DefaultResourceRequestsPrefix) && len(validation.IsQualifiedName(s)) == 0
+}
+
+// extendedToWire is a shape's extended resources as the protocol's map.
+func extendedToWire(list corev1.ResourceList) map[string]string {
+	if len(list) == 0 {
+		return nil
+	}
+	out := make(map[string]string, len(list))
+	for name, quantity := range list {
+		out[string(name)] = quantity.String()
+	}
+	return out
+}
+
+// extendedFromWire reads extended resources: domain-prefixed names, whole
+// counts; field names the message they came in, for the error.
+func extendedFromWire(field string, wire map[string]string) (corev1.ResourceList, error) {
+	if len(wire) == 0 {
+		return nil, nil
+	}
+	list := make(corev1.ResourceList, len(wire))
+	for name, value := range wire {
+		if !isExtendedResourceName(corev1.ResourceName(name)) {
+			return nil, fmt.Errorf("%sextended resource %q is not an extended resource name", field, name)
+		}
+		q, err := resource.ParseQuantity(value)
+		if err != nil {
+			return nil, fmt.Errorf("%sextended resource %s %q is not a quantity: %w", field, name, value, err)
+		}
+		list[corev1.ResourceName(name)] = q
+	}
 	return list, nil
 }
 
@@ -101,7 +158,7 @@ func createRequest(cluster, nodeProvider string, claim *v1alpha1.NodeClaim, opts
 		ClaimName:    claim.Name,
 		NodePool:     claim.Spec.NodePoolRef.Name,
 		ShapeName:    claim.Spec.Shape.Name,
-		Shape:        &pluginpb.Resources{Cpu: claim.Spec.Shape.CPU.String(), Memory: claim.Spec.Shape.Memory.String()},
+		Shape:        &pluginpb.Resources{Cpu: claim.Spec.Shape.CPU.String(), Memory: claim.Spec.Shape.Memory.String(), Extended: extendedToWire(claim.Spec.Shape.ExtendedResources)},
 		Tags:         provider.Tags(cluster, claim),
 		UserData:     opts.UserData,
 		NodeProvider: nodeProvider,
@@ -129,11 +186,15 @@ func claimFromWire(req *pluginpb.CreateRequest) (*v1alpha1.NodeClaim, error) {
 	if err != nil {
 		return nil, fmt.Errorf("shape memory %q is not a quantity: %w", req.GetShape().GetMemory(), err)
 	}
+	extended, err := extendedFromWire("shape ", req.GetShape().GetExtended())
+	if err != nil {
+		return nil, err
+	}
 	claim := &v1alpha1.NodeClaim{
 		ObjectMeta: metav1.ObjectMeta{Name: req.GetClaimName()},
 		Spec: v1alpha1.NodeClaimSpec{
 			NodePoolRef: v1alpha1.NodePoolReference{Name: req.GetNodePool()},
-			Shape:       v1alpha1.ClaimShape{Name: req.GetShapeName(), CPU: cpu, Memory: memory},
+			Shape:       v1alpha1.ClaimShape{Name: req.GetShapeName(), CPU: cpu, Memory: memory, ExtendedResources: extended},
 		},
 	}
 	for _, r := range req.GetRequirements() {
@@ -147,7 +208,7 @@ func claimFromWire(req *pluginpb.CreateRequest) (*v1alpha1.NodeClaim, error) {
 func shapesRequest(cluster, nodeProvider string, pool *v1alpha1.NodePool) *pluginpb.ShapesRequest {
 	req := &pluginpb.ShapesRequest{Cluster: cluster, NodePool: pool.Name, NodeProvider: nodeProvider}
 	for _, s := range pool.Spec.Shapes.Fixed {
-		req.Fixed = append(req.Fixed, &pluginpb.PoolShape{Name: s.Name, Cpu: quantityString(s.CPU), Memory: quantityString(s.Memory), Price: s.Price})
+		req.Fixed = append(req.Fixed, &pluginpb.PoolShape{Name: s.Name, Cpu: quantityString(s.CPU), Memory: quantityString(s.Memory), Price: s.Price, ExtendedResources: extendedToWire(s.ExtendedResources)})
 	}
 	if f := pool.Spec.Shapes.Flexible; f != nil {
 		req.Flexible = &pluginpb.FlexibleRange{
@@ -197,7 +258,11 @@ func poolFromWire(req *pluginpb.ShapesRequest) (*v1alpha1.NodePool, error) {
 		if err != nil {
 			return nil, err
 		}
-		pool.Spec.Shapes.Fixed = append(pool.Spec.Shapes.Fixed, v1alpha1.Shape{Name: s.GetName(), CPU: cpu, Memory: memory, Price: s.GetPrice()})
+		extended, err := extendedFromWire("fixed shape "+s.GetName()+" ", s.GetExtendedResources())
+		if err != nil {
+			return nil, err
+		}
+		pool.Spec.Shapes.Fixed = append(pool.Spec.Shapes.Fixed, v1alpha1.Shape{Name: s.GetName(), CPU: cpu, Memory: memory, Price: s.GetPrice(), ExtendedResources: extended})
 	}
 	if f := req.GetFlexible(); f != nil {
 		var flexible v1alpha1.FlexibleShape

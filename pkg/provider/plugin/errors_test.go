@@ -8,6 +8,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/api/resource"
 
 	"github.com/claimscale/claimscale/api/v1alpha1"
@@ -70,7 +71,7 @@ func TestAnInstanceSurvivesTheWire(t *testing.T) {
 	created := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
 	in := &provider.Instance{
 		ProviderID: "simulated://m1", Name: "m1",
-		Capacity: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("1500m"), corev1.ResourceMemory: resource.MustParse("6Gi")},
+		Capacity: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("1500m"), corev1.ResourceMemory: resource.MustParse("6Gi"), "nvidia.com/gpu": resource.MustParse("2")},
 		Labels:   map[string]string{corev1.LabelTopologyZone: "a"},
 		Tags:     map[string]string{v1alpha1.TagCluster: "c1", v1alpha1.TagNodeClaim: "m1"},
 		State:    provider.InstanceRunning, CreatedAt: created,
@@ -81,7 +82,8 @@ func TestAnInstanceSurvivesTheWire(t *testing.T) {
 	}
 	if out.ProviderID != in.ProviderID || out.Name != in.Name || out.State != in.State || !out.CreatedAt.Equal(created) ||
 		out.Tags[v1alpha1.TagCluster] != "c1" || out.Labels[corev1.LabelTopologyZone] != "a" ||
-		!out.Capacity.Cpu().Equal(*in.Capacity.Cpu()) || !out.Capacity.Memory().Equal(*in.Capacity.Memory()) {
+		!out.Capacity.Cpu().Equal(*in.Capacity.Cpu()) || !out.Capacity.Memory().Equal(*in.Capacity.Memory()) ||
+		!out.Capacity.Name("nvidia.com/gpu", resource.DecimalSI).Equal(resource.MustParse("2")) {
 		t.Fatalf("instance came back as %+v, want %+v", out, in)
 	}
 }
@@ -89,7 +91,8 @@ func TestAnInstanceSurvivesTheWire(t *testing.T) {
 func TestAClaimAndAPoolSurviveTheWire(t *testing.T) {
 	claim := &v1alpha1.NodeClaim{Spec: v1alpha1.NodeClaimSpec{
 		NodePoolRef: v1alpha1.NodePoolReference{Name: "workers"},
-		Shape:       v1alpha1.ClaimShape{Name: "c4", CPU: resource.MustParse("4"), Memory: resource.MustParse("16Gi")},
+		Shape: v1alpha1.ClaimShape{Name: "c4", CPU: resource.MustParse("4"), Memory: resource.MustParse("16Gi"),
+			ExtendedResources: corev1.ResourceList{"nvidia.com/gpu": resource.MustParse("1")}},
 		Requirements: v1alpha1.NodeClaimRequirements{NodeSelector: []corev1.NodeSelectorRequirement{
 			{Key: corev1.LabelTopologyZone, Operator: corev1.NodeSelectorOpIn, Values: []string{"b"}},
 		}},
@@ -104,8 +107,19 @@ func TestAClaimAndAPoolSurviveTheWire(t *testing.T) {
 		t.Fatal(err)
 	}
 	if back.Name != claim.Name || back.Spec.NodePoolRef != claim.Spec.NodePoolRef || !back.Spec.Shape.CPU.Equal(claim.Spec.Shape.CPU) ||
-		len(back.Spec.Requirements.NodeSelector) != 1 || back.Spec.Requirements.NodeSelector[0].Values[0] != "b" {
+		len(back.Spec.Requirements.NodeSelector) != 1 || back.Spec.Requirements.NodeSelector[0].Values[0] != "b" ||
+		!equality.Semantic.DeepEqual(back.Spec.Shape.ExtendedResources, claim.Spec.Shape.ExtendedResources) {
 		t.Fatalf("claim came back as %+v", back.Spec)
+	}
+
+	gpus := corev1.ResourceList{"example.com/fpga": resource.MustParse("2")}
+	fixed := &v1alpha1.NodePool{Spec: v1alpha1.NodePoolSpec{Shapes: v1alpha1.Shapes{Fixed: []v1alpha1.Shape{{Name: "fpga-2", ExtendedResources: gpus}}}}}
+	fixedBack, err := poolFromWire(shapesRequest("c1", "np", fixed))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(fixedBack.Spec.Shapes.Fixed) != 1 || !equality.Semantic.DeepEqual(fixedBack.Spec.Shapes.Fixed[0].ExtendedResources, gpus) {
+		t.Fatalf("fixed shapes came back as %+v", fixedBack.Spec.Shapes.Fixed)
 	}
 
 	step := resource.MustParse("2")
@@ -135,5 +149,12 @@ func TestMalformedRequestsAreRefused(t *testing.T) {
 	req.Shape.Cpu, req.ClaimName = "2", ""
 	if _, err := claimFromWire(req); err == nil {
 		t.Fatal("a create without a claim name was taken")
+	}
+	req.ClaimName = "x"
+	for name, count := range map[string]string{"cpu": "1", "kubernetes.io/gpu": "1", "example.com/gpu": "some"} {
+		req.Shape.Extended = map[string]string{name: count}
+		if _, err := claimFromWire(req); err == nil {
+			t.Fatalf("a shape with extended resource %s: %q was taken", name, count)
+		}
 	}
 }

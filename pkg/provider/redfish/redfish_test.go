@@ -216,6 +216,24 @@ func TestAServerSmallerThanItsShapeIsNotOffered(t *testing.T) {
 	g.Expect(problemReasons(p)).To(ContainElement("InventoryMismatch"))
 }
 
+// A server's shape carries its devices: the pool's shape names the GPUs
+// of its servers, and the offered shape has them beside cpu and memory, so
+// the packer powers on a GPU server for a pod that asks for one.
+func TestAServersShapeCarriesItsDevices(t *testing.T) {
+	g := NewWithT(t)
+	r := newRack(t, "l1", "large")
+	p := r.provider(testCluster, r.settings(), redfish.Config{})
+	withGPUs := pool()
+	withGPUs.Spec.Shapes.Fixed[1].ExtendedResources = corev1.ResourceList{"nvidia.com/gpu": resource.MustParse("2")}
+	shapes, err := p.Shapes(t.Context(), withGPUs)
+	g.Expect(err).NotTo(HaveOccurred())
+	gpus := map[string]int64{}
+	for _, s := range shapes {
+		gpus[s.Name] = s.Capacity.Name("nvidia.com/gpu", resource.DecimalSI).Value()
+	}
+	g.Expect(gpus).To(Equal(map[string]int64{"small": 0, "large": 2}))
+}
+
 // Suspend powers the server off and keeps it leased; Resume powers the
 // same server on again; a claimed server powered off by hand is reported
 // and not powered on again.

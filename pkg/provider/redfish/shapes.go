@@ -136,6 +136,12 @@ func fixedShapes(pool *v1alpha1.NodePool) ([]provider.Shape, error) {
 			return nil, provider.NewTerminal(fmt.Errorf("shape %q of NodePool %s needs cpu and memory: a server's size is what its pool says", s.Name, pool.Name))
 		}
 		capacity := corev1.ResourceList{corev1.ResourceCPU: *s.CPU, corev1.ResourceMemory: *s.Memory}
+		// A server's devices (its GPUs) are what its shape says: the BMC's
+		// inventory is not read for them, the node's device plugin
+		// advertises them once it runs.
+		for name, count := range s.ExtendedResources {
+			capacity[name] = count.DeepCopy()
+		}
 		price := shapecatalog.DefaultSizePrice(*s.CPU, *s.Memory)
 		if s.Price != "" {
 			var err error

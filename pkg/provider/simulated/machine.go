@@ -49,6 +49,7 @@ const (
 	dataNodeTaints      = "nodeTaints"
 	dataNodeCapacity    = "nodeCapacity"
 	dataNodeAllocatable = "nodeAllocatable"
+	dataResourceSlices  = "resourceSlices"
 	// dataUserData is "secret" when the machine has user data, kept in the
 	// Secret of the machine's name: its kubelet then joins with the token
 	// in it.
@@ -85,6 +86,9 @@ type machine struct {
 	nodeTaints      []corev1.Taint
 	nodeCapacity    corev1.ResourceList
 	nodeAllocatable corev1.ResourceList
+	// slices are the devices the machine's DRA driver publishes once its
+	// Node registered: its shape's template ResourceSlices.
+	slices []v1alpha1.TemplateResourceSlice
 }
 
 // machineParams are what Create decides about a new machine besides its
@@ -97,11 +101,18 @@ type machineParams struct {
 	bootAt        time.Time
 	neverRegister bool
 	userData      bool
+	slices        []v1alpha1.TemplateResourceSlice
 }
 
 func newMachine(claim *v1alpha1.NodeClaim, p machineParams) *machine {
 	shape := claim.Spec.Shape
 	capacity, allocatable := nodeResources(shape.CPU, shape.Memory, p.kubelet)
+	// The devices of the shape, as a device plugin on the machine would
+	// advertise them: whole, none reserved.
+	for name, count := range shape.ExtendedResources {
+		capacity[name] = count.DeepCopy()
+		allocatable[name] = count.DeepCopy()
+	}
 	return &machine{
 		name:   claim.Name,
 		tags:   provider.Tags(p.cluster, claim),
@@ -118,6 +129,7 @@ func newMachine(claim *v1alpha1.NodeClaim, p machineParams) *machine {
 		nodeTaints:      nodeTaints(claim),
 		nodeCapacity:    capacity,
 		nodeAllocatable: allocatable,
+		slices:          p.slices,
 	}
 }
 
@@ -136,6 +148,9 @@ func nodeLabels(claim *v1alpha1.NodeClaim, zone string) map[string]string {
 	labels[corev1.LabelOSStable] = "linux"
 	labels[corev1.LabelArchStable] = "amd64"
 	labels[corev1.LabelTopologyRegion] = Region
+	if gpu := v1alpha1.GPUType(claim.Spec.Shape.Name, claim.Spec.Shape.ExtendedResources); gpu != "" {
+		labels[v1alpha1.LabelGPU] = labelValue(gpu)
+	}
 	if zone != "" {
 		labels[corev1.LabelTopologyZone] = labelValue(zone)
 	}
@@ -340,6 +355,13 @@ func (m *machine) configMap(namespace string) (*corev1.ConfigMap, error) {
 	if m.userData {
 		cm.Data[dataUserData] = "secret"
 	}
+	if len(m.slices) > 0 {
+		slices, err := json.Marshal(m.slices)
+		if err != nil {
+			return nil, err
+		}
+		cm.Data[dataResourceSlices] = string(slices)
+	}
 	for key, at := range map[string]time.Time{dataRegisteredAt: m.registeredAt, dataSuspendedAt: m.suspendedAt, dataResumedAt: m.resumedAt} {
 		if !at.IsZero() {
 			cm.Data[key] = at.UTC().Format(time.RFC3339Nano)
@@ -396,6 +418,11 @@ func machineFromConfigMap(cm *corev1.ConfigMap) (*machine, error) {
 			return fail(key, err)
 		}
 	}
+	if v, ok := d[dataResourceSlices]; ok {
+		if err := json.Unmarshal([]byte(v), &m.slices); err != nil {
+			return fail(dataResourceSlices, err)
+		}
+	}
 	return m, nil
 }
 
@@ -418,17 +445,25 @@ func (m *machine) instance() *provider.Instance {
 	if m.zone != "" {
 		labels[corev1.LabelTopologyZone] = m.zone
 	}
+	capacity := corev1.ResourceList{
+		corev1.ResourceCPU:    m.cpu.DeepCopy(),
+		corev1.ResourceMemory: m.memory.DeepCopy(),
+	}
+	// The devices: extended resources, the only domain-prefixed names a
+	// node's capacity has here.
+	for name, count := range m.nodeCapacity {
+		if strings.Contains(string(name), "/") {
+			capacity[name] = count.DeepCopy()
+		}
+	}
 	return &provider.Instance{
 		ProviderID: ProviderID(m.name),
 		Name:       m.name,
-		Capacity: corev1.ResourceList{
-			corev1.ResourceCPU:    m.cpu.DeepCopy(),
-			corev1.ResourceMemory: m.memory.DeepCopy(),
-		},
-		Labels:    labels,
-		Tags:      maps.Clone(m.tags),
-		State:     state,
-		CreatedAt: m.createdAt,
+		Capacity:   capacity,
+		Labels:     labels,
+		Tags:       maps.Clone(m.tags),
+		State:      state,
+		CreatedAt:  m.createdAt,
 	}
 }
 

@@ -125,3 +125,26 @@ func TestMachineRecordRoundTrips(t *testing.T) {
 	g.Expect(back.neverRegister).To(gomega.BeTrue())
 	g.Expect(back.bootAt).To(gomega.Equal(now.Add(time.Minute)))
 }
+
+// A machine of a shape with devices registers a Node that advertises them,
+// whole and unreserved, as a device plugin would, so that pods asking for
+// them bind there; the instance reports them too.
+func TestMachineAdvertisesItsShapesDevices(t *testing.T) {
+	g := gomega.NewWithT(t)
+	claim := newClaim("gpu-a", "gpu")
+	claim.Spec.Shape.ExtendedResources = corev1.ResourceList{"nvidia.com/gpu": resource.MustParse("2")}
+	m := newMachine(claim, machineParams{cluster: "c1", kubelet: v1alpha1.KubeletConfiguration{
+		KubeReserved: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("100m")},
+	}})
+	node := m.node()
+	expectQuantities(g, node.Status.Capacity, map[corev1.ResourceName]string{"nvidia.com/gpu": "2"})
+	expectQuantities(g, node.Status.Allocatable, map[corev1.ResourceName]string{"nvidia.com/gpu": "2"})
+	expectQuantities(g, m.instance().Capacity, map[corev1.ResourceName]string{"nvidia.com/gpu": "2"})
+
+	// The record keeps them across a restart.
+	cm, err := m.configMap("ns")
+	g.Expect(err).NotTo(gomega.HaveOccurred())
+	back, err := machineFromConfigMap(cm)
+	g.Expect(err).NotTo(gomega.HaveOccurred())
+	expectQuantities(g, back.node().Status.Allocatable, map[corev1.ResourceName]string{"nvidia.com/gpu": "2"})
+}

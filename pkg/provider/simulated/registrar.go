@@ -201,6 +201,9 @@ func (r *Registrar) register(ctx context.Context, cm *corev1.ConfigMap, m *machi
 	case err != nil:
 		return fmt.Errorf("registering Node %s of machine %s: %w", m.name, m.name, err)
 	}
+	if err := publishSlices(ctx, r.kube, m, node); err != nil {
+		return err
+	}
 
 	// Locked to the record as read, so a Suspend since is seen: a stopped
 	// machine has no Node, and the lifecycle may have deleted its Node

@@ -63,14 +63,14 @@ func fixedShapes(fixed []v1alpha1.Shape) ([]provider.Shape, error) {
 				return nil, fmt.Errorf("shape %s: price %q: %w", s.Name, s.Price, err)
 			}
 		}
-		shapes = append(shapes, provider.Shape{
-			Name: s.Name,
-			Capacity: corev1.ResourceList{
-				corev1.ResourceCPU:    s.CPU.DeepCopy(),
-				corev1.ResourceMemory: s.Memory.DeepCopy(),
-			},
-			Price: price,
-		})
+		capacity := corev1.ResourceList{
+			corev1.ResourceCPU:    s.CPU.DeepCopy(),
+			corev1.ResourceMemory: s.Memory.DeepCopy(),
+		}
+		for name, count := range s.ExtendedResources {
+			capacity[name] = count.DeepCopy()
+		}
+		shapes = append(shapes, provider.Shape{Name: s.Name, Capacity: capacity, Price: price})
 	}
 	if len(incomplete) > 0 {
 		return nil, fmt.Errorf("simulated shapes need cpu and memory, which shapes.fixed %s lacks", strings.Join(incomplete, ", "))

@@ -208,7 +208,7 @@ func (p *Provider) Create(ctx context.Context, claim *v1alpha1.NodeClaim, opts p
 	if p.dice.roll(p.settings.createFailurePercent) {
 		return nil, provider.NewRetryable(fmt.Errorf("simulated create failure for machine %s (createFailurePercent %d)", name, p.settings.createFailurePercent), 0)
 	}
-	kubelet, err := p.poolKubelet(ctx, claim.Spec.NodePoolRef.Name)
+	kubelet, slices, err := p.poolTemplate(ctx, claim.Spec.NodePoolRef.Name, claim.Spec.Shape.Name)
 	if err != nil {
 		return nil, err
 	}
@@ -221,6 +221,7 @@ func (p *Provider) Create(ctx context.Context, claim *v1alpha1.NodeClaim, opts p
 		bootAt:        now.Add(p.settings.bootDelay),
 		neverRegister: p.dice.roll(p.settings.neverRegisterPercent),
 		userData:      len(opts.UserData) > 0,
+		slices:        slices,
 	})
 	if m.userData {
 		// The user data goes first, so a machine record never exists
@@ -294,18 +295,26 @@ func (p *Provider) existing(ctx context.Context, name string) (*provider.Instanc
 	return m.instance(), nil
 }
 
-// poolKubelet returns the kubelet settings of the claim's pool, which decide
-// the Node's pods and allocatable; a missing pool gets the defaults.
-func (p *Provider) poolKubelet(ctx context.Context, poolName string) (v1alpha1.KubeletConfiguration, error) {
+// poolTemplate returns the kubelet settings of the claim's pool, which
+// decide the Node's pods and allocatable, and the template ResourceSlices
+// of its shape, which the machine's simulated DRA driver publishes; a
+// missing pool gets the defaults and no slices.
+func (p *Provider) poolTemplate(ctx context.Context, poolName, shape string) (v1alpha1.KubeletConfiguration, []v1alpha1.TemplateResourceSlice, error) {
 	var pool v1alpha1.NodePool
 	err := p.kube.Get(ctx, client.ObjectKey{Name: poolName}, &pool)
 	if apierrors.IsNotFound(err) {
-		return v1alpha1.KubeletConfiguration{}, nil
+		return v1alpha1.KubeletConfiguration{}, nil, nil
 	}
 	if err != nil {
-		return v1alpha1.KubeletConfiguration{}, fmt.Errorf("reading nodepool %s for its kubelet settings: %w", poolName, err)
+		return v1alpha1.KubeletConfiguration{}, nil, fmt.Errorf("reading nodepool %s for its kubelet settings: %w", poolName, err)
 	}
-	return pool.Spec.Template.Kubelet, nil
+	var slices []v1alpha1.TemplateResourceSlice
+	for _, s := range pool.Spec.Shapes.Fixed {
+		if s.Name == shape {
+			slices = s.ResourceSlices
+		}
+	}
+	return pool.Spec.Template.Kubelet, slices, nil
 }
 
 // owns reports whether a ConfigMap is a machine of this cluster. The exact
@@ -368,6 +377,9 @@ func deleteUserData(ctx context.Context, kube client.Client, namespace, cluster,
 // deleteMachineNode deletes the Node a machine registered, if there is one.
 // A Node of that name that another machine or kubelet made is left alone.
 func deleteMachineNode(ctx context.Context, kube client.Client, name string) error {
+	if err := deleteMachineSlices(ctx, kube, name); err != nil {
+		return err
+	}
 	var node corev1.Node
 	err := kube.Get(ctx, client.ObjectKey{Name: name}, &node)
 	if apierrors.IsNotFound(err) {

@@ -44,12 +44,14 @@ var mayBeEmpty = map[string]string{
 	"disruption/Repair paused":   "the pool does not set repair",
 	"externalgrpc/Calls by method": "the controller runs in native mode: cluster-autoscaler makes no " +
 		"externalgrpc calls, so neither do the three panels below",
-	"externalgrpc/Call duration":      "native mode",
-	"externalgrpc/Scale requests":     "native mode",
-	"externalgrpc/Refusals":           "native mode",
-	"alert/ClaimscaleProviderFailing": "it selects failed provider calls, and none fails here",
-	"overview/Suspends and wakes":     "the pool does not let machines sleep, so none is suspended or woken",
-	"overview/Wake to registered":     "no machine is woken",
+	"externalgrpc/Call duration":            "native mode",
+	"externalgrpc/Scale requests":           "native mode",
+	"externalgrpc/Refusals":                 "native mode",
+	"alert/ClaimscaleProviderFailing":       "it selects failed provider calls, and none fails here",
+	"overview/Suspends and wakes":           "the pool does not let machines sleep, so none is suspended or woken",
+	"overview/Wake to registered":           "no machine is woken",
+	"overview/ProvisioningRequest outcomes": "the scenario makes no ProvisioningRequest",
+	"overview/Time to Provisioned":          "no request is provisioned",
 }
 
 // servedWithoutSeries are claimscale's collectors that are served but may
@@ -60,6 +62,7 @@ var servedWithoutSeries = []prometheus.Collector{
 	metrics.GRPCServer, metrics.ExternalGRPCScaleRequests,
 	metrics.RepairUnhealthyNodes, metrics.RepairPaused, metrics.NodesRepaired,
 	metrics.NodeClaimSuspends, metrics.NodeClaimWakes, metrics.WakeToRegisteredSeconds,
+	metrics.ProvisioningRequestOutcomes, metrics.ProvisioningRequestSeconds,
 }
 
 // A real Prometheus scrapes the controller's secure metrics endpoint, as

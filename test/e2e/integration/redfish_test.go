@@ -133,7 +133,9 @@ func TestRedfishPowersTheChosenServersOnAndOff(t *testing.T) {
 		bmc := redfishtest.New(user, password, redfishtest.System{
 			ID: "1", UUID: fmt.Sprintf("4c4c4544-0042-3510-8052-b7c04f4d%04d", i), CPUs: cpus, MemoryGiB: float64(2 * cpus),
 		})
-		defer bmc.Close()
+		// After the scenario's cleanup, which powers its servers off
+		// through their BMCs (a deferred Close would run before it).
+		t.Cleanup(bmc.Close)
 		servers = append(servers, metalServer{name: fmt.Sprintf("redfish-%s-%d", spec.shape, i), shape: spec.shape, cpu: spec.cpu, memory: spec.memory, bmc: bmc})
 	}
 	someones := servers[0]
@@ -164,6 +166,10 @@ func TestRedfishPowersTheChosenServersOnAndOff(t *testing.T) {
 	// 3 pods of 3 cpu: a large server holds two, a small one one.
 	deployment := s.CreateDeployment("on-metal", 3, "3", nil)
 	s.G.Eventually(func() int { return s.RunningPods("on-metal") }).Should(Equal(3))
+	// Registration lets pods onto a node before it writes the claim's
+	// status: wait for both claims (a large and a small server) to say
+	// which Node is theirs.
+	s.G.Eventually(s.ReadyClaims).Should(Equal(2))
 	claims := s.Claims()
 	var chosen []string
 	for _, claim := range claims {
@@ -244,13 +250,15 @@ func TestRedfishServersJoinWithTheirSeeds(t *testing.T) {
 	images := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		http.ServeContent(w, r, "live.iso", time.Time{}, strings.NewReader(liveImage))
 	}))
-	defer images.Close()
+	t.Cleanup(images.Close)
 	var servers []metalServer
 	for i := range 2 {
 		bmc := redfishtest.New(user, password, redfishtest.System{
 			ID: "1", UUID: fmt.Sprintf("4c4c4544-0042-3510-8052-c8c04f4d%04d", i), CPUs: 4, MemoryGiB: 8,
 		})
-		defer bmc.Close()
+		// After the scenario's cleanup, which powers its servers off
+		// through their BMCs (a deferred Close would run before it).
+		t.Cleanup(bmc.Close)
 		servers = append(servers, metalServer{name: fmt.Sprintf("redfish-seed-%d", i), shape: "small", cpu: "4", memory: "8Gi", bmc: bmc})
 	}
 	mediaURL := "http://" + mediaAddress
@@ -287,6 +295,9 @@ func TestRedfishServersJoinWithTheirSeeds(t *testing.T) {
 
 	deployment := s.CreateDeployment("seeded", 2, "3", nil)
 	s.G.Eventually(func() int { return s.RunningPods("seeded") }).Should(Equal(2))
+	// Registration lets pods onto a node before it writes the claim's
+	// status: wait for both claims to say which Node is theirs.
+	s.G.Eventually(s.ReadyClaims).Should(Equal(2))
 	seedURLs := map[string]bool{}
 	var tokens []string
 	for _, claim := range s.Claims() {

@@ -82,7 +82,7 @@ spec:
 		files:   deployment("gpu", 2, "{limits: {nvidia.com/gpu: '1'}}"),
 		want:    map[string]int{},
 		pending: 2,
-		says:    []string{"would buy no node", "insufficient nvidia.com/gpu"},
+		says:    []string{"would buy no node", "no shape of the pool has nvidia.com/gpu"},
 	}, {
 		name: "a file of many kinds: what makes no pods is skipped with a note",
 		files: fmt.Sprintf(`apiVersion: v1

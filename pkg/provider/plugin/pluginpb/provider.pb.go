@@ -136,9 +136,14 @@ func (InstanceState) EnumDescriptor() ([]byte, []int) {
 // Resources are a machine's size. Quantities use Kubernetes' notation
 // ("2", "500m", "4Gi").
 type Resources struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Cpu           string                 `protobuf:"bytes,1,opt,name=cpu,proto3" json:"cpu,omitempty"`
-	Memory        string                 `protobuf:"bytes,2,opt,name=memory,proto3" json:"memory,omitempty"`
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Cpu    string                 `protobuf:"bytes,1,opt,name=cpu,proto3" json:"cpu,omitempty"`
+	Memory string                 `protobuf:"bytes,2,opt,name=memory,proto3" json:"memory,omitempty"`
+	// extended are the machine's extended resources in whole units
+	// (nvidia.com/gpu: "2"): the devices a shape carries, which the plugin
+	// attaches and the node advertises. Empty for none; a plugin that has
+	// no devices refuses a shape that asks for some.
+	Extended      map[string]string `protobuf:"bytes,3,rep,name=extended,proto3" json:"extended,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -185,6 +190,13 @@ func (x *Resources) GetMemory() string {
 		return x.Memory
 	}
 	return ""
+}
+
+func (x *Resources) GetExtended() map[string]string {
+	if x != nil {
+		return x.Extended
+	}
+	return nil
 }
 
 // Requirement is one node selector requirement the machine must meet
@@ -778,13 +790,15 @@ func (x *ShapesRequest) GetNodeProvider() string {
 // PoolShape is one spec.shapes.fixed entry; cpu, memory and price are
 // empty when the pool leaves them to the catalog.
 type PoolShape struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
-	Cpu           string                 `protobuf:"bytes,2,opt,name=cpu,proto3" json:"cpu,omitempty"`
-	Memory        string                 `protobuf:"bytes,3,opt,name=memory,proto3" json:"memory,omitempty"`
-	Price         string                 `protobuf:"bytes,4,opt,name=price,proto3" json:"price,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Name   string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Cpu    string                 `protobuf:"bytes,2,opt,name=cpu,proto3" json:"cpu,omitempty"`
+	Memory string                 `protobuf:"bytes,3,opt,name=memory,proto3" json:"memory,omitempty"`
+	Price  string                 `protobuf:"bytes,4,opt,name=price,proto3" json:"price,omitempty"`
+	// extended_resources are the shape's spec.shapes.fixed[].extendedResources.
+	ExtendedResources map[string]string `protobuf:"bytes,5,rep,name=extended_resources,json=extendedResources,proto3" json:"extended_resources,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
 }
 
 func (x *PoolShape) Reset() {
@@ -843,6 +857,13 @@ func (x *PoolShape) GetPrice() string {
 		return x.Price
 	}
 	return ""
+}
+
+func (x *PoolShape) GetExtendedResources() map[string]string {
+	if x != nil {
+		return x.ExtendedResources
+	}
+	return nil
 }
 
 // FlexibleRange is spec.shapes.flexible; steps and prices may be empty.
@@ -1455,10 +1476,14 @@ var File_pkg_provider_plugin_pluginpb_provider_proto protoreflect.FileDescriptor
 
 const file_pkg_provider_plugin_pluginpb_provider_proto_rawDesc = "" +
 	"\n" +
-	"+pkg/provider/plugin/pluginpb/provider.proto\x12\x16claimscale.provider.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"5\n" +
+	"+pkg/provider/plugin/pluginpb/provider.proto\x12\x16claimscale.provider.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"\xbf\x01\n" +
 	"\tResources\x12\x10\n" +
 	"\x03cpu\x18\x01 \x01(\tR\x03cpu\x12\x16\n" +
-	"\x06memory\x18\x02 \x01(\tR\x06memory\"S\n" +
+	"\x06memory\x18\x02 \x01(\tR\x06memory\x12K\n" +
+	"\bextended\x18\x03 \x03(\v2/.claimscale.provider.v1.Resources.ExtendedEntryR\bextended\x1a;\n" +
+	"\rExtendedEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"S\n" +
 	"\vRequirement\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x1a\n" +
 	"\boperator\x18\x02 \x01(\tR\boperator\x12\x16\n" +
@@ -1503,12 +1528,16 @@ const file_pkg_provider_plugin_pluginpb_provider_proto_rawDesc = "" +
 	"\tnode_pool\x18\x02 \x01(\tR\bnodePool\x127\n" +
 	"\x05fixed\x18\x03 \x03(\v2!.claimscale.provider.v1.PoolShapeR\x05fixed\x12A\n" +
 	"\bflexible\x18\x04 \x01(\v2%.claimscale.provider.v1.FlexibleRangeR\bflexible\x12#\n" +
-	"\rnode_provider\x18\x05 \x01(\tR\fnodeProvider\"_\n" +
+	"\rnode_provider\x18\x05 \x01(\tR\fnodeProvider\"\x8e\x02\n" +
 	"\tPoolShape\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x10\n" +
 	"\x03cpu\x18\x02 \x01(\tR\x03cpu\x12\x16\n" +
 	"\x06memory\x18\x03 \x01(\tR\x06memory\x12\x14\n" +
-	"\x05price\x18\x04 \x01(\tR\x05price\"\x83\x02\n" +
+	"\x05price\x18\x04 \x01(\tR\x05price\x12g\n" +
+	"\x12extended_resources\x18\x05 \x03(\v28.claimscale.provider.v1.PoolShape.ExtendedResourcesEntryR\x11extendedResources\x1aD\n" +
+	"\x16ExtendedResourcesEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x83\x02\n" +
 	"\rFlexibleRange\x12\x17\n" +
 	"\amin_cpu\x18\x01 \x01(\tR\x06minCpu\x12\x17\n" +
 	"\amax_cpu\x18\x02 \x01(\tR\x06maxCpu\x12\x19\n" +
@@ -1592,7 +1621,7 @@ func file_pkg_provider_plugin_pluginpb_provider_proto_rawDescGZIP() []byte {
 }
 
 var file_pkg_provider_plugin_pluginpb_provider_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_pkg_provider_plugin_pluginpb_provider_proto_msgTypes = make([]protoimpl.MessageInfo, 25)
+var file_pkg_provider_plugin_pluginpb_provider_proto_msgTypes = make([]protoimpl.MessageInfo, 27)
 var file_pkg_provider_plugin_pluginpb_provider_proto_goTypes = []any{
 	(InstanceState)(0),            // 0: claimscale.provider.v1.InstanceState
 	(*Resources)(nil),             // 1: claimscale.provider.v1.Resources
@@ -1617,48 +1646,52 @@ var file_pkg_provider_plugin_pluginpb_provider_proto_goTypes = []any{
 	(*SuspendResponse)(nil),       // 20: claimscale.provider.v1.SuspendResponse
 	(*ResumeRequest)(nil),         // 21: claimscale.provider.v1.ResumeRequest
 	(*ResumeResponse)(nil),        // 22: claimscale.provider.v1.ResumeResponse
-	nil,                           // 23: claimscale.provider.v1.CreateRequest.TagsEntry
-	nil,                           // 24: claimscale.provider.v1.Instance.LabelsEntry
-	nil,                           // 25: claimscale.provider.v1.Instance.TagsEntry
-	(*timestamppb.Timestamp)(nil), // 26: google.protobuf.Timestamp
+	nil,                           // 23: claimscale.provider.v1.Resources.ExtendedEntry
+	nil,                           // 24: claimscale.provider.v1.CreateRequest.TagsEntry
+	nil,                           // 25: claimscale.provider.v1.PoolShape.ExtendedResourcesEntry
+	nil,                           // 26: claimscale.provider.v1.Instance.LabelsEntry
+	nil,                           // 27: claimscale.provider.v1.Instance.TagsEntry
+	(*timestamppb.Timestamp)(nil), // 28: google.protobuf.Timestamp
 }
 var file_pkg_provider_plugin_pluginpb_provider_proto_depIdxs = []int32{
-	1,  // 0: claimscale.provider.v1.CreateRequest.shape:type_name -> claimscale.provider.v1.Resources
-	2,  // 1: claimscale.provider.v1.CreateRequest.requirements:type_name -> claimscale.provider.v1.Requirement
-	23, // 2: claimscale.provider.v1.CreateRequest.tags:type_name -> claimscale.provider.v1.CreateRequest.TagsEntry
-	16, // 3: claimscale.provider.v1.CreateResponse.instance:type_name -> claimscale.provider.v1.Instance
-	16, // 4: claimscale.provider.v1.GetResponse.instance:type_name -> claimscale.provider.v1.Instance
-	16, // 5: claimscale.provider.v1.ListResponse.instances:type_name -> claimscale.provider.v1.Instance
-	12, // 6: claimscale.provider.v1.ShapesRequest.fixed:type_name -> claimscale.provider.v1.PoolShape
-	13, // 7: claimscale.provider.v1.ShapesRequest.flexible:type_name -> claimscale.provider.v1.FlexibleRange
-	15, // 8: claimscale.provider.v1.ShapesResponse.shapes:type_name -> claimscale.provider.v1.Shape
-	1,  // 9: claimscale.provider.v1.Shape.capacity:type_name -> claimscale.provider.v1.Resources
-	1,  // 10: claimscale.provider.v1.Instance.capacity:type_name -> claimscale.provider.v1.Resources
-	24, // 11: claimscale.provider.v1.Instance.labels:type_name -> claimscale.provider.v1.Instance.LabelsEntry
-	25, // 12: claimscale.provider.v1.Instance.tags:type_name -> claimscale.provider.v1.Instance.TagsEntry
-	0,  // 13: claimscale.provider.v1.Instance.state:type_name -> claimscale.provider.v1.InstanceState
-	26, // 14: claimscale.provider.v1.Instance.created_at:type_name -> google.protobuf.Timestamp
-	3,  // 15: claimscale.provider.v1.Provider.Create:input_type -> claimscale.provider.v1.CreateRequest
-	5,  // 16: claimscale.provider.v1.Provider.Delete:input_type -> claimscale.provider.v1.DeleteRequest
-	7,  // 17: claimscale.provider.v1.Provider.Get:input_type -> claimscale.provider.v1.GetRequest
-	9,  // 18: claimscale.provider.v1.Provider.List:input_type -> claimscale.provider.v1.ListRequest
-	11, // 19: claimscale.provider.v1.Provider.Shapes:input_type -> claimscale.provider.v1.ShapesRequest
-	17, // 20: claimscale.provider.v1.Provider.Capabilities:input_type -> claimscale.provider.v1.CapabilitiesRequest
-	19, // 21: claimscale.provider.v1.Provider.Suspend:input_type -> claimscale.provider.v1.SuspendRequest
-	21, // 22: claimscale.provider.v1.Provider.Resume:input_type -> claimscale.provider.v1.ResumeRequest
-	4,  // 23: claimscale.provider.v1.Provider.Create:output_type -> claimscale.provider.v1.CreateResponse
-	6,  // 24: claimscale.provider.v1.Provider.Delete:output_type -> claimscale.provider.v1.DeleteResponse
-	8,  // 25: claimscale.provider.v1.Provider.Get:output_type -> claimscale.provider.v1.GetResponse
-	10, // 26: claimscale.provider.v1.Provider.List:output_type -> claimscale.provider.v1.ListResponse
-	14, // 27: claimscale.provider.v1.Provider.Shapes:output_type -> claimscale.provider.v1.ShapesResponse
-	18, // 28: claimscale.provider.v1.Provider.Capabilities:output_type -> claimscale.provider.v1.CapabilitiesResponse
-	20, // 29: claimscale.provider.v1.Provider.Suspend:output_type -> claimscale.provider.v1.SuspendResponse
-	22, // 30: claimscale.provider.v1.Provider.Resume:output_type -> claimscale.provider.v1.ResumeResponse
-	23, // [23:31] is the sub-list for method output_type
-	15, // [15:23] is the sub-list for method input_type
-	15, // [15:15] is the sub-list for extension type_name
-	15, // [15:15] is the sub-list for extension extendee
-	0,  // [0:15] is the sub-list for field type_name
+	23, // 0: claimscale.provider.v1.Resources.extended:type_name -> claimscale.provider.v1.Resources.ExtendedEntry
+	1,  // 1: claimscale.provider.v1.CreateRequest.shape:type_name -> claimscale.provider.v1.Resources
+	2,  // 2: claimscale.provider.v1.CreateRequest.requirements:type_name -> claimscale.provider.v1.Requirement
+	24, // 3: claimscale.provider.v1.CreateRequest.tags:type_name -> claimscale.provider.v1.CreateRequest.TagsEntry
+	16, // 4: claimscale.provider.v1.CreateResponse.instance:type_name -> claimscale.provider.v1.Instance
+	16, // 5: claimscale.provider.v1.GetResponse.instance:type_name -> claimscale.provider.v1.Instance
+	16, // 6: claimscale.provider.v1.ListResponse.instances:type_name -> claimscale.provider.v1.Instance
+	12, // 7: claimscale.provider.v1.ShapesRequest.fixed:type_name -> claimscale.provider.v1.PoolShape
+	13, // 8: claimscale.provider.v1.ShapesRequest.flexible:type_name -> claimscale.provider.v1.FlexibleRange
+	25, // 9: claimscale.provider.v1.PoolShape.extended_resources:type_name -> claimscale.provider.v1.PoolShape.ExtendedResourcesEntry
+	15, // 10: claimscale.provider.v1.ShapesResponse.shapes:type_name -> claimscale.provider.v1.Shape
+	1,  // 11: claimscale.provider.v1.Shape.capacity:type_name -> claimscale.provider.v1.Resources
+	1,  // 12: claimscale.provider.v1.Instance.capacity:type_name -> claimscale.provider.v1.Resources
+	26, // 13: claimscale.provider.v1.Instance.labels:type_name -> claimscale.provider.v1.Instance.LabelsEntry
+	27, // 14: claimscale.provider.v1.Instance.tags:type_name -> claimscale.provider.v1.Instance.TagsEntry
+	0,  // 15: claimscale.provider.v1.Instance.state:type_name -> claimscale.provider.v1.InstanceState
+	28, // 16: claimscale.provider.v1.Instance.created_at:type_name -> google.protobuf.Timestamp
+	3,  // 17: claimscale.provider.v1.Provider.Create:input_type -> claimscale.provider.v1.CreateRequest
+	5,  // 18: claimscale.provider.v1.Provider.Delete:input_type -> claimscale.provider.v1.DeleteRequest
+	7,  // 19: claimscale.provider.v1.Provider.Get:input_type -> claimscale.provider.v1.GetRequest
+	9,  // 20: claimscale.provider.v1.Provider.List:input_type -> claimscale.provider.v1.ListRequest
+	11, // 21: claimscale.provider.v1.Provider.Shapes:input_type -> claimscale.provider.v1.ShapesRequest
+	17, // 22: claimscale.provider.v1.Provider.Capabilities:input_type -> claimscale.provider.v1.CapabilitiesRequest
+	19, // 23: claimscale.provider.v1.Provider.Suspend:input_type -> claimscale.provider.v1.SuspendRequest
+	21, // 24: claimscale.provider.v1.Provider.Resume:input_type -> claimscale.provider.v1.ResumeRequest
+	4,  // 25: claimscale.provider.v1.Provider.Create:output_type -> claimscale.provider.v1.CreateResponse
+	6,  // 26: claimscale.provider.v1.Provider.Delete:output_type -> claimscale.provider.v1.DeleteResponse
+	8,  // 27: claimscale.provider.v1.Provider.Get:output_type -> claimscale.provider.v1.GetResponse
+	10, // 28: claimscale.provider.v1.Provider.List:output_type -> claimscale.provider.v1.ListResponse
+	14, // 29: claimscale.provider.v1.Provider.Shapes:output_type -> claimscale.provider.v1.ShapesResponse
+	18, // 30: claimscale.provider.v1.Provider.Capabilities:output_type -> claimscale.provider.v1.CapabilitiesResponse
+	20, // 31: claimscale.provider.v1.Provider.Suspend:output_type -> claimscale.provider.v1.SuspendResponse
+	22, // 32: claimscale.provider.v1.Provider.Resume:output_type -> claimscale.provider.v1.ResumeResponse
+	25, // [25:33] is the sub-list for method output_type
+	17, // [17:25] is the sub-list for method input_type
+	17, // [17:17] is the sub-list for extension type_name
+	17, // [17:17] is the sub-list for extension extendee
+	0,  // [0:17] is the sub-list for field type_name
 }
 
 func init() { file_pkg_provider_plugin_pluginpb_provider_proto_init() }
@@ -1672,7 +1705,7 @@ func file_pkg_provider_plugin_pluginpb_provider_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_pkg_provider_plugin_pluginpb_provider_proto_rawDesc), len(file_pkg_provider_plugin_pluginpb_provider_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   25,
+			NumMessages:   27,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"path/filepath"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
@@ -41,7 +42,11 @@ func Main(m *testing.M, started **testenv.Environment) {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
-	env, err = testenv.Start(testenv.Options{ControllerManager: true, Scheduler: true, Kwok: true, Logs: ProcessLogs(), CRDPaths: capiCRDs})
+	// The autoscaling SIG's kinds claimscale serves (ProvisioningRequest,
+	// CapacityBuffer) are installed as a cluster with Kueue or
+	// cluster-autoscaler has them.
+	crds := append(capiCRDs, filepath.Join(root, "config", "crd", "autoscaling"))
+	env, err = testenv.Start(testenv.Options{ControllerManager: true, Scheduler: true, Kwok: true, Logs: ProcessLogs(), CRDPaths: crds})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)

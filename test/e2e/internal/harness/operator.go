@@ -46,6 +46,9 @@ type OperatorOptions struct {
 	// RedfishMediaBindAddress runs the redfish media server there, as
 	// --redfish-media-bind-address does; empty runs none.
 	RedfishMediaBindAddress string
+	// RequestClock times the ProvisioningRequests' bookings; nil is the
+	// real clock.
+	RequestClock clock.PassiveClock
 }
 
 // StartOperator runs claimscale's controllers against the test control
@@ -74,8 +77,14 @@ func StartOperator(t *testing.T, opts OperatorOptions) (stop func()) {
 		LeaderElection:          opts.LeaderElection,
 		LeaderElectionID:        "claimscale-" + ClusterName,
 		LeaderElectionNamespace: ControllerNamespace,
-		Metrics:                 metrics,
-		HealthProbeBindAddress:  "0",
+		// A lease renewed late on a busy machine (two control planes and
+		// the compiler on two cores) would stop the test's controller
+		// mid-scenario; the next test's takes a released lease at once.
+		LeaderElectionReleaseOnCancel: true,
+		LeaseDuration:                 Ptr(60 * time.Second),
+		RenewDeadline:                 Ptr(45 * time.Second),
+		Metrics:                       metrics,
+		HealthProbeBindAddress:        "0",
 		// Each test starts its own manager in this process.
 		Controller: config.Controller{SkipNameValidation: Ptr(true)},
 	})
@@ -93,6 +102,9 @@ func StartOperator(t *testing.T, opts OperatorOptions) (stop func()) {
 		DryRun:                     opts.DryRun,
 		SimulatedKubeletsElsewhere: opts.SimulatedKubeletsElsewhere,
 		RedfishMediaBindAddress:    opts.RedfishMediaBindAddress,
+		// Requests and buffers that wait are looked at again each second,
+		// not each half minute: a scenario waits for them.
+		Requests: operator.RequestOptions{Clock: opts.RequestClock, Recheck: time.Second},
 	}); err != nil {
 		cancel()
 		t.Fatal(err)

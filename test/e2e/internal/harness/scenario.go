@@ -12,6 +12,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	autoscalingv1 "github.com/claimscale/claimscale/api/autoscaling/v1"
+	autoscalingv1beta1 "github.com/claimscale/claimscale/api/autoscaling/v1beta1"
 	"github.com/claimscale/claimscale/api/v1alpha1"
 	"github.com/claimscale/claimscale/pkg/provider/simulated"
 )
@@ -194,6 +196,9 @@ func (s *Scenario) Cleanup() {
 	s.T.Helper()
 	g := s.G
 	g.Expect(client.IgnoreNotFound(env.Client.Delete(s.Ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: s.Namespace}}))).To(Succeed())
+	// Requests and buffers keep room, which would keep nodes.
+	g.Expect(env.Client.DeleteAllOf(s.Ctx, &autoscalingv1.ProvisioningRequest{}, client.InNamespace(s.Namespace))).To(Succeed())
+	g.Expect(env.Client.DeleteAllOf(s.Ctx, &autoscalingv1beta1.CapacityBuffer{}, client.InNamespace(s.Namespace))).To(Succeed())
 	var deployments appsv1.DeploymentList
 	g.Expect(env.Client.List(s.Ctx, &deployments, client.InNamespace(s.Namespace))).To(Succeed())
 	for i := range deployments.Items {
