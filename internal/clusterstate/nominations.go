@@ -14,6 +14,12 @@ import (
 // the scheduler finds room, as before nominations.
 const nominationTTL = time.Hour
 
+// takenGrace is how long ClaimOf still names the claim of a plan that
+// registration took: the nominations it wrote reach the cache a little
+// after the claim's own writes may, and a round in between must not see
+// the pods as pending with no plan.
+const takenGrace = time.Minute
+
 // Nominations remembers which pending pods a provisioning round planned
 // on which claim, until the claim's node registers. Registration then
 // nominates them there (the pods' status.nominatedNodeName, which
@@ -40,6 +46,8 @@ type Nominations struct {
 type plan struct {
 	pods    map[types.NamespacedName]bool
 	planned time.Time
+	// taken is when registration took the plan; zero until then.
+	taken time.Time
 }
 
 // NewNominations returns an empty record.
@@ -85,6 +93,12 @@ func (n *Nominations) record(claim string, pods []*corev1.Pod) {
 	now := n.clock.Now()
 	n.expire(now)
 	p := n.plans[claim]
+	if p != nil && !p.taken.IsZero() {
+		// A woken claim boots again: what it was bought for before is
+		// long done.
+		n.drop(claim, p)
+		p = nil
+	}
 	if p == nil {
 		p = &plan{pods: map[types.NamespacedName]bool{}}
 		n.plans[claim] = p
@@ -102,29 +116,54 @@ func (n *Nominations) record(claim string, pods []*corev1.Pod) {
 	}
 }
 
-// Take returns the pods planned on the claim and forgets them.
+// Take returns the pods planned on the claim, once: registration
+// nominates them. ClaimOf names the claim for them a little longer
+// (takenGrace).
 func (n *Nominations) Take(claim string) []types.NamespacedName {
 	if n == nil {
 		return nil
 	}
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	n.taken[claim] = n.clock.Now()
+	now := n.clock.Now()
+	n.taken[claim] = now
 	p := n.plans[claim]
-	if p == nil {
+	if p == nil || !p.taken.IsZero() {
 		return nil
 	}
-	delete(n.plans, claim)
+	p.taken = now
 	pods := make([]types.NamespacedName, 0, len(p.pods))
 	for key := range p.pods {
 		pods = append(pods, key)
-		delete(n.claimOf, key)
 	}
 	return pods
 }
 
-// expire drops the plans older than nominationTTL, and the claims taken
-// longer ago than that: no round runs on a picture that old.
+// ClaimOf names the claim the pod is planned on, "" for none. A round
+// counts a pending pod on the node of the claim it names while the claim
+// boots, instead of packing it again: the plan stays as it was bought.
+func (n *Nominations) ClaimOf(pod *corev1.Pod) string {
+	if n == nil {
+		return ""
+	}
+	key := types.NamespacedName{Namespace: pod.Namespace, Name: pod.Name}
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	claim, ok := n.claimOf[key]
+	if !ok {
+		return ""
+	}
+	p := n.plans[claim]
+	now := n.clock.Now()
+	if p == nil || now.Sub(p.planned) >= nominationTTL || !p.taken.IsZero() && now.Sub(p.taken) >= takenGrace {
+		return ""
+	}
+	return claim
+}
+
+// expire drops the plans older than nominationTTL, those taken longer
+// ago than takenGrace, and the claims taken longer ago than
+// nominationTTL: no round runs on a picture that old.
 func (n *Nominations) expire(now time.Time) {
 	for claim, at := range n.taken {
 		if now.Sub(at) >= nominationTTL {
@@ -132,14 +171,18 @@ func (n *Nominations) expire(now time.Time) {
 		}
 	}
 	for claim, p := range n.plans {
-		if now.Sub(p.planned) < nominationTTL {
-			continue
+		if now.Sub(p.planned) >= nominationTTL || !p.taken.IsZero() && now.Sub(p.taken) >= takenGrace {
+			n.drop(claim, p)
 		}
-		for key := range p.pods {
-			if n.claimOf[key] == claim {
-				delete(n.claimOf, key)
-			}
-		}
-		delete(n.plans, claim)
 	}
+}
+
+// drop forgets a claim's plan.
+func (n *Nominations) drop(claim string, p *plan) {
+	for key := range p.pods {
+		if n.claimOf[key] == claim {
+			delete(n.claimOf, key)
+		}
+	}
+	delete(n.plans, claim)
 }

@@ -31,11 +31,17 @@ func TestNominationsFollowTheLatestPlan(t *testing.T) {
 	// A later round moved web-2 onto claim-b, still booting.
 	n.Plan("claim-b", []*corev1.Pod{pod("web-2")})
 
+	if got := n.ClaimOf(pod("web-2")); got != "claim-b" {
+		t.Errorf("web-2 is planned on %q, want claim-b", got)
+	}
 	if got := names(n.Take("claim-a")); !slices.Equal(got, []string{"web-1"}) {
 		t.Errorf("claim-a nominates %v, want [web-1]: web-2 was planned on claim-b since", got)
 	}
 	if got := n.Take("claim-a"); len(got) != 0 {
 		t.Errorf("claim-a nominates %v a second time", got)
+	}
+	if got := n.ClaimOf(pod("web-1")); got != "claim-a" {
+		t.Errorf("web-1 is planned on %q just after registration took it, want claim-a until its nomination shows", got)
 	}
 	if got := names(n.Take("claim-b")); !slices.Equal(got, []string{"db-1", "web-2"}) {
 		t.Errorf("claim-b nominates %v, want [db-1 web-2]", got)
@@ -67,6 +73,10 @@ func TestNominationsFollowTheLatestPlan(t *testing.T) {
 	}
 	if len(n.taken) != 1 {
 		t.Errorf("%d registered claims remembered, want 1 (claim-c, taken just now): older ones are forgotten", len(n.taken))
+	}
+
+	if got := n.ClaimOf(pod("web-1")); got != "" {
+		t.Errorf("web-1 is planned on %q long after registration took it", got)
 	}
 
 	var none *Nominations

@@ -47,6 +47,10 @@ type Cluster struct {
 	// Writes, when set, are the controller's own writes the cache may not
 	// show yet; the picture counts them.
 	Writes *Writes
+	// Nominations, when set, are the plans of earlier rounds: a pending
+	// pod planned on a claim still booting counts on the claim's node
+	// (scheduling.InFlight.Pods) and is not pending.
+	Nominations *Nominations
 }
 
 // Picture is the cluster as a decision sees it. Everything in it is the
@@ -220,12 +224,38 @@ func (c *Cluster) Picture(ctx context.Context, pools PoolUsability) (*Picture, e
 			Zone: zoneOf(claim.Spec.Requirements.NodeSelector),
 		})
 	}
+	c.keepPlans(input)
 	// Only open pools get claims.
 	picture.Open = make(map[string]*v1alpha1.NodePool, len(open))
 	for name, schedulingPool := range open {
 		picture.Open[name] = schedulingPool.NodePool
 	}
 	return picture, nil
+}
+
+// keepPlans moves the pending pods planned on a claim still in flight
+// onto it. Packed again, a pod could be moved to another booting claim,
+// and lose its room on both: the claim it was on may register (and
+// nominate its pods) between this round's picture and its plan, and the
+// moved pod is then nominated nowhere, or two pods that exclude each other
+// are nominated to one node.
+func (c *Cluster) keepPlans(input *scheduling.Input) {
+	if c.Nominations == nil || len(input.InFlight) == 0 || len(input.Pending) == 0 {
+		return
+	}
+	inFlight := make(map[string]int, len(input.InFlight))
+	for i, claim := range input.InFlight {
+		inFlight[claim.Name] = i
+	}
+	pending := make([]*corev1.Pod, 0, len(input.Pending))
+	for _, pod := range input.Pending {
+		if i, ok := inFlight[c.Nominations.ClaimOf(pod)]; ok {
+			input.InFlight[i].Pods = append(input.InFlight[i].Pods, pod)
+			continue
+		}
+		pending = append(pending, pod)
+	}
+	input.Pending = pending
 }
 
 // Claims lists every claim, copies the caller may write to, with the

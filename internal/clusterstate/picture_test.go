@@ -310,3 +310,71 @@ func TestAwaitWakesOnTheInformersEvent(t *testing.T) {
 		t.Errorf("looked at the cache %d times with no claim event; the informer's events should wake the wait", looked)
 	}
 }
+
+// A pending pod an earlier round planned on a claim still booting counts
+// on the claim's node and is not pending: packed again, it could be moved
+// to another booting claim and lose its room on both. Once registration
+// took the plan, the pod counts there a little longer, until its
+// nomination shows; a plan on a claim that is not in flight leaves the pod
+// pending.
+func TestAPodPlannedOnABootingClaimCountsThere(t *testing.T) {
+	s := newPictureScenario(t, "planned")
+	clock := clocktesting.NewFakeClock(time.Now())
+	nominations := NewNominations(clock)
+	must(t, env.Client.Create(s.ctx, s.claim("planned-a")))
+	planned := testPod("planned-pod", "1500m")
+	planned.Spec.NodeSelector = map[string]string{v1alpha1.LabelNodePool: s.pool.Name}
+	must(t, env.Client.Create(s.ctx, planned))
+	t.Cleanup(func() { _ = env.Client.Delete(s.ctx, planned) })
+	planned.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodScheduled, Status: corev1.ConditionFalse, Reason: corev1.PodReasonUnschedulable}}
+	must(t, env.Client.Status().Update(s.ctx, planned))
+
+	read := func() *Picture {
+		t.Helper()
+		picture, err := (&Cluster{Kube: env.Client, Nominations: nominations}).Picture(s.ctx, everyPoolOpen{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return picture
+	}
+	pending := func(picture *Picture) bool {
+		return slices.ContainsFunc(picture.Pending, func(p *corev1.Pod) bool { return p.Name == planned.Name })
+	}
+	plannedOn := func(picture *Picture) []string {
+		var on []string
+		for _, inFlight := range picture.InFlight {
+			for _, p := range inFlight.Pods {
+				if p.Name == planned.Name {
+					on = append(on, inFlight.Name)
+				}
+			}
+		}
+		return on
+	}
+
+	if picture := read(); !pending(picture) || s.needsNewNode(picture, "1") {
+		t.Fatal("with no plan, the pod is not pending, or a pod beside it does not fit the booting claim: the test proves nothing")
+	}
+	nominations.Plan("planned-a", []*corev1.Pod{planned})
+	picture := read()
+	if pending(picture) || !slices.Equal(plannedOn(picture), []string{"planned-a"}) {
+		t.Fatalf("pending %t, planned on %v: want the pod on planned-a only", pending(picture), plannedOn(picture))
+	}
+	if !s.needsNewNode(picture, "1") {
+		t.Error("a pod fits on the booting claim's node in the room planned for another")
+	}
+
+	nominations.Take("planned-a")
+	if picture := read(); pending(picture) {
+		t.Error("the pod is pending again as soon as registration took its plan, before its nomination can show")
+	}
+	clock.Step(takenGrace)
+	if picture := read(); !pending(picture) {
+		t.Error("the pod of a plan registration took long ago still counts on the claim, not where its nomination says")
+	}
+
+	nominations.Plan("planned-gone", []*corev1.Pod{planned})
+	if picture := read(); !pending(picture) || len(plannedOn(picture)) > 0 {
+		t.Errorf("a pod planned on a claim that is not in flight: pending %t, planned on %v; want pending", pending(picture), plannedOn(picture))
+	}
+}

@@ -39,6 +39,9 @@ type classRun struct {
 	// spread decides a class whose only pod-dependent constraint is hard
 	// spread, without the framework (see counted.go).
 	counted *countedRun
+	// watches are the class's hard spreads as watched (see watched.go),
+	// once one of its pods is placed.
+	watches []*spreadWatch
 	// devicesAt is the DRA state's version the state was built on.
 	devicesAt int
 }
@@ -200,34 +203,51 @@ func (r *round) placeEach(run *classRun, pods []*corev1.Pod) error {
 		}
 		var target *simNode
 		var taken []*simNode
-		for ni := cursor; ni < len(r.nodes); ni++ {
-			if ni < len(dead) && dead[ni] {
-				continue
+		scan := len(r.nodes)
+		if r.excludedEverywhere(run) {
+			scan = 0
+		}
+		watched := r.watched(cls)
+		for pass := 0; target == nil && pass < 2; pass++ {
+			if pass == 1 {
+				if !watched || scan == 0 {
+					break
+				}
+				// No node takes the pod within the watches: one that
+				// takes it without does, before a node is opened.
+				r.breakWatches = true
 			}
-			n := r.nodes[ni]
-			st, err := r.try(run, pod, n)
-			if err != nil {
-				return err
-			}
-			if st.IsSuccess() {
-				target = n
-				break
-			}
-			if cls.dra && st.Plugin() == names.DynamicResources {
-				ok, err := r.devicesWouldServe(cls, n)
+			for ni := cursor; ni < scan; ni++ {
+				if ni < len(dead) && dead[ni] {
+					continue
+				}
+				n := r.nodes[ni]
+				st, err := r.try(run, pod, n)
 				if err != nil {
+					r.breakWatches = false
 					return err
 				}
-				if ok {
-					taken = append(taken, n)
+				if st.IsSuccess() {
+					target = n
+					break
+				}
+				if pass == 0 && cls.dra && st.Plugin() == names.DynamicResources {
+					ok, err := r.devicesWouldServe(cls, n)
+					if err != nil {
+						return err
+					}
+					if ok {
+						taken = append(taken, n)
+					}
+				}
+				if monotone(st) {
+					for len(dead) <= ni {
+						dead = append(dead, false)
+					}
+					dead[ni] = true
 				}
 			}
-			if monotone(st) {
-				for len(dead) <= ni {
-					dead = append(dead, false)
-				}
-				dead[ni] = true
-			}
+			r.breakWatches = false
 		}
 		for cursor < len(dead) && dead[cursor] {
 			cursor++
@@ -240,6 +260,14 @@ func (r *round) placeEach(run *classRun, pods []*corev1.Pod) error {
 			n, reason, refusals, err := r.openFor(run, pod)
 			if err != nil {
 				return err
+			}
+			if n == nil && watched {
+				r.breakWatches = true
+				n, reason, refusals, err = r.openFor(run, pod)
+				r.breakWatches = false
+				if err != nil {
+					return err
+				}
 			}
 			if n == nil {
 				failed := len(r.unschedulable)
@@ -268,6 +296,11 @@ func (r *round) placeEach(run *classRun, pods []*corev1.Pod) error {
 		if err != nil {
 			return err
 		}
+		if len(cls.hardSpread) > 0 {
+			if err := r.watch(run, target); err != nil {
+				return err
+			}
+		}
 		if run.self {
 			r.addToView(run, target.name)
 		}
@@ -289,6 +322,46 @@ func (r *round) placeEach(run *classRun, pods []*corev1.Pod) error {
 		}
 	}
 	return nil
+}
+
+// excludedEverywhere reports whether a counted class's anti-affinity
+// keeps its pods off every node there is: every node has the key of one
+// of its terms, and every domain of the key holds a pod the term matches.
+// A scan would fail on each node in turn: a class whose pods each need a
+// node of their own (the anti-affine fifth of the diverse mix) would scan
+// every node opened before it, for each of its pods, to open one anyway.
+func (r *round) excludedEverywhere(run *classRun) bool {
+	sr := run.counted
+	if sr == nil || len(sr.anti) == 0 {
+		return false
+	}
+	nodes := len(r.s.snap.list())
+	for _, tc := range sr.anti {
+		// Only sums kept already, followed from the log of changed
+		// nodes: summing a term anew is a pass over every node, which the
+		// scan it would spare may not cost (refreshCounts, which would
+		// also count the class's spread domains, is not called either).
+		if !tc.tally.summing(r.s.snap, tc.term.TopologyKey) {
+			continue
+		}
+		sums := tc.tally.sumsOf(r.s.snap, tc.term.TopologyKey)
+		withKey, free := 0, false
+		if sums.host {
+			for count, n := range sums.perNode {
+				withKey += n
+				free = free || count == 0 && n > 0
+			}
+		} else {
+			for v, n := range sums.nodes {
+				withKey += n
+				free = free || sums.domains[v] == 0
+			}
+		}
+		if withKey == nodes && !free {
+			return true
+		}
+	}
+	return false
 }
 
 // monotone reports whether a Filter failure stays a failure as more pods
@@ -417,6 +490,11 @@ func (r *round) try(run *classRun, pod *corev1.Pod, n *simNode) (*fwk.Status, er
 	}
 	if r.room(run.cls, n) < 1 {
 		return failResources, nil
+	}
+	if r.watchedRoom(run.cls, n) < 1 {
+		// More pods the spread selector of a pod placed earlier counts
+		// would break its spread.
+		return failSpreadSkew, nil
 	}
 	if run.counted != nil {
 		// Resources and the static filters are decided above; the class

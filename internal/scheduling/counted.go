@@ -1,7 +1,9 @@
 package scheduling
 
 import (
+	"cmp"
 	"fmt"
+	"slices"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -36,6 +38,9 @@ type tally struct {
 	// nodes holds each node's count with the NodeInfo generation it was
 	// taken at.
 	nodes map[string]talliedNode
+	// placed, the round's, logs per node the pods placed on it (see
+	// placedSince).
+	placed map[string][]addedPods
 	// byClass memoises whether the selector matches a class's pods.
 	byClass map[*podClass]bool
 
@@ -84,6 +89,15 @@ func (t *tally) sumsOf(snap *Snapshot, key string) *keySums {
 	}
 	t.sync(snap)
 	return t.sums[idx]
+}
+
+// summing reports whether the tally keeps sums over key for the snapshot
+// as it is now, so that sumsOf costs only the nodes changed since.
+func (t *tally) summing(snap *Snapshot, key string) bool {
+	if !t.inSync || t.snapshot != snap || t.epoch != snap.epoch || t.cursor > len(snap.changed) {
+		return false
+	}
+	return slices.Contains(t.keys, key)
 }
 
 func (t *tally) sync(snap *Snapshot) {
@@ -188,8 +202,15 @@ type tallyKey struct {
 func (t *tally) count(ni fwk.NodeInfo) int {
 	name := ni.Node().Name
 	gen := ni.GetGeneration()
-	if e, ok := t.nodes[name]; ok && e.gen == gen {
+	e, ok := t.nodes[name]
+	if ok && e.gen == gen {
 		return e.count
+	}
+	if ok {
+		if n, current := t.placedSince(name, e, gen); current {
+			t.nodes[name] = talliedNode{gen: gen, count: n}
+			return n
+		}
 	}
 	n := 0
 	for _, pi := range ni.GetPods() {
@@ -201,7 +222,40 @@ func (t *tally) count(ni fwk.NodeInfo) int {
 	return n
 }
 
+// placedSince brings a node's count taken at e.gen up to generation gen
+// from the log of pods placed on the node, when those placements are all
+// that changed it since: a node of a hundred pods is not counted again by
+// every tally after each placement.
+func (t *tally) placedSince(name string, e talliedNode, gen int64) (int, bool) {
+	log := t.placed[name]
+	i, found := slices.BinarySearchFunc(log, e.gen, func(a addedPods, gen int64) int { return cmp.Compare(a.before, gen) })
+	if !found {
+		return 0, false
+	}
+	n, at := e.count, e.gen
+	for ; i < len(log) && log[i].before == at; i++ {
+		if t.matchesClass(log[i].cls) {
+			n += log[i].k
+		}
+		at = log[i].after
+		if at == gen {
+			return n, true
+		}
+	}
+	return 0, false
+}
+
 func (t *tally) matchesPod(p *corev1.Pod) bool { return t.match(p) }
+
+// matchesClass reports whether the tally counts the class's pods.
+func (t *tally) matchesClass(cls *podClass) bool {
+	m, known := t.byClass[cls]
+	if !known {
+		m = t.match(cls.rep)
+		t.byClass[cls] = m
+	}
+	return m
+}
 
 func (t *tally) matches(pi fwk.PodInfo) bool {
 	if own, ok := pi.(*podInfo); ok {
@@ -221,7 +275,10 @@ func (r *round) tally(key tallyKey, match func(*corev1.Pod) bool) *tally {
 	}
 	t := r.tallies[key]
 	if t == nil {
-		t = &tally{match: match, nodes: map[string]talliedNode{}, byClass: map[*podClass]bool{}}
+		if r.placed == nil {
+			r.placed = map[string][]addedPods{}
+		}
+		t = &tally{match: match, nodes: map[string]talliedNode{}, byClass: map[*podClass]bool{}, placed: r.placed}
 		r.tallies[key] = t
 	}
 	return t

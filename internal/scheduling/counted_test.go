@@ -84,3 +84,42 @@ func withoutNodeNames(r Result) string {
 	}
 	return b.String()
 }
+
+// A class whose anti-affinity has a matching pod in every domain opens a
+// node for each pod without trying the others (excludedEverywhere), but a
+// node without the term's key is no domain: the term never keeps a pod
+// off it, and the pods go there, as the plugins place them.
+func TestAnAntiAffineClassTakesTheNodeOutsideEveryDomain(t *testing.T) {
+	bare := node("bare", "8", "32Gi", nil)
+	delete(bare.Labels, corev1.LabelHostname)
+	c := Cluster{
+		Pools: []Pool{nodePool("default", []Shape{shape("c4", "4", "16Gi", 4)})},
+		Nodes: []*corev1.Node{node("n1", "8", "32Gi", nil), bare},
+		Pods:  []*corev1.Pod{pod("bound-web", "1", "1Gi", onNode("n1"), label("app", "web"))},
+	}
+	pending := pods(3, "web", "1", "1Gi", podAntiAffinity(corev1.LabelHostname, "web"))
+	decide := func(pluginsOnly bool) Result {
+		s, err := New(context.Background(), c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		s.pluginsOnly = pluginsOnly
+		r, err := s.Solve(context.Background(), pending)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r
+	}
+	r := decide(false)
+	if len(r.NewNodes) != 0 || len(r.Placements) != 3 {
+		t.Fatalf("%s; want the three pods on the node without a hostname label", describeResult(r))
+	}
+	for _, p := range r.Placements {
+		if p.Node != "bare" {
+			t.Errorf("%s on %s, want bare", p.Pod.Name, p.Node)
+		}
+	}
+	if byPlugins := describeResult(decide(true)); byPlugins != describeResult(r) {
+		t.Errorf("counts and plugins decide differently:\n%s\nvs\n%s", describeResult(r), byPlugins)
+	}
+}

@@ -324,3 +324,61 @@ func TestANominatedPodCountsOnItsNode(t *testing.T) {
 		})
 	}
 }
+
+// Pods an earlier decision planned on a claim still booting count on its
+// node as if bound there: their room, the spreads that count them, and
+// the anti-affinity that keeps their kind away. They are not placed again.
+// The same whether the decision reads the bound pods from the pods or
+// from an Existing (whose classes it must not write to).
+func TestPodsPlannedOnAnInFlightClaimCountThere(t *testing.T) {
+	c4 := shape("c4", "4", "16Gi", 4)
+	inFlight := func(name string, planned ...*corev1.Pod) InFlight {
+		return InFlight{Name: name, Pool: "default", Shape: c4, Pods: planned}
+	}
+	web := func(name string, opts ...podOpt) *corev1.Pod {
+		return pod(name, "1", "1Gi", append([]podOpt{label("app", "web")}, opts...)...)
+	}
+	antiWeb := podAntiAffinity(corev1.LabelHostname, "web")
+	cases := []struct {
+		name     string
+		inFlight []InFlight
+		pending  *corev1.Pod
+		// want is the node the pending pod goes to, "new" for a new one.
+		want string
+	}{
+		{"the room planned for a pod is not given to another",
+			[]InFlight{inFlight("claim-a", pod("planned", "3", "1Gi"))}, pod("late", "2", "1Gi"), "new"},
+		{"a planned pod keeps the pods anti-affine to it off its node",
+			[]InFlight{inFlight("claim-a", web("planned", antiWeb))}, web("late", antiWeb), "new"},
+		{"a spread counts the planned pods",
+			[]InFlight{inFlight("claim-a", web("planned")), inFlight("claim-b")}, web("late", spread(corev1.LabelHostname, 1, "web")), "claim-b"},
+	}
+	for _, tc := range cases {
+		// A full node with a bound pod of anti-affinity of its own: the
+		// existing classes the planned pods' join.
+		c := Cluster{
+			Pools:    []Pool{nodePool("default", []Shape{c4})},
+			Nodes:    []*corev1.Node{node("n0", "1", "4Gi", nil)},
+			Pods:     []*corev1.Pod{pod("bound", "1", "1Gi", onNode("n0"), label("app", "db"), podAntiAffinity(corev1.LabelHostname, "db"))},
+			InFlight: tc.inFlight,
+		}
+		for source, cluster := range map[string]Cluster{
+			"from pods":     c,
+			"from Existing": {Pools: c.Pools, Nodes: c.Nodes, Existing: keptFrom(c), InFlight: c.InFlight},
+		} {
+			t.Run(tc.name+"/"+source, func(t *testing.T) {
+				r := solve(t, cluster, []*corev1.Pod{tc.pending})
+				got := ""
+				for _, p := range r.Placements {
+					got = p.Node
+				}
+				if len(r.NewNodes) == 1 {
+					got = "new"
+				}
+				if got != tc.want || len(r.Placements)+len(r.NewNodes) != 1 {
+					t.Errorf("%s; want %s on %s, and the planned pods left where they are", describeResult(r), tc.pending.Name, tc.want)
+				}
+			})
+		}
+	}
+}

@@ -37,14 +37,33 @@ type round struct {
 	optCache map[optionKey]cachedOptions
 	// member is scratch space for frontier, by shapeInfo.idx.
 	member []bool
-	// tallies count the pods each spread selector matches, per node.
+	// tallies count the pods each spread selector matches, per node;
+	// placed logs per node the pods placed on it, for the tallies.
 	tallies map[tallyKey]*tally
+	placed  map[string][]addedPods
 	// rooms memoises room on new nodes by the node's version.
 	rooms map[roomKey]roomEntry
 	// woken are the sleeping machines the round opened.
 	woken map[*sleepingMachine]bool
 	// dead is placeEach's scratch space.
 	dead []bool
+	// watches are the hard spreads of the pods placed (see watched.go),
+	// in the order they were made; watchedBy lists those that count a
+	// class.
+	watches    map[watchKey]*spreadWatch
+	watchOrder []*spreadWatch
+	watchedBy  map[*podClass]watchList
+	// breakWatches is set while a pod is placed that no node takes within
+	// the watches.
+	breakWatches bool
+}
+
+// addedPods is k pods of cls that place added to a node, with the node's
+// NodeInfo generation before and after.
+type addedPods struct {
+	cls           *podClass
+	k             int
+	before, after int64
 }
 
 type zoneKey struct {
@@ -112,22 +131,20 @@ func (r *round) packOnce(items []item) error {
 // placeSimple places pods whose fit depends on nothing but static filters
 // and resources: it fills each node with as many as fit in one step.
 func (r *round) placeSimple(cls *podClass, pods []*corev1.Pod) error {
-	i := 0
-	for ni := 0; ni < len(r.nodes) && i < len(pods); ni++ {
-		n := r.nodes[ni]
-		ok, err := r.staticOK(cls, n)
+	i, err := r.fillNodes(cls, pods)
+	if err != nil {
+		return err
+	}
+	if i < len(pods) && r.watched(cls) {
+		// What the nodes cannot take within the watches, they take
+		// without, before a node is opened for it.
+		r.breakWatches = true
+		k, err := r.fillNodes(cls, pods[i:])
+		r.breakWatches = false
 		if err != nil {
 			return err
 		}
-		if !ok {
-			continue
-		}
-		if k := min(r.room(cls, n), len(pods)-i); k > 0 {
-			if _, err := r.place(cls, n, pods[i:i+k]); err != nil {
-				return err
-			}
-			i += k
-		}
+		i += k
 	}
 	for i < len(pods) {
 		if !r.allowOpen {
@@ -142,9 +159,17 @@ func (r *round) placeSimple(cls *podClass, pods []*corev1.Pod) error {
 			r.failRefused(pods[i:], r.refusals(reasons))
 			return nil
 		}
-		n, err := r.createNode(opts[0])
+		// The pods left fit on no node there is, watched or not: a new
+		// node goes where the watches let one pod go, and takes as many
+		// as fit, so that the watches open no more nodes than without.
+		n, err := r.openWatched(cls, opts)
 		if err != nil {
 			return err
+		}
+		if n == nil {
+			if n, err = r.createNode(opts[0]); err != nil {
+				return err
+			}
 		}
 		r.activate(n)
 		k := min(r.room(cls, n), len(pods)-i)
@@ -157,6 +182,50 @@ func (r *round) placeSimple(cls *podClass, pods []*corev1.Pod) error {
 		i += k
 	}
 	return nil
+}
+
+// fillNodes places as many of pods as the nodes take, in node order, and
+// returns how many.
+func (r *round) fillNodes(cls *podClass, pods []*corev1.Pod) (int, error) {
+	i := 0
+	for ni := 0; ni < len(r.nodes) && i < len(pods); ni++ {
+		n := r.nodes[ni]
+		ok, err := r.staticOK(cls, n)
+		if err != nil {
+			return i, err
+		}
+		if !ok {
+			continue
+		}
+		k := min(r.room(cls, n), len(pods)-i)
+		if k > 0 {
+			k = min(k, r.watchedRoom(cls, n))
+		}
+		if k > 0 {
+			if _, err := r.place(cls, n, pods[i:i+k]); err != nil {
+				return i, err
+			}
+			i += k
+		}
+	}
+	return i, nil
+}
+
+// openWatched creates a node for the first option where a pod of cls
+// keeps the spreads of the pods placed before it that count it (see
+// watched.go); nil when there is none.
+func (r *round) openWatched(cls *podClass, opts []option) (*simNode, error) {
+	for _, o := range opts {
+		n, err := r.createNode(o)
+		if err != nil {
+			return nil, err
+		}
+		if r.watchedRoom(cls, n) > 0 {
+			return n, nil
+		}
+		r.removeNode(nil, n)
+	}
+	return nil, nil
 }
 
 func (r *round) fail(pods []*corev1.Pod, reason string) {
@@ -418,8 +487,12 @@ func (r *round) place(cls *podClass, n *simNode, pods []*corev1.Pod) (fwk.PodInf
 	for i, p := range pods {
 		infos[i] = podInfo{pod: p, cls: cls}
 	}
+	before := r.s.snap.lookup(n.name).GetGeneration()
 	if err := r.s.snap.addPodInfos(infos, n.name); err != nil {
 		return nil, err
+	}
+	if r.placed != nil {
+		r.placed[n.name] = append(r.placed[n.name], addedPods{cls: cls, k: len(pods), before: before, after: r.s.snap.lookup(n.name).GetGeneration()})
 	}
 	var last fwk.PodInfo = &infos[len(infos)-1]
 	if len(cls.where) == 0 {

@@ -37,8 +37,9 @@ type Simulator struct {
 	existing     []*podClass
 	existingAnti [][]fwk.AffinityTerm
 	// existingInfos are the NodeInfos of the existing nodes as they were
-	// given, in the order of base; boundOn, built from them on first use,
-	// lists the nodes each existing class's pods are on.
+	// given, and of the phantom nodes with pods planned on them, in the
+	// order of base; boundOn, built from them on first use, lists the
+	// nodes each existing class's pods are on.
 	existingInfos []fwk.NodeInfo
 	boundOn       map[*podClass][]string
 	// staticIDs number distinct node signatures for the static cache.
@@ -254,6 +255,7 @@ func (s *Simulator) addExistingNode(n *corev1.Node, ni fwk.NodeInfo, sig string)
 
 func (s *Simulator) setExistingClasses(classes []*podClass) {
 	s.existing = classes
+	s.existingAnti = nil
 	for _, c := range classes {
 		if terms := c.info.GetRequiredAntiAffinityTerms(); len(terms) > 0 {
 			s.existingAnti = append(s.existingAnti, terms)
@@ -287,6 +289,7 @@ func (s *Simulator) boundWhere(cls *podClass) []string {
 func (s *Simulator) addInFlight(ctx context.Context, claims []InFlight) error {
 	sorted := append([]InFlight(nil), claims...)
 	sort.Slice(sorted, func(i, j int) bool { return sorted[i].Name < sorted[j].Name })
+	cl := newClassifier()
 	for _, c := range sorted {
 		if s.snap.lookup(c.Name) != nil {
 			// The claim's node has registered: the real node counts.
@@ -306,6 +309,33 @@ func (s *Simulator) addInFlight(ctx context.Context, claims []InFlight) error {
 			return fmt.Errorf("adding in-flight claim %s: %w", c.Name, err)
 		}
 		s.base = append(s.base, n)
+		if len(c.Pods) == 0 {
+			continue
+		}
+		var ni fwk.NodeInfo
+		for _, p := range c.Pods {
+			if Terminated(p) {
+				continue
+			}
+			p = withUID(p)
+			cls, err := cl.classify(p)
+			if err != nil {
+				return fmt.Errorf("pod %s/%s planned on in-flight claim %s: %w", p.Namespace, p.Name, c.Name, err)
+			}
+			if ni, err = s.snap.addPodInfo(&podInfo{pod: p, cls: cls}, c.Name); err != nil {
+				return fmt.Errorf("pod %s/%s planned on in-flight claim %s: %w", p.Namespace, p.Name, c.Name, err)
+			}
+		}
+		if ni != nil {
+			// The planned pods count as bound ones do: their classes'
+			// anti-affinity and the nodes they are on.
+			s.existingInfos = append(s.existingInfos, ni)
+		}
+	}
+	if len(cl.classes) > 0 {
+		// A copy: the existing classes may be an Existing's, shared with
+		// other decisions.
+		s.setExistingClasses(append(slices.Clip(s.existing), cl.classes...))
 	}
 	return nil
 }

@@ -99,6 +99,12 @@ type InFlight struct {
 	Pool  string
 	Shape Shape
 	Zone  string
+	// Pods are pending pods an earlier decision planned on the claim's
+	// node. They count there as if bound (its room, the spreads and
+	// affinities that select them) and are not placed again: a later
+	// decision that packed them anew could move a pod off the node it
+	// was bought for while the node boots.
+	Pods []*corev1.Pod
 }
 
 // Sleeping is a claim whose machine sleeps and may be woken: a machine of

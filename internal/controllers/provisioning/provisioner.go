@@ -290,7 +290,7 @@ func (p *Provisioner) gather(ctx context.Context) (scheduling.Input, map[string]
 // picture reads the round's cluster picture with this provisioner's pool
 // usability and own writes.
 func (p *Provisioner) picture(ctx context.Context) (*clusterstate.Picture, error) {
-	return (&clusterstate.Cluster{Kube: p.Kube, Objects: p.Objects, Writes: p.Writes}).Picture(ctx, p)
+	return (&clusterstate.Cluster{Kube: p.Kube, Objects: p.Objects, Writes: p.Writes, Nominations: p.Nominations}).Picture(ctx, p)
 }
 
 // UsablePools works out, concurrently and under the provider call timeout,
