@@ -81,11 +81,17 @@ dashboards: ## Generate the Grafana dashboards (Grafana Foundation SDK) into the
 GENERATED := api config charts internal/externalgrpc/protos internal/externalscaler/protos pkg/provider/plugin/pluginpb
 
 .PHONY: verify
-verify: generate manifests proto dashboards ## Fail when generated files are stale or gofmt/go vet complain.
+verify: verify-generated vet ## Fail when generated files are stale or gofmt/go vet complain.
+
+.PHONY: verify-generated
+verify-generated: generate manifests proto dashboards ## Fail when generated files are stale or gofmt complains.
 	@if [ -n "$$(git status --porcelain -- $(GENERATED))" ]; then \
 		echo "generated files are out of date; run 'make generate manifests proto dashboards' and commit:"; \
 		git status --porcelain -- $(GENERATED); git --no-pager diff -- $(GENERATED) | head -50; exit 1; fi
 	@bad=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$bad" ]; then echo "gofmt needed: $$bad"; exit 1; fi
+
+.PHONY: vet
+vet: ## go vet every package.
 	GOGC=$(BUILD_GOGC) go vet ./...
 
 .PHONY: build
@@ -108,20 +114,11 @@ lint-chart: ## helm lint the chart with its default and externalgrpc values.
 	$(BIN)/helm lint --strict charts/claimscale -f charts/claimscale/values-externalgrpc.yaml
 	$(BIN)/helm lint --strict charts/claimscale --set clusterName=ci --set metrics.serviceMonitor.enabled=true --set metrics.prometheusRule.enabled=true --set metrics.dashboards.enabled=true
 
-# The test tools (the Kubernetes build above all) build in the background
-# while verify compiles claimscale's dependencies for go vet and the chart
-# is linted: on a fresh machine the two compiles share the cores and the
-# module downloads instead of waiting for each other. The tools' output is
-# shown once they are done, and a failed build fails the target; a failed
-# verify stops the tools' build (its own process group) at once.
+# hack/test.sh says in which order: the control plane's build first, the
+# tools only a few tests use beside the tests.
 .PHONY: test
 test: ## Run every test: generated code, chart lint, unit, envtest and end-to-end.
-	@mkdir -p $(BIN); setsid hack/tools.sh test > $(BIN)/tools.log 2>&1 & tools=$$!; \
-	  if ! $(MAKE) --no-print-directory verify lint-chart; then kill -- -$$tools 2>/dev/null; exit 1; fi; \
-	  wait $$tools || { cat $(BIN)/tools.log; echo "make test: building the test tools failed (above)"; exit 1; }; \
-	  cat $(BIN)/tools.log
-	GOGC=$(BUILD_GOGC) go test -exec "env -u GOGC $${GOGC:+GOGC=$$GOGC}" $(GO_TEST_FLAGS) -timeout 30m ./... 2>&1 | tee $(BIN)/test.log
-	@hack/slowest-tests.sh $(BIN)/test.log > $(BIN)/test-times.txt
+	GO_TEST_FLAGS='$(GO_TEST_FLAGS)' BUILD_GOGC=$(BUILD_GOGC) hack/test.sh
 
 .PHONY: bench
 bench: ## Run the benchmarks.

@@ -6,7 +6,10 @@
 #
 # Usage: hack/tools.sh [name or group...]   (default: all)
 # Groups: demo (what a local control plane with kwok needs), generate
-# (controller-gen and the protobuf generators), chart (helm), test (all).
+# (controller-gen and the protobuf generators), chart (helm), e2e (the
+# control plane, kubectl and kubemark: what every end-to-end test needs),
+# few-tests (what only a few tests use: Cluster API, Kueue, Prometheus,
+# helm), test (all).
 set -euo pipefail
 
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -140,9 +143,28 @@ build_shared() { # $1: one of shared_tools
   (cd "$root/hack/tools" && go build -ldflags "$ldflags_kube" -o "$OUT/$1" "$(shared_package "$1")")
 }
 # prometheus and promtool for the alert rule tests and the monitoring e2e
-# test. Built without the web UI's assets: the HTTP API is all they need.
-build_prometheus() { # $1: prometheus or promtool
-  (cd "$root/hack/prometheus" && CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o "$OUT/$1" "github.com/prometheus/prometheus/cmd/$1")
+# test. Built without the web UI's assets: the HTTP API is all they need;
+# and without the service discoveries of the clouds (Prometheus' README,
+# "remove_all_sd" keeps static, file and http): the tests scrape a static
+# target, and the clouds' SDKs were most of the compile. Both in one go
+# build: they share most of their packages, and two builds side by side
+# compiled each of those twice (a cold machine's build cache does not
+# dedupe compiles that run at the same time).
+prometheus_tags=remove_all_sd
+build_prometheus() {
+  (cd "$root/hack/prometheus" && CGO_ENABLED=0 go build -tags "$prometheus_tags" -trimpath -ldflags "-s -w" -o "$OUT/" \
+    github.com/prometheus/prometheus/cmd/prometheus github.com/prometheus/prometheus/cmd/promtool)
+}
+# promtool comes from prometheus' build; a cache from before both were built
+# together has no promtool there, and builds it alone.
+copy_promtool() {
+  local built
+  built="$(cached prometheus "$PROMETHEUS_VERSION")"
+  if [ -e "${built%/*}/promtool" ]; then
+    cp "${built%/*}/promtool" "$OUT/promtool"
+  else
+    (cd "$root/hack/prometheus" && CGO_ENABLED=0 go build -tags "$prometheus_tags" -trimpath -ldflags "-s -w" -o "$OUT/promtool" github.com/prometheus/prometheus/cmd/promtool)
+  fi
 }
 # kwok runs nothing without stages; they ship in its module, so join the
 # ones we use into one config file next to the binary.
@@ -185,7 +207,9 @@ one() {
     cluster-api-manager) provide cluster-api-manager "$CLUSTER_API_VERSION" "sigs.k8s.io/cluster-api@$CLUSTER_API_VERSION" build_capi ;;
     kueue-manager) provide kueue-manager "$KUEUE_VERSION" "sigs.k8s.io/kueue@$KUEUE_VERSION" build_kueue ;;
     helm) provide helm "$HELM_VERSION" "helm.sh/helm/v3@$HELM_VERSION" install_module "helm.sh/helm/v3/cmd/helm@$HELM_VERSION" ;;
-    prometheus|promtool) provide "$1" "$PROMETHEUS_VERSION" "github.com/prometheus/prometheus@$PROMETHEUS_VERSION" build_prometheus "$1" ;;
+    prometheus|promtool)
+      provide prometheus "$PROMETHEUS_VERSION" "github.com/prometheus/prometheus@$PROMETHEUS_VERSION" build_prometheus
+      provide promtool "$PROMETHEUS_VERSION" "github.com/prometheus/prometheus@$PROMETHEUS_VERSION" copy_promtool ;;
     *) echo "hack/tools.sh: unknown tool $1" >&2; return 2 ;;
   esac
 }
@@ -194,15 +218,21 @@ one() {
 # among the tools the demo waits for; `make up` and the tests add it.
 demo_tools=(kube-apiserver etcd kube-scheduler kube-controller-manager kwok kwok-stages.yaml)
 generate_tools=(controller-gen buf protoc-gen-go protoc-gen-go-grpc)
+# kubemark: the real kubelet with a fake container runtime, for the e2e
+# tests that join a node with the flags claimscale renders.
+e2e_tools=("${demo_tools[@]}" kubectl kubemark)
+# In the order the tests first ask for them (hack/test.sh builds these
+# beside the tests); prometheus brings promtool (one build).
+few_test_tools=(cluster-api-manager kueue-manager prometheus helm)
 want=()
 for arg in "${@:-test}"; do
   case "$arg" in
     demo) want+=("${demo_tools[@]}") ;;
     generate) want+=("${generate_tools[@]}") ;;
     chart) want+=(helm) ;;
-    # kubemark: the real kubelet with a fake container runtime, for the
-    # e2e tests that join a node with the flags claimscale renders.
-    test) want+=("${demo_tools[@]}" kubectl "${generate_tools[@]}" helm cluster-api-manager kueue-manager promtool prometheus kubemark) ;;
+    e2e) want+=("${e2e_tools[@]}") ;;
+    few-tests) want+=("${few_test_tools[@]}") ;;
+    test) want+=("${e2e_tools[@]}" "${generate_tools[@]}" "${few_test_tools[@]}") ;;
     *) want+=("$arg") ;;
   esac
 done

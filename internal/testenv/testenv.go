@@ -408,3 +408,21 @@ func FreePort() (int, error) {
 	defer listener.Close()
 	return listener.Addr().(*net.TCPAddr).Port, nil
 }
+
+// Tool returns the path of bin/NAME, one of the tools hack/tools.sh builds,
+// after running `hack/tools.sh NAME`: at once when the tool is cached, and
+// otherwise after building it, or after waiting for the build already
+// under way (`make test` builds the tools only a few tests use beside the
+// tests, and each build holds a lock). So a test that needs Kueue or
+// Prometheus also runs alone on a fresh machine.
+func Tool(name string) (string, error) {
+	root, err := RepoRoot()
+	if err != nil {
+		return "", err
+	}
+	provide := exec.Command(filepath.Join(root, "hack", "tools.sh"), name)
+	if output, err := provide.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("hack/tools.sh %s: %w\n%s", name, err, output)
+	}
+	return filepath.Join(root, "bin", name), nil
+}

@@ -38,13 +38,9 @@ import (
 // is off, as the CRDs are installed at the version the manager expects.
 func startClusterAPI(t *testing.T, kubeconfigPath string) {
 	t.Helper()
-	root, err := testenv.RepoRoot()
+	binary, err := testenv.Tool("cluster-api-manager")
 	if err != nil {
 		t.Fatal(err)
-	}
-	binary := filepath.Join(root, "bin", "cluster-api-manager")
-	if _, err := os.Stat(binary); err != nil {
-		t.Fatalf("%s missing: run hack/tools.sh cluster-api-manager first", binary)
 	}
 	certDir := t.TempDir()
 	writeSelfSignedCert(t, certDir)

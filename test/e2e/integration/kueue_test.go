@@ -117,9 +117,9 @@ func startKueue(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	binary := filepath.Join(root, "bin", "kueue-manager")
-	if _, err := os.Stat(binary); err != nil {
-		t.Fatalf("%s missing: run hack/tools.sh kueue-manager first", binary)
+	binary, err := testenv.Tool("kueue-manager")
+	if err != nil {
+		t.Fatal(err)
 	}
 	webhookPort := freeLoopbackPort(t)
 	installKueueCRDs(t, root, webhookPort)

@@ -258,9 +258,9 @@ type prometheusServer struct {
 // stopped when the test ends.
 func startPrometheus(t *testing.T, root, target, token string) *prometheusServer {
 	t.Helper()
-	binary := filepath.Join(root, "bin", "prometheus")
-	if _, err := os.Stat(binary); err != nil {
-		t.Fatalf("%s missing: run hack/tools.sh prometheus (make test does): %v", binary, err)
+	binary, err := testenv.Tool("prometheus")
+	if err != nil {
+		t.Fatal(err)
 	}
 	dir := t.TempDir()
 	tokenFile := filepath.Join(dir, "token")
@@ -636,4 +636,24 @@ func alertExpr(rules []alertRule, name string) string {
 		}
 	}
 	panic("no alert " + name)
+}
+
+// TestAlertRules runs Prometheus' own rule unit tests
+// (testdata/alerts_test.yaml) on the chart's alert rules with the pinned
+// promtool. It lives beside the Prometheus scenario because both wait
+// for the same build (hack/tools.sh builds prometheus and promtool
+// together, beside the tests in `make test`).
+func TestAlertRules(t *testing.T) {
+	promtool, err := testenv.Tool("promtool")
+	if err != nil {
+		t.Fatal(err)
+	}
+	check := exec.Command(promtool, "check", "rules", "../../../charts/claimscale/files/alerts.yaml")
+	if out, err := check.CombinedOutput(); err != nil {
+		t.Fatalf("promtool check rules: %v\n%s", err, out)
+	}
+	test := exec.Command(promtool, "test", "rules", "testdata/alerts_test.yaml")
+	if out, err := test.CombinedOutput(); err != nil {
+		t.Fatalf("promtool test rules: %v\n%s", err, out)
+	}
 }
