@@ -176,8 +176,11 @@ func (p *Provisioner) Provision(ctx context.Context) error {
 			"placedOnExisting", len(result.Placements), "unschedulable", len(result.Unschedulable), "duration", time.Since(started))
 	}
 	p.planOnInFlight(input.InFlight, result.Placements)
-	p.createClaims(ctx, pools, asleepClaims(picture.Claims), result)
+	failedWakes := p.createClaims(ctx, pools, asleepClaims(picture.Claims), result)
 	p.reportUnschedulable(ctx, result.Unschedulable)
+	if failedWakes != nil {
+		return fmt.Errorf("waking sleeping claims: %w", failedWakes)
+	}
 	return nil
 }
 
@@ -503,8 +506,11 @@ func (p *Provisioner) takeInventory(pool, shape string) bool {
 // the node is (asleep, by name, as the round's picture had them), and
 // tells its pods. A node opened only for headroom is made with reason
 // "headroom". A pool whose claim is refused gets no more claims this round
-// and is backed off; the other pools' claims are still written.
-func (p *Provisioner) createClaims(ctx context.Context, pools map[string]*v1alpha1.NodePool, asleep map[string]*v1alpha1.NodeClaim, result scheduling.Result) {
+// and is backed off; the other pools' claims are still written. It returns
+// why the wakes that did not happen failed (a claim changed since the
+// round read it, most often).
+func (p *Provisioner) createClaims(ctx context.Context, pools map[string]*v1alpha1.NodePool, asleep map[string]*v1alpha1.NodeClaim, result scheduling.Result) error {
+	var failedWakes []error
 	events := 0
 	refused := map[string]bool{}
 	for _, newNode := range result.NewNodes {
@@ -519,7 +525,11 @@ func (p *Provisioner) createClaims(ctx context.Context, pools map[string]*v1alph
 			}
 		}
 		if newNode.Wake != "" {
-			if woken := p.wakeFor(ctx, pool, asleep[newNode.Wake], newNode, workload, &events); woken {
+			woken, err := p.wakeFor(ctx, pool, asleep[newNode.Wake], newNode, workload, &events)
+			if err != nil {
+				failedWakes = append(failedWakes, err)
+			}
+			if woken {
 				continue
 			}
 			// The claim is gone: the pods get a new machine instead.
@@ -560,6 +570,7 @@ func (p *Provisioner) createClaims(ctx context.Context, pools map[string]*v1alph
 			p.PodLatency.Provisioned(pod, pool.Name)
 		}
 	}
+	return errors.Join(failedWakes...)
 }
 
 // planOnInFlight records the pods a round placed on claims still booting

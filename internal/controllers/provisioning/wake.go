@@ -31,12 +31,16 @@ func asleepClaims(claims []v1alpha1.NodeClaim) map[string]*v1alpha1.NodeClaim {
 // the claim is gone (deleted since the picture, or never seen), so the
 // pods get a new machine this round instead. A claim that changed since
 // the picture (the patch conflicts) is not woken and gets no replacement:
-// the next round decides again on what the claim is then.
-func (p *Provisioner) wakeFor(ctx context.Context, pool *v1alpha1.NodePool, claim *v1alpha1.NodeClaim, newNode scheduling.NewNode, workload []*corev1.Pod, events *int) bool {
+// the conflict is returned, as is a wake that failed otherwise, so that
+// the round is run again soon (on the controller's backoff) on what the
+// claim is then. Nothing else would run it soon: a claim's
+// writes (the conditions disruption keeps, the lifecycle's "asleep") do
+// not start a round, and the pods, already pending, may not change again.
+func (p *Provisioner) wakeFor(ctx context.Context, pool *v1alpha1.NodePool, claim *v1alpha1.NodeClaim, newNode scheduling.NewNode, workload []*corev1.Pod, events *int) (bool, error) {
 	logger := log.FromContext(ctx)
 	if claim == nil {
 		logger.Info("sleeping claim to wake is not in the picture; making a new one", "nodeClaim", newNode.Wake, "nodePool", pool.Name)
-		return false
+		return false, nil
 	}
 	note := wokenNote(claim.Name)
 	if p.DryRun {
@@ -48,20 +52,20 @@ func (p *Provisioner) wakeFor(ctx context.Context, pool *v1alpha1.NodePool, clai
 			p.Recorder.Eventf(pod, nil, corev1.EventTypeNormal, "WouldNominate", "Provision", "%s",
 				decisions.EventNote(true, fmt.Sprintf("pod would schedule on a woken node (%s, pool %s, shape %s); no claim was woken", note, pool.Name, newNode.Shape.Name)))
 		}
-		return true
+		return true, nil
 	}
 	woken, err := p.wake(ctx, claim)
 	switch {
 	case apierrors.IsNotFound(err):
 		logger.Info("sleeping claim is gone; making a new one", "nodeClaim", claim.Name, "nodePool", pool.Name)
-		return false
+		return false, nil
 	case apierrors.IsConflict(err):
-		logger.Info("sleeping claim changed since the round read it; deciding again next round", "nodeClaim", claim.Name, "nodePool", pool.Name)
-		return true
+		logger.V(1).Info("sleeping claim changed since the round read it; deciding again", "nodeClaim", claim.Name, "nodePool", pool.Name)
+		return true, err
 	case err != nil:
 		logger.Error(err, "waking sleeping claim", "nodeClaim", claim.Name, "nodePool", pool.Name)
 		p.Recorder.Eventf(claim, nil, corev1.EventTypeWarning, "WakeFailed", "Wake", "%s", err.Error())
-		return true
+		return true, err
 	}
 	p.Nominations.Plan(woken.Name, workload)
 	logger.Info("woke sleeping claim", "nodeClaim", woken.Name, "nodePool", pool.Name, "shape", newNode.Shape.Name, "zone", newNode.Zone, "pods", len(workload))
@@ -77,7 +81,7 @@ func (p *Provisioner) wakeFor(ctx context.Context, pool *v1alpha1.NodePool, clai
 		p.recordWoken(pod, pool, newNode)
 		p.PodLatency.Provisioned(pod, pool.Name)
 	}
-	return true
+	return true, nil
 }
 
 // wake removes the claim's suspend annotation, locked to the version the

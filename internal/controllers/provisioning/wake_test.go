@@ -5,6 +5,7 @@ import (
 
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -68,7 +69,9 @@ func TestRoundWakesASleepingClaimInsteadOfCreatingOne(t *testing.T) {
 }
 
 // A claim that changed since the round read it is not woken, and its pods
-// get no new claim this round: the next round decides on what it is then.
+// get no new claim this round; the round fails with the conflict, so the
+// controller runs the next one on its backoff (a second), not at the
+// periodic round 30 s later, and it decides on what the claim is then.
 func TestAWakeThatConflictsIsNotReplacedInTheSameRound(t *testing.T) {
 	r := newRound(t, c2)
 	pool := expect.Pool("general", "sim", "c2")
@@ -82,8 +85,9 @@ func TestAWakeThatConflictsIsNotReplacedInTheSameRound(t *testing.T) {
 	r.g.Expect(env.Client.Patch(r.ctx, changed, client.MergeFrom(claim))).To(Succeed())
 
 	newNode := scheduling.NewNode{Name: "general-new-1", Pool: "general", Shape: scheduling.Shape{Name: "c2"}, Pods: []*corev1.Pod{pod}, Wake: stale.Name}
-	r.provisioner.createClaims(r.ctx, map[string]*v1alpha1.NodePool{"general": pool},
+	err := r.provisioner.createClaims(r.ctx, map[string]*v1alpha1.NodePool{"general": pool},
 		map[string]*v1alpha1.NodeClaim{stale.Name: stale}, scheduling.Result{NewNodes: []scheduling.NewNode{newNode}})
+	r.g.Expect(apierrors.IsConflict(err)).To(BeTrue(), "the round reports the conflict, and is retried soon: %v", err)
 
 	claims := expect.Claims(t, env.Client, "general")
 	r.g.Expect(claims).To(HaveLen(1), "no new claim for the pods of a wake that conflicted")
@@ -109,8 +113,9 @@ func TestAWakeOfAClaimGoneMakesANewClaim(t *testing.T) {
 	r.g.Expect(env.Client.Delete(r.ctx, claim)).To(Succeed())
 
 	newNode := scheduling.NewNode{Name: "general-new-1", Pool: "general", Shape: scheduling.Shape{Name: "c2", CPU: resource.MustParse("2"), Memory: resource.MustParse("4Gi")}, Pods: []*corev1.Pod{pod}, Wake: stale.Name}
-	r.provisioner.createClaims(r.ctx, map[string]*v1alpha1.NodePool{"general": pool},
+	err := r.provisioner.createClaims(r.ctx, map[string]*v1alpha1.NodePool{"general": pool},
 		map[string]*v1alpha1.NodeClaim{stale.Name: stale}, scheduling.Result{NewNodes: []scheduling.NewNode{newNode}})
+	r.g.Expect(err).NotTo(HaveOccurred(), "a claim that is gone is no failure: its pods got a new claim")
 
 	claims := expect.Claims(t, env.Client, "general")
 	r.g.Expect(claims).To(HaveLen(1))
