@@ -181,30 +181,22 @@ func (w *workload) add(source string, object *unstructured.Unstructured, namespa
 		if err := into(&o); err != nil {
 			return err
 		}
-		if o.Namespace == "" {
-			o.Namespace = namespace
-		}
-		if o.UID == "" {
-			o.UID = types.UID("simulated-" + o.Namespace + "-" + o.Name)
-		}
+		inNamespace(&o.ObjectMeta, namespace)
+		o.UID = simulatedUID(o.ObjectMeta)
 		w.daemonSets = append(w.daemonSets, &o)
 	case "LimitRange":
 		var o corev1.LimitRange
 		if err := into(&o); err != nil {
 			return err
 		}
-		if o.Namespace == "" {
-			o.Namespace = namespace
-		}
+		inNamespace(&o.ObjectMeta, namespace)
 		w.limitRanges = append(w.limitRanges, o)
 	case "ResourceClaimTemplate.resource.k8s.io":
 		var o resourcev1.ResourceClaimTemplate
 		if err := into(&o); err != nil {
 			return err
 		}
-		if o.Namespace == "" {
-			o.Namespace = namespace
-		}
+		inNamespace(&o.ObjectMeta, namespace)
 		// As the API server stores it: a request's allocation mode and
 		// count defaulted.
 		resourceapiv1.SetObjectDefaults_ResourceClaimTemplate(&o)
@@ -214,12 +206,8 @@ func (w *workload) add(source string, object *unstructured.Unstructured, namespa
 		if err := into(&o); err != nil {
 			return err
 		}
-		if o.Namespace == "" {
-			o.Namespace = namespace
-		}
-		if o.UID == "" {
-			o.UID = types.UID("simulated-" + o.Namespace + "-" + o.Name)
-		}
+		inNamespace(&o.ObjectMeta, namespace)
+		o.UID = simulatedUID(o.ObjectMeta)
 		resourceapiv1.SetObjectDefaults_ResourceClaim(&o)
 		w.claims = append(w.claims, o)
 	case "DeviceClass.resource.k8s.io":
@@ -265,7 +253,7 @@ func podsOf(owner metav1.ObjectMeta, namespace string, template corev1.PodTempla
 		pod := &corev1.Pod{ObjectMeta: *template.ObjectMeta.DeepCopy(), Spec: *template.Spec.DeepCopy()}
 		pod.Name = fmt.Sprintf("%s-%d", owner.Name, i)
 		pod.Namespace = namespace
-		pod.UID = types.UID("simulated-" + pod.Namespace + "-" + pod.Name)
+		pod.UID = simulatedUID(pod.ObjectMeta)
 		pod.Status.Phase = corev1.PodPending
 		pod.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodScheduled, Status: corev1.ConditionFalse, Reason: corev1.PodReasonUnschedulable}}
 		pods = append(pods, pod)
@@ -364,4 +352,22 @@ func (w *workload) clusterTemplates(ctx context.Context, kube client.Reader) ([]
 		return nil, fmt.Errorf("listing ResourceClaimTemplates: %w", err)
 	}
 	return list.Items, nil
+}
+
+// inNamespace puts an object of the files that names no namespace into the
+// one simulate was given, as kubectl apply would.
+func inNamespace(object *metav1.ObjectMeta, namespace string) {
+	if object.Namespace == "" {
+		object.Namespace = namespace
+	}
+}
+
+// simulatedUID is the object's UID, or one made up from its name where it
+// has none (the files' objects were never created), for what refers to it
+// by UID: owner references, a claim's reservedFor.
+func simulatedUID(object metav1.ObjectMeta) types.UID {
+	if object.UID != "" {
+		return object.UID
+	}
+	return types.UID("simulated-" + object.Namespace + "-" + object.Name)
 }
