@@ -221,9 +221,10 @@ generate_tools=(controller-gen buf protoc-gen-go protoc-gen-go-grpc)
 # kubemark: the real kubelet with a fake container runtime, for the e2e
 # tests that join a node with the flags claimscale renders.
 e2e_tools=("${demo_tools[@]}" kubectl kubemark)
-# In the order the tests first ask for them (hack/test.sh builds these
-# beside the tests); prometheus brings promtool (one build).
-few_test_tools=(cluster-api-manager kueue-manager prometheus helm)
+# In the order the integration tests first ask for them, the chart's first
+# (hack/test.sh builds these beside the tests); prometheus brings promtool
+# (one build).
+few_test_tools=(helm cluster-api-manager kueue-manager prometheus)
 want=()
 for arg in "${@:-test}"; do
   case "$arg" in

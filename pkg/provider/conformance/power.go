@@ -59,14 +59,27 @@ const pollInterval = 50 * time.Millisecond
 
 // awaitState reads the machine through List until it is (or, with not,
 // is no longer) in state, and answers it as last listed; it gives up when
-// the check's time runs out.
+// the check's time runs out, saying what List answered last: a List the
+// deadline cut off (on a slow machine, or through a plugin) is not the
+// fault.
 func awaitState(ctx context.Context, p provider.Provider, providerID string, state provider.InstanceState, not bool) (*provider.Instance, error) {
 	var last *provider.Instance
+	answered := false
+	gaveUp := func() (*provider.Instance, error) {
+		if last == nil {
+			return nil, fmt.Errorf("List no longer answers machine %s", providerID)
+		}
+		return last, fmt.Errorf("machine %s is still in state %q", providerID, last.State)
+	}
 	for {
 		instances, err := p.List(ctx)
 		if err != nil {
+			if answered && ctx.Err() != nil {
+				return gaveUp()
+			}
 			return nil, fmt.Errorf("List: %w", err)
 		}
+		answered = true
 		last = nil
 		for _, i := range instances {
 			if i.ProviderID == providerID {
@@ -80,10 +93,7 @@ func awaitState(ctx context.Context, p provider.Provider, providerID string, sta
 		select {
 		case <-ctx.Done():
 			wait.Stop()
-			if last == nil {
-				return nil, fmt.Errorf("List no longer answers machine %s", providerID)
-			}
-			return last, fmt.Errorf("machine %s is still in state %q", providerID, last.State)
+			return gaveUp()
 		case <-wait.C:
 		}
 	}

@@ -28,14 +28,16 @@ func Kustomize(t *testing.T, dir string) []*unstructured.Unstructured {
 }
 
 // render runs a pinned tool of bin/ and decodes the manifests it prints.
+// The tool may still be building beside the tests (make test builds helm
+// in the background): testenv.Tool waits for it.
 func render(t *testing.T, tool string, args ...string) []*unstructured.Unstructured {
 	t.Helper()
-	root, err := testenv.RepoRoot()
+	binary, err := testenv.Tool(tool)
 	if err != nil {
 		t.Fatal(err)
 	}
 	var stderr bytes.Buffer
-	cmd := exec.Command(filepath.Join(root, "bin", tool), args...)
+	cmd := exec.Command(binary, args...)
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()
 	if err != nil {
