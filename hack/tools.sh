@@ -150,10 +150,11 @@ build_shared() { # $1: one of shared_tools
 # build: they share most of their packages, and two builds side by side
 # compiled each of those twice (a cold machine's build cache does not
 # dedupe compiles that run at the same time).
-prometheus_tags=remove_all_sd
+prometheus_build() { # go build arguments
+  (cd "$root/hack/prometheus" && CGO_ENABLED=0 go build -tags remove_all_sd -trimpath -ldflags "-s -w" "$@")
+}
 build_prometheus() {
-  (cd "$root/hack/prometheus" && CGO_ENABLED=0 go build -tags "$prometheus_tags" -trimpath -ldflags "-s -w" -o "$OUT/" \
-    github.com/prometheus/prometheus/cmd/prometheus github.com/prometheus/prometheus/cmd/promtool)
+  prometheus_build -o "$OUT/" github.com/prometheus/prometheus/cmd/prometheus github.com/prometheus/prometheus/cmd/promtool
 }
 # promtool comes from prometheus' build; a cache from before both were built
 # together has no promtool there, and builds it alone.
@@ -163,7 +164,7 @@ copy_promtool() {
   if [ -e "${built%/*}/promtool" ]; then
     cp "${built%/*}/promtool" "$OUT/promtool"
   else
-    (cd "$root/hack/prometheus" && CGO_ENABLED=0 go build -tags "$prometheus_tags" -trimpath -ldflags "-s -w" -o "$OUT/promtool" github.com/prometheus/prometheus/cmd/promtool)
+    prometheus_build -o "$OUT/promtool" github.com/prometheus/prometheus/cmd/promtool
   fi
 }
 # kwok runs nothing without stages; they ship in its module, so join the

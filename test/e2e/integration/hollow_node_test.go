@@ -69,13 +69,9 @@ var hollowKubeletFlags = []string{"max-pods", "node-labels", "register-with-tain
 // usages, and after its node registered are each denied, with an event on
 // the claim.
 func TestHollowKubeletJoinsWithTheRenderedFlags(t *testing.T) {
-	root, err := testenv.RepoRoot()
+	kubemark, err := testenv.Tool("kubemark")
 	if err != nil {
 		t.Fatal(err)
-	}
-	kubemark := filepath.Join(root, "bin", "kubemark")
-	if _, err := os.Stat(kubemark); err != nil {
-		t.Fatalf("%s missing: run hack/tools.sh kubemark", kubemark)
 	}
 	machines := &hollowMachines{machines: map[string]*hollowMachine{}}
 	registry := operator.ProductionRegistry()
